@@ -1,0 +1,18 @@
+"""Platform adapters: each turns raw platform events into `Inbound` and sends replies."""
+
+from __future__ import annotations
+
+import importlib
+
+from adapters.base import Platform
+
+NAMES = ("slack", "telegram", "discord")
+
+
+def load(name: str) -> type[Platform]:
+    """The Platform class of adapter `name`, imported only when asked for (SDKs are heavy)."""
+    if name not in NAMES:
+        raise KeyError(name)
+    module = importlib.import_module(f"adapters.{name}")
+    platform: type[Platform] = module.PLATFORM
+    return platform

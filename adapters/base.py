@@ -1,0 +1,113 @@
+"""What the core asks of every platform: a Sender for replies, a Platform for the rest.
+
+The core never imports a platform SDK; it talks to platforms only through
+these two shapes. Platform rules (message limits, edit pacing, threading) are
+declared here as data the core reads.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from gateway.model import Address
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from starlette.routing import BaseRoute
+
+    from gateway.config import Settings
+    from gateway.health import Health
+    from gateway.ingest import Ingest
+
+Mode = Literal["http", "connect", "send"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How a platform wants to be written to.
+
+    `max_length` is one message's limit in the unit `Sender.measure` counts;
+    `edit_interval` the least time between two edits of one message;
+    `chat_interval`, when set, the least time between any two sends into one
+    chat, shared by every worker through Redis (platforms that ban per chat);
+    `typing_interval`, when set, how often the "thinking" signal is renewed
+    until the first text appears.
+    """
+
+    max_length: int
+    edit_interval: float
+    chat_interval: float | None = None
+    typing_interval: float | None = None
+
+
+class Sender(Protocol):
+    """Posts and edits messages. Text arrives as Markdown; the sender renders it.
+
+    Raises `gateway.errors.RateLimited` when the platform asks to wait,
+    `MessageRejected` when it refuses the content, `PlatformError` otherwise.
+    Editing a message to the text it already has is not an error.
+    """
+
+    platform: str
+
+    def limits(self, address: Address) -> Limits: ...
+
+    def measure(self, markdown: str) -> int:
+        """Length of `markdown` once rendered, in the unit `Limits.max_length` uses."""
+        ...
+
+    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+        """Post a new message; returns its platform id."""
+        ...
+
+    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+        ...
+
+    async def thinking(self, address: Address, on: bool) -> None:
+        """Show (or clear) that the bot is working: typing, a reaction, a status."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Platform(ABC):
+    """One platform's connection to the core, built by the CLI from the settings."""
+
+    name: str
+
+    def __init__(self, settings: Settings, redis: Redis) -> None:
+        self.settings = settings
+        self.redis = redis
+
+    @abstractmethod
+    def validate(self, mode: Mode) -> None:
+        """Raise ConfigError (one line, no secret) when `mode` cannot run with these settings."""
+
+    @abstractmethod
+    def sender(self) -> Sender:
+        """The Sender workers use to reply on this platform."""
+
+    def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
+        """HTTP routes mounted on `gateway web` (none by default)."""
+        return ()
+
+    def uses_http(self) -> bool:
+        """Whether this platform, as configured, receives events over `gateway web`."""
+        return False
+
+    async def startup(self) -> None:
+        """Called once before routes serve or `connect` runs (learn the bot's own ids...)."""
+
+    async def shutdown(self) -> None:
+        """Release clients opened by `startup`."""
+
+    async def connect(self, ingest: Ingest, health: Health) -> None:
+        """Hold the platform connection (Socket Mode, polling, gateway) until cancelled."""
+        raise NotImplementedError(f"{self.name} has no long-lived connection")
+
+    @abstractmethod
+    async def doctor(self) -> str:
+        """Check the token against the platform; return a short detail or raise PlatformError."""

@@ -1,0 +1,158 @@
+"""One settings object, read once from the environment and `.env`, validated at start.
+
+The CLI builds it and passes it down; nothing else in the core reads the
+environment. Secrets are `SecretStr`, so they never show in a repr, a log line
+or an error.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.errors import ConfigError
+
+ECHO_MODEL = "echo"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant taking part in a team chat. Answer clearly and "
+    "concisely, in Markdown. Several people may be talking; each user message "
+    "in a group starts with the speaker's name."
+)
+_TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class Settings(BaseSettings):
+    """Every setting of the gateway; names are the environment variables."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    redis_url: str | None = Field(default=None, alias="REDIS_URL")
+    data_dir: Path = Field(default=Path(".gateway"), alias="GATEWAY_DATA_DIR")
+
+    model: str = Field(default=ECHO_MODEL, alias="GATEWAY_MODEL")
+    api_base: str | None = Field(default=None, alias="GATEWAY_API_BASE")
+    api_key: SecretStr | None = Field(default=None, alias="GATEWAY_API_KEY")
+    side_model_name: str | None = Field(default=None, alias="GATEWAY_SIDE_MODEL")
+    compression_model_name: str | None = Field(default=None, alias="GATEWAY_COMPRESSION_MODEL")
+    system_prompt: str = Field(default=DEFAULT_SYSTEM_PROMPT, alias="GATEWAY_SYSTEM_PROMPT")
+    token_budget: int | None = Field(default=None, alias="GATEWAY_TOKEN_BUDGET", gt=0)
+    model_timeout: float = Field(default=120.0, alias="GATEWAY_MODEL_TIMEOUT", gt=0)
+    model_retries: int = Field(default=2, alias="GATEWAY_MODEL_RETRIES", ge=0, le=10)
+    max_tokens: int | None = Field(default=None, alias="GATEWAY_MAX_TOKENS", gt=0)
+
+    side_max_tokens: int = Field(default=2048, alias="GATEWAY_SIDE_MAX_TOKENS", gt=0)
+    side_temperature: float = Field(default=0.3, alias="GATEWAY_SIDE_TEMPERATURE", ge=0, le=2)
+    side_timeout: float = Field(default=180.0, alias="GATEWAY_SIDE_TIMEOUT", gt=0)
+    side_max_in_flight: int = Field(default=3, alias="GATEWAY_SIDE_MAX_IN_FLIGHT", ge=1)
+    side_message_cap: int = Field(default=2000, alias="GATEWAY_SIDE_MESSAGE_CAP", ge=100)
+    side_transcript_budget: int = Field(default=24000, alias="GATEWAY_SIDE_TRANSCRIPT_BUDGET", ge=500)
+
+    lease_ttl: float = Field(default=30.0, alias="GATEWAY_LEASE_TTL", ge=0.5)
+    worker_concurrency: int = Field(default=64, alias="GATEWAY_WORKER_CONCURRENCY", ge=1)
+
+    host: str = Field(default="0.0.0.0", alias="HOST")
+    port: int = Field(default=8080, alias="PORT", ge=0, le=65535)
+    log_format: Literal["text", "json"] = Field(default="text", alias="GATEWAY_LOG_FORMAT")
+    log_level: str = Field(default="INFO", alias="GATEWAY_LOG_LEVEL")
+
+    slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+    slack_edit_interval: float = Field(default=1.0, alias="SLACK_EDIT_INTERVAL", ge=0)
+
+    telegram_bot_token: SecretStr | None = Field(default=None, alias="TELEGRAM_BOT_TOKEN")
+    telegram_webhook_secret: SecretStr | None = Field(default=None, alias="TELEGRAM_WEBHOOK_SECRET")
+    telegram_api_url: str = Field(default="https://api.telegram.org/bot", alias="TELEGRAM_API_URL")
+    telegram_allow_all: bool = Field(default=False, alias="TELEGRAM_ALLOW_ALL")
+    telegram_edit_interval: float = Field(default=1.0, alias="TELEGRAM_EDIT_INTERVAL", ge=0)
+    telegram_group_edit_interval: float = Field(
+        default=3.0, alias="TELEGRAM_GROUP_EDIT_INTERVAL", ge=0
+    )
+
+    discord_bot_token: SecretStr | None = Field(default=None, alias="DISCORD_BOT_TOKEN")
+    discord_api_url: str | None = Field(default=None, alias="DISCORD_API_URL")
+    discord_gateway_url: str | None = Field(default=None, alias="DISCORD_GATEWAY_URL")
+    discord_allow_all: bool = Field(default=False, alias="DISCORD_ALLOW_ALL")
+    discord_edit_interval: float = Field(default=1.0, alias="DISCORD_EDIT_INTERVAL", ge=0)
+    discord_auto_thread: bool = Field(default=False, alias="DISCORD_AUTO_THREAD")
+    discord_shard_count: int | None = Field(default=None, alias="DISCORD_SHARD_COUNT", ge=1)
+    discord_shard_ids: str | None = Field(default=None, alias="DISCORD_SHARD_IDS")
+    discord_command_guilds: str | None = Field(default=None, alias="DISCORD_COMMAND_GUILDS")
+
+    allowed_users: str = Field(default="", alias="GATEWAY_ALLOWED_USERS")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
+
+    @field_validator("telegram_webhook_secret")
+    @classmethod
+    def _telegram_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _TELEGRAM_SECRET.match(value.get_secret_value()):
+            raise ValueError("must be 1 to 256 characters of A-Z a-z 0-9 _ -")
+        return value
+
+    @property
+    def side_model(self) -> str:
+        return self.side_model_name or self.model
+
+    @property
+    def compression_model(self) -> str:
+        return self.compression_model_name or self.side_model
+
+    @property
+    def uses_echo(self) -> bool:
+        return self.model == ECHO_MODEL
+
+    @property
+    def allowed_user_set(self) -> frozenset[str]:
+        return frozenset(u.strip() for u in self.allowed_users.split(",") if u.strip())
+
+    @property
+    def slack_enabled(self) -> bool:
+        return self.slack_bot_token is not None
+
+    @property
+    def telegram_enabled(self) -> bool:
+        return self.telegram_bot_token is not None
+
+    @property
+    def discord_enabled(self) -> bool:
+        return self.discord_bot_token is not None
+
+    @property
+    def enabled_platforms(self) -> tuple[str, ...]:
+        flags = {
+            "slack": self.slack_enabled,
+            "telegram": self.telegram_enabled,
+            "discord": self.discord_enabled,
+        }
+        return tuple(name for name, on in flags.items() if on)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings, turning a validation failure into one ConfigError line."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "settings"
+        alias = Settings.model_fields[name].alias if name in Settings.model_fields else name
+        raise ConfigError(f"{alias}: {first['msg']}") from None
+
+
+def require(settings: Settings, *names: str, because: str) -> None:
+    """Fail with one line when a setting that `because` needs is unset."""
+    for name in names:
+        if getattr(settings, name) is None:
+            alias = Settings.model_fields[name].alias
+            raise ConfigError(f"{alias} is required {because}")

@@ -1,0 +1,84 @@
+"""The gateway's one error tree.
+
+    GatewayError
+     ├── ConfigError              a setting is missing or contradicts another
+     ├── StoreUnavailable         Redis does not answer
+     ├── UsageError               a chat command was used wrongly (the text is the hint)
+     ├── ContextMismatch          a compiler was handed another session's context
+     ├── PlatformError            a platform API refused or failed a call
+     │    ├── RateLimited         the platform asked us to wait (retry_after seconds)
+     │    └── MessageRejected     the platform refused the content (formatting, length)
+     └── ModelError               the model call failed for good
+          ├── ModelTimeout
+          ├── ModelRateLimited
+          ├── ModelUnavailable    connection refused, 5xx
+          ├── ModelRejected       4xx other than 429: bad request, auth, unknown model
+          └── ProviderStateLost   a stateful provider no longer holds the conversation
+
+Callers catch the narrowest class they can act on. Every message is written so
+that it can be shown to a user or an operator as it is: none carries a secret.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+
+class ConfigError(GatewayError):
+    """A setting is missing, malformed, or contradicts another one."""
+
+
+class StoreUnavailable(GatewayError):
+    """Redis cannot be reached."""
+
+
+class UsageError(GatewayError):
+    """A chat command was used wrongly; the message is the one-line hint for the user."""
+
+
+class ContextMismatch(GatewayError):
+    """A compiler was given the context of a conversation it was not built for."""
+
+
+class PlatformError(GatewayError):
+    """A platform API call failed."""
+
+
+class RateLimited(PlatformError):
+    """The platform asked us to wait before the next call."""
+
+    def __init__(self, retry_after: float, message: str = "") -> None:
+        self.retry_after = max(0.0, float(retry_after))
+        super().__init__(message or f"rate limited, retry after {self.retry_after:.1f}s")
+
+
+class MessageRejected(PlatformError):
+    """The platform refused the message's content (for example its formatting)."""
+
+
+class ModelError(GatewayError):
+    """A model call failed for good (after any retries)."""
+
+    user_text = "the model failed"
+
+
+class ModelTimeout(ModelError):
+    user_text = "the model took too long to answer"
+
+
+class ModelRateLimited(ModelError):
+    user_text = "the model provider is rate limiting us"
+
+
+class ModelUnavailable(ModelError):
+    user_text = "the model provider could not be reached"
+
+
+class ModelRejected(ModelError):
+    user_text = "the model provider refused the request"
+
+
+class ProviderStateLost(ModelError):
+    user_text = "the model provider lost the conversation state"

@@ -1,0 +1,2 @@
+"""The one door every adapter calls: dedupe, access, commands, append and enqueue."""
+# Interface placeholder; the implementation lands with the core pipeline.

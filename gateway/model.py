@@ -1,0 +1,101 @@
+"""The normalized shapes every adapter produces and the core consumes.
+
+`Inbound` is one incoming message, whatever platform it came from; `Address`
+says where a reply goes. Both are immutable and serialize to JSON, so they can
+travel through Redis inside jobs and history entries.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Speaker(_Frozen):
+    """Who wrote a message."""
+
+    id: str
+    name: str
+    is_bot: bool = False
+
+
+class Attachment(_Frozen):
+    """A file or image attached to a message (kept by reference, never downloaded here)."""
+
+    kind: str  # "image", "file", ...
+    url: str | None = None
+    name: str | None = None
+    mime_type: str | None = None
+
+
+class Address(_Frozen):
+    """Where a message is posted.
+
+    `thread` is the thread or topic to post into; `reply_to` the platform id of
+    a message to reply to (Telegram and Discord quote it, Slack uses it for the
+    "thinking" reaction); `token` a short-lived reply token some platforms hand
+    out (a Discord interaction token), never logged. `side` marks the address of
+    a threaded side reply (a `/btw` answer).
+    """
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str | None = None
+    reply_to: str | None = None
+    token: str | None = Field(default=None, repr=False)
+    side: bool = False
+
+    @property
+    def chat_key(self) -> str:
+        """The chat a send budget applies to (platforms rate-limit per chat)."""
+        return f"{self.platform}:{self.workspace}:{self.channel}"
+
+
+class Inbound(_Frozen):
+    """One incoming message, normalized.
+
+    `thread` names the session's thread (Slack thread ts, Telegram forum topic);
+    a platform whose threads are channels of their own (Discord) leaves it unset.
+    `follows_thread` is true when the message sits in a thread where the bot
+    answers without a mention once it takes part; `reply` and `side_reply` are
+    where the main reply and a `/btw` answer go.
+    """
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str | None = None
+    message_id: str
+    event_id: str
+    speaker: Speaker
+    text: str
+    is_dm: bool
+    mentions_bot: bool = False
+    reply_to: str | None = None
+    replies_to_bot: bool = False
+    follows_thread: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    received_at: float = Field(default_factory=time.time)
+    reply: Address
+    side_reply: Address
+
+    @property
+    def session_key(self) -> str:
+        """`platform:workspace:channel[:thread]`, the name of this conversation."""
+        base = f"{self.platform}:{self.workspace}:{self.channel}"
+        return f"{base}:{self.thread}" if self.thread else base
+
+    @property
+    def channel_key(self) -> str:
+        return f"{self.platform}:{self.workspace}:{self.channel}"
+
+    @property
+    def user_key(self) -> str:
+        """`platform:user_id`, the form `GATEWAY_ALLOWED_USERS` uses."""
+        return f"{self.platform}:{self.speaker.id}"

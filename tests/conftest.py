@@ -1,0 +1,72 @@
+"""Shared fixtures: a real redis-server started for the test run, a clean database per test."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from gateway.store import find_redis_server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """A real redis-server on a loopback port, for the whole run; yields its base URL."""
+    workdir = Path(tempfile.mkdtemp(prefix="gw-redis-"))
+    port = free_port()
+    process = subprocess.Popen(
+        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+         "--save", "", "--appendonly", "no", "--databases", "64"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise
+            time.sleep(0.02)
+    client.close()
+    yield f"redis://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+_db_counter = iter(range(1, 64))
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> Iterator[str]:
+    """A URL of a database of its own, emptied before the test."""
+    db = next(_db_counter, None)
+    if db is None:  # more tests than databases: reuse database 1
+        db = 1
+    url = f"{redis_server}/{db}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    yield url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()

@@ -1,0 +1,1 @@
+"""Loopback fakes of the outside services the gateway talks to."""
