@@ -1,0 +1,40 @@
+"""The python-telegram-bot client the adapter uses, built one way for every process."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from telegram import Bot
+from telegram.request import HTTPXRequest
+
+# httpx logs every request URL at INFO, and a Bot API URL contains the bot token.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@dataclass(frozen=True, slots=True)
+class BotClient:
+    """A plain `telegram.Bot` and the two HTTP clients under it (sends, and getUpdates).
+
+    Plain `Bot`, not `ExtBot`: no rate limiter and no retries inside
+    python-telegram-bot, so a 429 reaches the core at once and the core's
+    coalescing decides what is sent after the wait. httpx does not retry either.
+    """
+
+    bot: Bot
+    requests: tuple[HTTPXRequest, HTTPXRequest]
+
+    @classmethod
+    def build(cls, token: str, base_url: str) -> BotClient:
+        request = HTTPXRequest(connection_pool_size=64, read_timeout=15.0, write_timeout=15.0,
+                               connect_timeout=5.0, pool_timeout=5.0)
+        # getUpdates adds its long-poll timeout to this read timeout by itself.
+        updates = HTTPXRequest(connection_pool_size=2, read_timeout=10.0, connect_timeout=5.0,
+                               pool_timeout=5.0)
+        bot = Bot(token, base_url=base_url, request=request, get_updates_request=updates)
+        return cls(bot, (request, updates))
+
+    async def aclose(self) -> None:
+        # Bot.shutdown() skips requests it did not initialize itself, so close them here.
+        for request in self.requests:
+            await request.shutdown()

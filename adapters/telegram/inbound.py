@@ -1,0 +1,144 @@
+"""Telegram update -> Inbound, a pure function.
+
+What counts as a message to the bot: everything in a private chat; in groups,
+a message that mentions `@botusername`, replies to one of the bot's messages,
+or is a command addressed to the bot. The core applies that rule from the
+flags set here (`is_dm`, `mentions_bot`, `replies_to_bot`); this module drops
+what is never ours: edits, service messages, other bots (and the bot itself),
+automatic forwards from a linked channel, and commands addressed to another
+bot (`/cmd@otherbot`).
+
+Sessions: one per chat, one per forum topic (`thread` = `message_thread_id`
+when the message is a topic message). The session's workspace is the bot's id:
+update ids, message ids and chats are all seen through one bot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from telegram import Message, MessageEntity, Update
+
+from gateway.model import Address, Inbound, Speaker
+
+PLATFORM = "telegram"
+COMMANDS = ("btw", "reset", "new", "stop", "status", "help")
+
+
+def to_inbound(update: Update | dict[str, Any], bot_id: int, bot_username: str) -> Inbound | None:
+    """The Inbound for a new message to the bot, or None when the update is not one."""
+    if isinstance(update, dict):
+        update = Update.de_json(update, None)
+    message = update.message  # edited_message, channel_post, ... are not ours
+    if message is None or not _from_a_person(message):
+        return None
+    text = message.text if message.text is not None else message.caption
+    if not text:
+        return None  # a service message (members joined, topic created, ...) or bare media
+    command_target = _command_target(message)
+    if command_target is not None and command_target != bot_username.lower():
+        return None  # `/cmd@otherbot` belongs to another bot in the group
+    is_dm = message.chat.type == "private"
+    mentioned = _mentions(message, bot_username)
+    addressed = command_target is not None or _is_our_bare_command(message)
+    replied = _replied_message(message)
+    return _build(update, message, bot_id, is_dm=is_dm,
+                  text=_strip_mentions(message, text, bot_username) if mentioned else text,
+                  mentions_bot=mentioned or addressed,
+                  replies_to_bot=replied is not None and replied.from_user is not None
+                  and replied.from_user.id == bot_id,
+                  reply_to=str(replied.message_id) if replied is not None else None)
+
+
+def _build(update: Update, message: Message, bot_id: int, *, is_dm: bool, text: str,
+           mentions_bot: bool, replies_to_bot: bool, reply_to: str | None) -> Inbound:
+    user = message.from_user
+    assert user is not None
+    workspace, channel = str(bot_id), str(message.chat.id)
+    thread = str(message.message_thread_id) if message.is_topic_message else None
+    message_id = str(message.message_id)
+    # In groups the first message of a reply quotes the user's message, so the
+    # reader sees which of several people the bot answers; in a private chat
+    # there is only one person and a quote would be noise.
+    main_reply_to = None if is_dm else message_id
+    return Inbound(
+        platform=PLATFORM, workspace=workspace, channel=channel, thread=thread,
+        message_id=message_id, event_id=str(update.update_id),
+        speaker=Speaker(id=str(user.id), name=_name(message)), text=text, is_dm=is_dm,
+        mentions_bot=mentions_bot, reply_to=reply_to, replies_to_bot=replies_to_bot,
+        reply=Address(platform=PLATFORM, workspace=workspace, channel=channel, thread=thread,
+                      reply_to=main_reply_to),
+        side_reply=Address(platform=PLATFORM, workspace=workspace, channel=channel,
+                           thread=thread, reply_to=message_id, side=True),
+    )
+
+
+def _from_a_person(message: Message) -> bool:
+    user = message.from_user
+    # Anonymous group admins and channel posts arrive "from" a bot account,
+    # automatic forwards from a linked channel as the service user: neither is a person.
+    return user is not None and not user.is_bot and not message.is_automatic_forward
+
+
+def _name(message: Message) -> str:
+    user = message.from_user
+    assert user is not None
+    return user.full_name or user.username or str(user.id)
+
+
+def _entities(message: Message) -> dict[MessageEntity, str]:
+    if message.text is not None:
+        return message.parse_entities()
+    return message.parse_caption_entities()
+
+
+def _command_target(message: Message) -> str | None:
+    """The lowercased `botname` of a leading `/cmd@botname`, None when there is no suffix."""
+    for entity, value in _entities(message).items():
+        if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0 and "@" in value:
+            return value.split("@", 1)[1].lower()
+    return None
+
+
+def _is_our_bare_command(message: Message) -> bool:
+    """A leading `/btw` (no suffix) in a group: one of the commands we registered."""
+    for entity, value in _entities(message).items():
+        if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
+            return value[1:].lower() in COMMANDS
+    return False
+
+
+def _mentions(message: Message, bot_username: str) -> bool:
+    ours = "@" + bot_username.lower()
+    return any(entity.type == MessageEntity.MENTION and value.lower() == ours
+               for entity, value in _entities(message).items())
+
+
+def _strip_mentions(message: Message, text: str, bot_username: str) -> str:
+    """Remove `@botusername` mentions (offsets are UTF-16 code units, hence the encoding)."""
+    ours = "@" + bot_username.lower()
+    spans = sorted(
+        (entity.offset, entity.offset + entity.length)
+        for entity, value in _entities(message).items()
+        if entity.type == MessageEntity.MENTION and value.lower() == ours
+    )
+    encoded = text.encode("utf-16-le")
+    kept, cursor = [], 0
+    for start, end in spans:
+        kept.append(encoded[cursor * 2:start * 2])
+        cursor = end + 1 if encoded[end * 2:end * 2 + 2] == " ".encode("utf-16-le") else end
+    kept.append(encoded[cursor * 2:])
+    return b"".join(kept).decode("utf-16-le").strip() or text
+
+
+def _replied_message(message: Message) -> Message | None:
+    """The message this one replies to, ignoring the topic root every topic message points at."""
+    replied = message.reply_to_message
+    if replied is None:
+        return None
+    if message.is_topic_message and (
+        replied.forum_topic_created is not None
+        or replied.message_id == message.message_thread_id
+    ):
+        return None
+    return replied

@@ -1,0 +1,161 @@
+"""Markdown from the model -> Telegram HTML, and the length Telegram counts.
+
+HTML is the Telegram dialect that is easiest to produce correctly: three
+characters to escape and tags that are balanced by construction. Everything
+Telegram has no entity for is kept as readable text: headings become bold
+lines, bullets become "•", tables stay as they are. Half-written Markdown (an
+unclosed `**` in a streamed reply) stays literal until it closes; an unclosed
+code fence is rendered as a code block at once, so a streaming code block
+looks like one.
+
+`visible_length` is what Telegram's 4,096 limit applies to: the text after
+entity parsing (no tags, entities decoded) in UTF-16 code units. It is exact
+for our own output, except that Telegram also trims leading and trailing
+whitespace, so it is never below Telegram's count.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]{0,32})[^`]*$")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)(?:\s+#+)?\s*$")
+_RULE = re.compile(r"^\s{0,3}([-*_])(?:\s*\1){2,}\s*$")
+_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
+_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
+_TAG = re.compile(r"<[^>]*>")
+_LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")
+
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+_CODE = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
+_LINK = re.compile(r"\[([^\[\]\n]+)\]\(([^()\s]+)(?:\s+\"[^\"\n]*\")?\)")
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
+_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_ITALIC = re.compile(
+    r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])|(?<![\w_])_(?=[^\s_])(.+?)(?<=[^\s_])_(?![\w_])"
+)
+
+
+def render(markdown: str) -> str:
+    """Telegram HTML (parse_mode="HTML") for `markdown`; lines and blank lines are kept."""
+    out: list[str] = []
+    lines = markdown.split("\n")
+    i = 0
+    while i < len(lines):
+        fence = _FENCE.match(lines[i])
+        if fence:
+            i = _code_block(lines, i, fence, out)
+        elif _QUOTE.match(lines[i]):
+            i = _quote_block(lines, i, out)
+        else:
+            out.append(_line(lines[i]))
+            i += 1
+    return "\n".join(out)
+
+
+def visible_text(telegram_html: str) -> str:
+    """The text Telegram shows for HTML we rendered (our text never holds a raw `<`)."""
+    return html.unescape(_TAG.sub("", telegram_html))
+
+
+def utf16_length(text: str) -> int:
+    """Length in UTF-16 code units, the unit of Telegram's limits and entity offsets."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def visible_length(telegram_html: str) -> int:
+    return utf16_length(visible_text(telegram_html))
+
+
+def _code_block(lines: list[str], start: int, fence: re.Match[str], out: list[str]) -> int:
+    marker, language = fence.group(1), fence.group(2)
+    closing = re.compile(rf"^\s{{0,3}}{re.escape(marker[0])}{{{len(marker)},}}\s*$")
+    end = start + 1
+    while end < len(lines) and not closing.match(lines[end]):
+        end += 1
+    code = html.escape("\n".join(lines[start + 1:end]), quote=False)
+    if language:
+        out.append(f'<pre><code class="language-{html.escape(language)}">{code}</code></pre>')
+    else:
+        out.append(f"<pre>{code}</pre>")
+    return end + 1
+
+
+def _quote_block(lines: list[str], start: int, out: list[str]) -> int:
+    end, quoted = start, []
+    while end < len(lines) and (match := _QUOTE.match(lines[end])):
+        quoted.append(inline(match.group(1)))
+        end += 1
+    out.append("<blockquote>" + "\n".join(quoted) + "</blockquote>")
+    return end
+
+
+def _line(line: str) -> str:
+    if heading := _HEADING.match(line):
+        return f"<b>{inline(heading.group(1))}</b>"
+    if _RULE.match(line):
+        return "———"
+    if bullet := _BULLET.match(line):
+        return f"{bullet.group(1)}• {inline(bullet.group(2))}"
+    return inline(line)
+
+
+def inline(text: str, *, in_link: bool = False) -> str:
+    """Render the inline Markdown of one line (code, links, bold, italic, strikethrough)."""
+    patterns: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+        (_ESCAPE, lambda m: _text(m.group(1))),
+        (_CODE, lambda m: _code_span(m, in_link)),
+        (_LINK, lambda m: _link(m, in_link)),
+        (_BOLD, lambda m: _wrap("b", m, in_link)),
+        (_STRIKE, lambda m: _wrap("s", m, in_link)),
+        (_ITALIC, lambda m: _wrap("i", m, in_link)),
+    ]
+    found: dict[int, re.Match[str] | None] = {}
+    out: list[str] = []
+    pos = 0
+    while pos < len(text):
+        best: tuple[int, int] | None = None
+        for index, (pattern, _) in enumerate(patterns):
+            match = found[index] if index in found else pattern.search(text, pos)
+            if match is not None and match.start() < pos:
+                match = pattern.search(text, pos)
+            found[index] = match
+            # A search that found nothing from here finds nothing further on either.
+            if match is not None and (best is None or match.start() < best[0]):
+                best = (match.start(), index)
+        if best is None:
+            break
+        start, index = best
+        chosen = found[index]
+        assert chosen is not None
+        out.append(_text(text[pos:start]))
+        out.append(patterns[index][1](chosen))
+        pos = chosen.end()
+    out.append(_text(text[pos:]))
+    return "".join(out)
+
+
+def _text(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def _code_span(match: re.Match[str], in_link: bool) -> str:
+    code = match.group(2)
+    if len(code) > 1 and code.startswith(" ") and code.endswith(" "):
+        code = code[1:-1]
+    # Telegram does not allow a code entity inside a link: keep the text, drop the style.
+    return _text(code) if in_link else f"<code>{_text(code)}</code>"
+
+
+def _link(match: re.Match[str], in_link: bool) -> str:
+    label, url = match.group(1), match.group(2)
+    if in_link or not url.startswith(_LINK_SCHEMES):
+        return _text(match.group(0))
+    return f'<a href="{html.escape(url, quote=True)}">{inline(label, in_link=True)}</a>'
+
+
+def _wrap(tag: str, match: re.Match[str], in_link: bool) -> str:
+    content = match.group(1) if match.group(1) is not None else match.group(2)
+    return f"<{tag}>{inline(content, in_link=in_link)}</{tag}>"

@@ -1,0 +1,143 @@
+"""Replies on Telegram: one Bot API call per Sender method, errors mapped to the core's tree.
+
+The core paces and coalesces edits (it knows the whole stream); this sender
+must not second-guess it, so it uses the plain `telegram.Bot` (not `ExtBot`,
+no rate limiter) over an `HTTPXRequest` without retries: a 429 reaches the
+core at once as `RateLimited(retry_after)` and the core decides what to send
+after the wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from telegram import LinkPreviewOptions, ReplyParameters
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.warnings import PTBDeprecationWarning
+
+from adapters.base import Limits
+from adapters.telegram import markup
+from adapters.telegram.client import BotClient
+from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.model import Address
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_LENGTH = 4096  # UTF-16 code units of the text after entity parsing
+TYPING_INTERVAL = 4.5  # a chat action shows for 5 s
+_NO_PREVIEW = LinkPreviewOptions(is_disabled=True)  # a preview would jump around while streaming
+
+
+def retry_after_seconds(error: RetryAfter) -> float:
+    """The delay of a RetryAfter, read the same way whether PTB_TIMEDELTA is on or not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = error.retry_after
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def is_group(address: Address) -> bool:
+    """Telegram gives groups, supergroups and channels negative chat ids, people positive ones."""
+    return address.channel.startswith("-")
+
+
+class TelegramSender:
+    """The Sender for Telegram, on python-telegram-bot's `Bot`."""
+
+    platform = "telegram"
+
+    def __init__(self, client: BotClient, *, edit_interval: float,
+                 group_edit_interval: float) -> None:
+        self.client = client
+        self.bot = client.bot
+        self._private = Limits(max_length=MAX_LENGTH, edit_interval=edit_interval,
+                               chat_interval=edit_interval, typing_interval=TYPING_INTERVAL)
+        # Telegram allows about 20 messages a minute into one group: slower edits there.
+        self._group = Limits(max_length=MAX_LENGTH, edit_interval=group_edit_interval,
+                             chat_interval=group_edit_interval, typing_interval=TYPING_INTERVAL)
+
+    def limits(self, address: Address) -> Limits:
+        return self._group if is_group(address) else self._private
+
+    def measure(self, markdown: str) -> int:
+        return markup.visible_length(markup.render(markdown))
+
+    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+        reply = (ReplyParameters(message_id=int(address.reply_to),
+                                 allow_sending_without_reply=True)
+                 if address.reply_to else None)
+        thread = int(address.thread) if address.thread else None
+
+        async def post(text: str, parse_mode: str | None) -> str:
+            message = await self.bot.send_message(
+                chat_id=int(address.channel), text=text, parse_mode=parse_mode,
+                message_thread_id=thread, reply_parameters=reply,
+                link_preview_options=_NO_PREVIEW)
+            return str(message.message_id)
+
+        return await self._with_fallback(markdown, post)
+
+    async def edit(self, address: Address, message_id: str, markdown: str, *,
+                   final: bool) -> None:
+        async def change(text: str, parse_mode: str | None) -> None:
+            await self.bot.edit_message_text(
+                text=text, chat_id=int(address.channel), message_id=int(message_id),
+                parse_mode=parse_mode, link_preview_options=_NO_PREVIEW)
+
+        try:
+            await self._with_fallback(markdown, change)
+        except MessageRejected as exc:
+            if "message is not modified" not in str(exc).lower():
+                raise
+
+    async def thinking(self, address: Address, on: bool) -> None:
+        # Typing ends by itself after 5 s or when the bot sends: there is nothing to clear.
+        if not on:
+            return
+        thread = int(address.thread) if address.thread else None
+        try:
+            await self.bot.send_chat_action(chat_id=int(address.channel),
+                                            action=ChatAction.TYPING, message_thread_id=thread)
+        except TelegramError as exc:
+            raise _mapped(exc) from None
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def _with_fallback(self, markdown: str, call: Callable[[str, str | None], Awaitable[T]]
+                             ) -> T:
+        """Send as HTML; when Telegram cannot parse it, send the same text as plain text."""
+        rendered = markup.render(markdown) if markdown.strip() else "…"
+        try:
+            return await call(rendered, ParseMode.HTML)
+        except BadRequest as exc:
+            if "can't parse entities" not in exc.message.lower():
+                raise _mapped(exc) from None
+            log.warning("Telegram refused the formatting (%s); sending plain text", exc.message)
+        except TelegramError as exc:
+            raise _mapped(exc) from None
+        try:
+            return await call(_plain(markdown, rendered), None)
+        except TelegramError as exc:
+            raise _mapped(exc) from None
+
+
+def _plain(markdown: str, rendered: str) -> str:
+    """The Markdown source when it fits (nothing lost), else the visible text (it always fits)."""
+    if markdown.strip() and markup.utf16_length(markdown) <= MAX_LENGTH:
+        return markdown
+    return markup.visible_text(rendered)
+
+
+def _mapped(error: TelegramError) -> PlatformError:
+    if isinstance(error, RetryAfter):
+        return RateLimited(retry_after_seconds(error))
+    if isinstance(error, BadRequest):
+        return MessageRejected(f"Telegram refused the message: {error.message}")
+    return PlatformError(f"Telegram API call failed: {type(error).__name__}: {error.message}")

@@ -1,0 +1,407 @@
+"""A loopback fake of the Telegram Bot API, driven by the real python-telegram-bot client.
+
+It serves `POST /bot<token>/<method>` on 127.0.0.1 for the methods the gateway
+uses (getMe, sendMessage, editMessageText, sendChatAction, setMyCommands,
+setWebhook, deleteWebhook, getUpdates), records every call (answered or
+refused) with its time, and behaves like Telegram where the gateway depends on
+it: HTML is validated the way Telegram's parser refuses it ("can't parse
+entities"), the rendered length is counted in UTF-16 code units, editing to the
+same content is "message is not modified", getUpdates long-polls, confirms
+updates by offset and refuses to run while a webhook is set. Failures are
+scripted: `fail_next` answers a method with an error (a 429 carries
+`parameters.retry_after`), `ban` refuses every call into a chat until a
+deadline, the way a flood ban does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Any
+
+from aiohttp import web
+
+STRING_FIELDS = frozenset({"text", "parse_mode", "secret_token", "url", "action", "caption"})
+ALLOWED_TAGS = frozenset({
+    "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler",
+    "a", "code", "pre", "blockquote", "tg-emoji",
+})
+MAX_LENGTH = 4096
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+class EntityError(ValueError):
+    """The text is not HTML Telegram accepts."""
+
+
+class _TelegramHtml(HTMLParser):
+    """Telegram's HTML rules: known tags only, balanced, every `<` and `&` escaped."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.stack: list[str] = []
+        self.visible: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in ALLOWED_TAGS:
+            raise EntityError(f"Unsupported start tag \"{tag}\"")
+        if tag == "a" and not dict(attrs).get("href"):
+            raise EntityError("Can't find end of the entity: link without href")
+        self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            raise EntityError(f"Unmatched end tag \"{tag}\"")
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        if "<" in data or "&" in data:
+            raise EntityError("Unsupported character: unescaped < or &")
+        self.visible.append(data)
+
+    def handle_entityref(self, name: str) -> None:
+        if name not in {"lt", "gt", "amp", "quot"}:
+            raise EntityError(f"Unsupported HTML entity \"&{name};\"")
+        self.visible.append(html.unescape(f"&{name};"))
+
+    def handle_charref(self, name: str) -> None:
+        self.visible.append(html.unescape(f"&#{name};"))
+
+
+def parse_html(text: str) -> str:
+    """The visible text of Telegram HTML, or EntityError the way Telegram refuses it."""
+    parser = _TelegramHtml()
+    parser.feed(text)
+    parser.close()
+    if parser.rawdata:
+        raise EntityError("Unclosed start tag")
+    if parser.stack:
+        raise EntityError(f"Can't find end tag corresponding to start tag \"{parser.stack[-1]}\"")
+    return "".join(parser.visible)
+
+
+@dataclass
+class Call:
+    """One request the fake received."""
+
+    method: str
+    params: dict[str, Any]
+    at: float
+    status: int = 200
+
+
+@dataclass
+class Message:
+    """A message the bot posted, with every text it has had."""
+
+    chat_id: int
+    message_id: int
+    text: str
+    html: str
+    parse_mode: str | None
+    thread_id: int | None
+    reply_to: int | None
+    history: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Failure:
+    status: int
+    description: str
+    retry_after: int | None
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.status, self.description, self.retry_after = status, description, retry_after
+
+
+class FakeTelegram:
+    """The fake Bot API server. `await start()`, point `base_url` at it, `await stop()`."""
+
+    def __init__(self, token: str = "123456:TEST-token", username: str = "gw_test_bot") -> None:
+        self.token = token
+        self.bot_id = int(token.split(":", 1)[0])
+        self.username = username
+        self.calls: list[Call] = []
+        self.messages: dict[tuple[int, int], Message] = {}
+        self.commands: list[dict[str, str]] = []
+        self.webhook_url: str | None = None
+        self.webhook_secret: str | None = None
+        self._updates: list[dict[str, Any]] = []
+        self._update_ids = itertools.count(1000)
+        self._message_ids = itertools.count(5000)
+        self._failures: dict[str, list[_Failure]] = {}
+        self._bans: dict[int, float] = {}
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def base_url(self) -> str:
+        """What TELEGRAM_API_URL should be (python-telegram-bot appends the token)."""
+        return f"http://127.0.0.1:{self.port}/bot"
+
+    @property
+    def bot_user(self) -> dict[str, Any]:
+        return {"id": self.bot_id, "is_bot": True, "first_name": "Gateway",
+                "username": self.username}
+
+    # -- scripting ------------------------------------------------------------------------
+
+    def queue_update(self, update: dict[str, Any]) -> int:
+        """Offer an update to getUpdates; gives it an update_id unless it has one."""
+        update = dict(update)
+        update.setdefault("update_id", next(self._update_ids))
+        self._updates.append(update)
+        asyncio.get_running_loop().create_task(self._notify())
+        return int(update["update_id"])
+
+    def fail_next(self, method: str, *, status: int = 429, retry_after: int | None = None,
+                  description: str | None = None, count: int = 1) -> None:
+        """Answer the next `count` calls of `method` with an error."""
+        if description is None:
+            description = (f"Too Many Requests: retry after {retry_after}" if status == 429
+                           else "Bad Request: can't parse entities: scripted failure")
+        failure = _Failure(status, description, retry_after)
+        self._failures.setdefault(method, []).extend([failure] * count)
+
+    def reject_entities_next(self, method: str = "sendMessage", count: int = 1) -> None:
+        """The next `count` calls of `method` that carry a parse_mode get "can't parse entities"."""
+        self.fail_next(method, status=400, count=count,
+                       description="Bad Request: can't parse entities: Unsupported start tag")
+
+    def ban(self, chat_id: int, seconds: int) -> None:
+        """Refuse every call into `chat_id` with 429 until `seconds` from now."""
+        self._bans[chat_id] = time.monotonic() + seconds
+
+    # -- reading what happened ------------------------------------------------------------
+
+    def calls_to(self, method: str, *, ok_only: bool = False) -> list[Call]:
+        return [c for c in self.calls if c.method == method and (c.status == 200 or not ok_only)]
+
+    def messages_in(self, chat_id: int) -> list[Message]:
+        found = [m for (chat, _), m in self.messages.items() if chat == chat_id]
+        return sorted(found, key=lambda m: m.message_id)
+
+    async def wait_for(self, condition: Callable[[], object], within: float = 20.0) -> None:
+        """Wait until `condition()` is true, re-checking after every call the fake answers."""
+        deadline = time.monotonic() + within
+        async with self._changed:
+            while not condition():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError("the fake Telegram never saw the expected calls")
+                try:
+                    await asyncio.wait_for(self._changed.wait(), min(remaining, 0.25))
+                except TimeoutError:
+                    pass
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- the API --------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await _read_params(request)
+        call = Call(method, params, time.monotonic())
+        self.calls.append(call)
+        try:
+            if request.match_info["token"] != self.token:
+                raise _ApiError(401, "Unauthorized")
+            self._scripted_failure(method, params)
+            result = await self._dispatch(method, params)
+        except _ApiError as exc:
+            call.status = exc.status
+            await self._notify()
+            body: dict[str, Any] = {"ok": False, "error_code": exc.status,
+                                    "description": exc.description}
+            if exc.retry_after is not None:
+                body["parameters"] = {"retry_after": exc.retry_after}
+            return web.json_response(body, status=exc.status)
+        await self._notify()
+        return web.json_response({"ok": True, "result": result})
+
+    def _scripted_failure(self, method: str, params: dict[str, Any]) -> None:
+        chat_id = params.get("chat_id")
+        banned_until = self._bans.get(chat_id) if isinstance(chat_id, int) else None
+        if banned_until is not None:
+            remaining = banned_until - time.monotonic()
+            if remaining > 0:
+                wait = max(1, int(remaining + 0.999))
+                raise _ApiError(429, f"Too Many Requests: retry after {wait}", wait)
+        queue = self._failures.get(method)
+        if not queue:
+            return
+        failure = queue[0]
+        if failure.status == 400 and "parse entities" in failure.description \
+                and not params.get("parse_mode"):
+            return  # a plain-text send has no entities to reject
+        queue.pop(0)
+        raise _ApiError(failure.status, failure.description, failure.retry_after)
+
+    async def _dispatch(self, method: str, params: dict[str, Any]) -> Any:
+        handler = {
+            "getMe": lambda p: self.bot_user,
+            "sendMessage": self._send_message,
+            "editMessageText": self._edit_message_text,
+            "sendChatAction": lambda p: True,
+            "setMyCommands": self._set_my_commands,
+            "setWebhook": self._set_webhook,
+            "deleteWebhook": self._delete_webhook,
+        }.get(method)
+        if method == "getUpdates":
+            return await self._get_updates(params)
+        if handler is None:
+            raise _ApiError(404, "Not Found: method not found")
+        return handler(params)
+
+    def _render(self, params: dict[str, Any]) -> tuple[str, str]:
+        raw = str(params.get("text", ""))
+        if params.get("parse_mode") == "HTML":
+            try:
+                visible = parse_html(raw)
+            except EntityError as exc:
+                raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+        else:
+            visible = raw
+        if not visible.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if utf16_len(visible.strip()) > MAX_LENGTH:
+            raise _ApiError(400, "Bad Request: message is too long")
+        return raw, visible
+
+    def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        raw, visible = self._render(params)
+        chat_id = int(params["chat_id"])
+        reply = params.get("reply_parameters") or {}
+        message = Message(
+            chat_id=chat_id, message_id=next(self._message_ids), text=visible, html=raw,
+            parse_mode=params.get("parse_mode"), thread_id=params.get("message_thread_id"),
+            reply_to=reply.get("message_id") or params.get("reply_to_message_id"),
+            history=[visible],
+        )
+        self.messages[(chat_id, message.message_id)] = message
+        return self._message_json(message)
+
+    def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = (int(params["chat_id"]), int(params["message_id"]))
+        message = self.messages.get(key)
+        if message is None:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        raw, visible = self._render(params)
+        if raw == message.html and params.get("parse_mode") == message.parse_mode:
+            raise _ApiError(400, "Bad Request: message is not modified: specified new message "
+                                 "content and reply markup are exactly the same as a current "
+                                 "content and reply markup of the message")
+        message.text, message.html, message.parse_mode = visible, raw, params.get("parse_mode")
+        message.history.append(visible)
+        return self._message_json(message)
+
+    def _message_json(self, message: Message) -> dict[str, Any]:
+        chat_type = "private" if message.chat_id > 0 else "supergroup"
+        body: dict[str, Any] = {
+            "message_id": message.message_id, "date": int(time.time()),
+            "chat": {"id": message.chat_id, "type": chat_type},
+            "from": self.bot_user, "text": message.text,
+        }
+        if message.thread_id is not None:
+            body["message_thread_id"] = message.thread_id
+            body["is_topic_message"] = True
+        return body
+
+    def _set_my_commands(self, params: dict[str, Any]) -> bool:
+        self.commands = list(params.get("commands") or [])
+        return True
+
+    def _set_webhook(self, params: dict[str, Any]) -> bool:
+        self.webhook_url = str(params["url"])
+        self.webhook_secret = params.get("secret_token")
+        return True
+
+    def _delete_webhook(self, params: dict[str, Any]) -> bool:
+        self.webhook_url = self.webhook_secret = None
+        if params.get("drop_pending_updates"):
+            self._updates.clear()
+        return True
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.webhook_url:
+            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is "
+                                 "active; use deleteWebhook to delete the webhook first")
+        offset = params.get("offset")
+        if isinstance(offset, int) and offset > 0:
+            # Telegram forgets every update below the offset: they count as confirmed.
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        deadline = time.monotonic() + float(params.get("timeout") or 0)
+        while not self._updates and time.monotonic() < deadline:
+            async with self._changed:
+                try:
+                    await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+                except TimeoutError:
+                    break
+        limit = int(params.get("limit") or 100)
+        return list(self._updates[:limit])
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    """python-telegram-bot posts a form whose non-string values are JSON; JSON bodies work too."""
+    if request.content_type == "application/json":
+        body = await request.json()
+        return dict(body) if isinstance(body, dict) else {}
+    form = await request.post()
+    params: dict[str, Any] = {}
+    for name, value in form.items():
+        text = str(value)
+        if name in STRING_FIELDS:
+            params[name] = text
+            continue
+        try:
+            params[name] = json.loads(text)
+        except ValueError:
+            params[name] = text
+    return params
+
+
+@contextlib.asynccontextmanager
+async def running(token: str = "123456:TEST-token",
+                  username: str = "gw_test_bot") -> AsyncIterator[FakeTelegram]:
+    """A started fake, stopped on exit."""
+    fake = FakeTelegram(token, username)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
