@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 
 from gateway.store import find_redis_server
 
+pytest_plugins = ["tests.fakes.fixtures"]
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -1,0 +1,495 @@
+"""A loopback OpenAI-compatible model server for tests and benchmarks.
+
+litellm talks to it over real HTTP, exactly as it talks to OpenAI:
+
+    with FakeLLM() as llm:
+        await litellm.acompletion(model="openai/fake-model", api_base=llm.api_base,
+                                  api_key="sk-test", messages=[...], stream=True)
+        assert llm.requests[-1]["model"] == "fake-model"
+
+It serves `POST /v1/chat/completions` and `POST /v1/responses` (streamed as SSE or
+whole), records every JSON body it receives, and can be scripted: the reply text,
+delays before the first token and between tokens, per-model behaviour, failures
+with OpenAI's error body, and requests that hang. The aiohttp server runs on its
+own event loop in a background thread, so in-process async tests and subprocesses
+can both use it.
+
+As a script (`python -m tests.fakes.llm_server --port N --delay S`) it prints its
+api_base and serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from tests.fakes.llm_shapes import (
+    JSON,
+    ResponseEvents,
+    chat_chunk,
+    chat_completion,
+    chat_usage,
+    count_words,
+    error_body,
+    last_user_text,
+    new_id,
+    output_message,
+    response_object,
+    responses_usage,
+    split_words,
+    write_event,
+)
+
+Reply = str | Callable[[JSON], str]
+_R = TypeVar("_R", bound=web.StreamResponse)
+
+
+def default_reply(body: JSON) -> str:
+    """"fake reply to: <the first 50 characters of the last user message>"."""
+    text = last_user_text(body.get("messages", body.get("input")))
+    return f"fake reply to: {text[:50]}"
+
+
+class ReceivedRequest(dict[str, Any]):
+    """A received JSON body (compares equal to the plain dict) plus what the fake saw.
+
+    `path` is the URL path, `headers` the request headers, `status` the HTTP
+    status answered, `received_at` / `finished_at` are `time.monotonic()` stamps
+    (when the body arrived, when the answer was complete; None while running).
+    """
+
+    def __init__(self, path: str, body: JSON, headers: dict[str, str]) -> None:
+        super().__init__(body)
+        self.path = path
+        self.headers = headers
+        self.status = 200
+        self.received_at = time.monotonic()
+        self.finished_at: float | None = None
+
+    @property
+    def model(self) -> str:
+        return str(self.get("model", ""))
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from arrival to the end of the answer, once answered."""
+        return None if self.finished_at is None else self.finished_at - self.received_at
+
+
+@dataclasses.dataclass
+class Behaviour:
+    """How a model answers: the reply and the pacing of its tokens.
+
+    `first_token_delay` is slept before the first token (before the whole body when
+    not streamed); `token_delay` between tokens. `duration`, when set, replaces
+    `token_delay` so that the tokens are spread evenly over that many seconds.
+    """
+
+    reply: Reply | None = None
+    first_token_delay: float = 0.0
+    token_delay: float = 0.0
+    duration: float | None = None
+
+    def text_for(self, body: JSON) -> str:
+        if self.reply is None:
+            return default_reply(body)
+        if isinstance(self.reply, str):
+            return self.reply
+        return str(self.reply(body))
+
+    def gap(self, pieces: int) -> float:
+        """The pause between two tokens of a reply cut into `pieces`."""
+        if self.duration is not None:
+            return self.duration / max(1, pieces)
+        return self.token_delay
+
+
+@dataclasses.dataclass
+class _Failure:
+    status: int
+    times: int
+    retry_after: float | None
+    message: str | None
+    code: str | None
+    model: str | None
+
+
+@dataclasses.dataclass
+class _Hang:
+    times: int
+    model: str | None
+    after_tokens: int
+
+
+class _Stalled(Exception):
+    """A scripted stall ended: the stream stops without its closing events."""
+
+
+def _bare_model(name: str) -> str:
+    """"openai/side-model" and "side-model" name the same model at this server."""
+    return name.split("/", 1)[1] if name.startswith("openai/") else name
+
+
+class FakeLLM:
+    """The fake server: start(), stop() (or use it as a context manager), `api_base`."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = port
+        self.reply: Reply | None = None
+        self.first_token_delay = 0.0
+        self.token_delay = 0.0
+        self.duration: float | None = None
+        self._models: dict[str, Behaviour] = {}
+        self._lock = threading.Lock()
+        self._requests: list[ReceivedRequest] = []
+        self._failures: list[_Failure] = []
+        self._hangs: list[_Hang] = []
+        self._response_ids: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._release: asyncio.Event | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def api_base(self) -> str:
+        """The base URL to hand to litellm (`api_base=`), ending in /v1."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> FakeLLM:
+        """Bind and serve in a background thread; returns once the port is listening."""
+        if self._thread is not None:
+            return self
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="fake-llm", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), loop).result(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        """Release hanging requests, close the server and its thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+        self._loop = self._thread = None
+
+    def __enter__(self) -> FakeLLM:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    async def _serve(self) -> None:
+        self._release = asyncio.Event()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_get("/v1/models", self._list_models)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def _shutdown(self) -> None:
+        if self._release is not None:
+            self._release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- recorded requests -------------------------------------------------------
+
+    @property
+    def requests(self) -> list[ReceivedRequest]:
+        """A copy of every JSON body received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    def requests_for(self, model: str) -> list[ReceivedRequest]:
+        """The received bodies that asked for `model` (with or without "openai/")."""
+        wanted = _bare_model(model)
+        return [req for req in self.requests if _bare_model(req.model) == wanted]
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0, *, model: str | None = None,
+                          path: str | None = None) -> list[ReceivedRequest]:
+        """Poll until at least `n` matching requests arrived; raise TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.requests_for(model) if model is not None else self.requests
+            if path is not None:
+                found = [req for req in found if req.path == path]
+            if len(found) >= n:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(found)} of {n} requests arrived in {timeout}s")
+            time.sleep(0.005)
+
+    # Named like wait_for_requests' argument on purpose; it bounds a poll, not an await.
+    async def await_requests(self, n: int, timeout: float = 10.0, *,  # noqa: ASYNC109
+                             model: str | None = None,
+                             path: str | None = None) -> list[ReceivedRequest]:
+        """`wait_for_requests` for async tests: polls without blocking the event loop."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.wait_for_requests(n, 0, model=model, path=path)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.005)
+
+    def clear(self) -> None:
+        """Forget the recorded requests (scripting and stored response ids stay)."""
+        with self._lock:
+            self._requests.clear()
+
+    # -- scripting ---------------------------------------------------------------
+
+    def set_model_behaviour(self, model: str, *, reply: Reply | None = None,
+                            delay: float | None = None, first_token_delay: float | None = None,
+                            token_delay: float = 0.0, duration: float | None = None) -> None:
+        """Script one model apart from the default; `delay` is the first-token delay."""
+        first = first_token_delay if first_token_delay is not None else (delay or 0.0)
+        self._models[_bare_model(model)] = Behaviour(reply, first, token_delay, duration)
+
+    def behaviour_for(self, model: str) -> Behaviour:
+        """The behaviour a request for `model` gets: its override, or the server default."""
+        override = self._models.get(_bare_model(model))
+        if override is not None:
+            return override
+        return Behaviour(self.reply, self.first_token_delay, self.token_delay, self.duration)
+
+    def fail_next(self, status: int, times: int = 1, retry_after: float | None = None, *,
+                  message: str | None = None, code: str | None = None,
+                  model: str | None = None) -> None:
+        """Answer the next `times` requests (for `model`, if given) with an OpenAI error."""
+        with self._lock:
+            self._failures.append(_Failure(status, times, retry_after, message, code,
+                                           None if model is None else _bare_model(model)))
+
+    def hang_next(self, times: int = 1, *, model: str | None = None,
+                  after_tokens: int = 0) -> None:
+        """Make the next `times` requests never finish (until stop() or release_hangs()).
+
+        With `after_tokens`, a streamed reply sends that many tokens first, then stalls.
+        """
+        with self._lock:
+            self._hangs.append(_Hang(times, None if model is None else _bare_model(model),
+                                     after_tokens))
+
+    def release_hangs(self) -> None:
+        """Let every hanging request end (the connection is closed without an answer)."""
+        if self._loop is not None and self._release is not None:
+            self._loop.call_soon_threadsafe(self._release.set)
+
+    def forget_responses(self) -> None:
+        """Drop every stored response id, as a provider does when its state expires."""
+        with self._lock:
+            self._response_ids.clear()
+
+    @property
+    def response_ids(self) -> set[str]:
+        """The Responses API ids issued and still held."""
+        with self._lock:
+            return set(self._response_ids)
+
+    def _take(self, queue: list[Any], model: str) -> Any:
+        with self._lock:
+            for entry in queue:
+                if entry.model is None or entry.model == _bare_model(model):
+                    entry.times -= 1
+                    if entry.times <= 0:
+                        queue.remove(entry)
+                    return entry
+        return None
+
+    # -- handlers ----------------------------------------------------------------
+
+    async def _receive(self, request: web.Request) -> ReceivedRequest | web.Response:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response(error_body(400, "body is not JSON"), status=400)
+        if not isinstance(body, dict):
+            return web.json_response(error_body(400, "body is not a JSON object"), status=400)
+        received = ReceivedRequest(request.path, body, dict(request.headers))
+        with self._lock:
+            self._requests.append(received)
+        return received
+
+    def _failure_response(self, received: ReceivedRequest) -> web.Response | None:
+        failure: _Failure | None = self._take(self._failures, received.model)
+        if failure is None:
+            return None
+        headers = {} if failure.retry_after is None else {
+            "Retry-After": f"{failure.retry_after:g}",
+            "retry-after-ms": str(int(failure.retry_after * 1000))}
+        return self._finish(received, web.json_response(
+            error_body(failure.status, failure.message, failure.code),
+            status=failure.status, headers=headers))
+
+    def _finish(self, received: ReceivedRequest, response: _R) -> _R:
+        received.status = response.status
+        received.finished_at = time.monotonic()
+        return response
+
+    async def _hang(self) -> None:
+        assert self._release is not None
+        await self._release.wait()
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        received = await self._receive(request)
+        if isinstance(received, web.Response):
+            return received
+        failed = self._failure_response(received)
+        if failed is not None:
+            return failed
+        hang: _Hang | None = self._take(self._hangs, received.model)
+        if hang is not None and not (received.get("stream") and hang.after_tokens):
+            await self._hang()
+            raise web.HTTPServiceUnavailable()
+        behaviour = self.behaviour_for(received.model)
+        text = behaviour.text_for(received)
+        usage = chat_usage(count_words(received.get("messages")), count_words(text))
+        completion_id = new_id("chatcmpl")
+        if not received.get("stream"):
+            await self._pace_whole(behaviour, text)
+            return self._finish(received, web.json_response(
+                chat_completion(completion_id, received.model, text, usage)))
+        include_usage = bool((received.get("stream_options") or {}).get("include_usage"))
+        stream = await self._open_stream(request)
+        with contextlib.suppress(_Stalled, ConnectionResetError):
+            await self._stream_chat(stream, received.model, completion_id, behaviour, text,
+                                    hang, usage if include_usage else None)
+        return self._finish(received, stream)
+
+    async def _stream_chat(self, stream: web.StreamResponse, model: str, completion_id: str,
+                           behaviour: Behaviour, text: str, hang: _Hang | None,
+                           usage: JSON | None) -> None:
+        await write_event(stream, chat_chunk(completion_id, model, {"role": "assistant",
+                                                                   "content": ""}))
+        await self._stream_pieces(stream, behaviour, split_words(text), hang, lambda piece: (
+            chat_chunk(completion_id, model, {"content": piece})))
+        await write_event(stream, chat_chunk(completion_id, model, {}, "stop"))
+        if usage is not None:
+            await write_event(stream, chat_chunk(completion_id, model, None, usage=usage))
+        await stream.write(b"data: [DONE]\n\n")
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        received = await self._receive(request)
+        if isinstance(received, web.Response):
+            return received
+        failed = self._failure_response(received) or self._unknown_previous(received)
+        if failed is not None:
+            return failed
+        hang: _Hang | None = self._take(self._hangs, received.model)
+        if hang is not None and not (received.get("stream") and hang.after_tokens):
+            await self._hang()
+            raise web.HTTPServiceUnavailable()
+        behaviour = self.behaviour_for(received.model)
+        text = behaviour.text_for(received)
+        prompt = count_words([received.get("input"), received.get("instructions")])
+        usage = responses_usage(prompt, count_words(text))
+        response_id, item_id = new_id("resp"), new_id("msg")
+        with self._lock:
+            self._response_ids.add(response_id)
+        done = response_object(response_id, received, status="completed",
+                               output=[output_message(item_id, text)], usage=usage)
+        if not received.get("stream"):
+            await self._pace_whole(behaviour, text)
+            return self._finish(received, web.json_response(done))
+        stream = await self._open_stream(request)
+        events = ResponseEvents(stream, item_id)
+        started = response_object(response_id, received, status="in_progress", output=[],
+                                  usage=None)
+        with contextlib.suppress(_Stalled, ConnectionResetError):
+            await events.opening(started)
+            await self._stream_pieces(stream, behaviour, split_words(text), hang, events.delta)
+            await events.closing(text, done)
+        return self._finish(received, stream)
+
+    def _unknown_previous(self, received: ReceivedRequest) -> web.Response | None:
+        previous = received.get("previous_response_id")
+        with self._lock:
+            known = previous is None or previous in self._response_ids
+        if known:
+            return None
+        return self._finish(received, web.json_response(error_body(
+            400, f"Previous response with id '{previous}' not found.",
+            "previous_response_not_found", "previous_response_id"), status=400))
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        names = ["fake-model", *self._models]
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "fake"} for name in names]})
+
+    # -- pacing and SSE ----------------------------------------------------------
+
+    async def _pace_whole(self, behaviour: Behaviour, text: str) -> None:
+        """A whole answer takes as long as its stream would have."""
+        pieces = len(split_words(text))
+        await asyncio.sleep(behaviour.first_token_delay + behaviour.gap(pieces) * pieces)
+
+    async def _stream_pieces(self, stream: web.StreamResponse, behaviour: Behaviour,
+                             pieces: list[str], hang: _Hang | None,
+                             event: Callable[[str], JSON]) -> None:
+        await asyncio.sleep(behaviour.first_token_delay)
+        gap = behaviour.gap(len(pieces))
+        for index, piece in enumerate(pieces):
+            if hang is not None and index >= hang.after_tokens:
+                await self._hang()
+                raise _Stalled()
+            if index:
+                await asyncio.sleep(gap)
+            await write_event(stream, event(piece))
+
+    @staticmethod
+    async def _open_stream(request: web.Request) -> web.StreamResponse:
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                             "Cache-Control": "no-cache"})
+        await stream.prepare(request)
+        return stream
+
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, after printing the api_base on stdout."""
+    parser = argparse.ArgumentParser(description="Loopback OpenAI-compatible fake model server")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before the first token")
+    parser.add_argument("--token-delay", type=float, default=0.0, help="seconds between tokens")
+    parser.add_argument("--reply", default=None, help="fixed reply text")
+    args = parser.parse_args(argv)
+    server = FakeLLM(port=args.port)
+    server.reply, server.first_token_delay = args.reply, args.delay
+    server.token_delay = args.token_delay
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
+    with server:
+        print(server.api_base, flush=True)
+        stopped.wait()
+
+
+if __name__ == "__main__":
+    main()
