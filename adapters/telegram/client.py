@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 from telegram import Bot
@@ -10,6 +11,10 @@ from telegram.request import HTTPXRequest
 
 # httpx logs every request URL at INFO, and a Bot API URL contains the bot token.
 logging.getLogger("httpx").setLevel(logging.WARNING)
+
+# python-telegram-bot 22 warns on every RetryAfter it builds unless the process opts in to
+# durations as `timedelta` (the type of its next major version); the adapter reads both.
+os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 
 @dataclass(frozen=True, slots=True)
