@@ -1,0 +1,198 @@
+"""The gateway connection: a discord.py AutoShardedClient that feeds the core's Ingest.
+
+It asks for the guilds, guild messages, DMs and the privileged message content
+intents; reconnecting and resuming are discord.py's. Messages become Inbound
+through `adapters.discord.inbound`; the `/btw` application command is deferred
+at once (Discord allows 3 s) and handed to the core, whose side job posts the
+interaction's follow-up. With auto-thread on, a mention in a channel opens a
+thread from the message, and that thread is the session.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import discord
+from discord import app_commands
+
+from adapters.discord.inbound import interaction_inbound, payload_of, to_inbound
+from gateway.errors import GatewayError
+from gateway.ingest import Ingest
+from gateway.model import Inbound
+
+log = logging.getLogger(__name__)
+
+THREAD_NAME_LENGTH = 90
+StateListener = Callable[[], Awaitable[None]]
+
+
+def intents() -> discord.Intents:
+    """What the gateway asks Discord for; message content is privileged (developer portal)."""
+    wanted = discord.Intents.none()
+    wanted.guilds = True
+    wanted.guild_messages = True
+    wanted.dm_messages = True
+    wanted.message_content = True
+    return wanted
+
+
+def btw_command(handler: Callable[[discord.Interaction, str], Awaitable[None]]
+                ) -> app_commands.Command:  # type: ignore[type-arg]
+    """The `/btw question` application command, calling `handler`."""
+
+    @app_commands.describe(question="What you want to know about this conversation")
+    async def btw(interaction: discord.Interaction, question: str) -> None:
+        await handler(interaction, question)
+
+    return app_commands.Command(
+        name="btw", callback=btw,
+        description="Ask a side question about this conversation (kept out of its history)",
+    )
+
+
+class GatewayClient(discord.AutoShardedClient):
+    """One process's shards of the bot, handing every message for the bot to `ingest`."""
+
+    def __init__(self, ingest: Ingest, *, auto_thread: bool, command_guilds: Sequence[int],
+                 shard_count: int | None, shard_ids: Sequence[int] | None,
+                 pin_gateway: bool, on_state: StateListener) -> None:
+        super().__init__(
+            intents=intents(), shard_count=shard_count,
+            shard_ids=list(shard_ids) if shard_ids is not None else None,
+            max_messages=None, chunk_guilds_at_startup=False,
+            member_cache_flags=discord.MemberCacheFlags.none(),
+            allowed_mentions=discord.AllowedMentions.none(),
+        )
+        self.ingest = ingest
+        self.auto_thread = auto_thread
+        self.command_guilds = [discord.Object(id=g) for g in command_guilds]
+        self.connected: set[int] = set()
+        self._pin_gateway = pin_gateway
+        self._on_state = on_state
+        self._no_thread_channels: set[int] = set()
+        self.tree = app_commands.CommandTree(self)
+        self.tree.add_command(btw_command(self.on_btw), guilds=self.command_guilds or None)
+
+    async def setup_hook(self) -> None:
+        """Before the shards connect: settle the shard count, register `/btw`."""
+        if self._pin_gateway and self.shard_count is None:
+            # Without a shard count discord.py connects to the URL /gateway/bot names;
+            # with one it uses DEFAULT_GATEWAY, which DISCORD_GATEWAY_URL has set.
+            self.shard_count, _, _ = await self.http.get_bot_gateway()
+        await self.register_commands()
+
+    async def register_commands(self) -> None:
+        """Overwrite the bot's commands with `/btw`: globally, or per guild (instant)."""
+        scopes: list[discord.Object | None] = list(self.command_guilds) or [None]
+        for guild in scopes:
+            try:
+                await self.tree.sync(guild=guild)
+            except discord.HTTPException as exc:
+                where = f"guild {guild.id}" if guild else "globally"
+                log.warning("could not register /btw %s: %s %s (invite the bot with the "
+                            "applications.commands scope)", where, exc.status, exc.text)
+            else:
+                log.info("registered /btw %s", f"in guild {guild.id}" if guild else "globally")
+
+    # connection state --------------------------------------------------
+
+    async def on_shard_ready(self, shard_id: int) -> None:
+        await self._shard_state(shard_id, up=True)
+
+    async def on_shard_resumed(self, shard_id: int) -> None:
+        await self._shard_state(shard_id, up=True)
+
+    async def on_shard_disconnect(self, shard_id: int) -> None:
+        await self._shard_state(shard_id, up=False)
+
+    async def _shard_state(self, shard_id: int, *, up: bool) -> None:
+        if up:
+            self.connected.add(shard_id)
+        else:
+            self.connected.discard(shard_id)
+        log.info("shard %s %s", shard_id, "connected" if up else "disconnected")
+        await self._on_state()
+
+    def state(self) -> tuple[bool, str]:
+        """(all shards connected, a short detail for /healthz)."""
+        wanted = list(self.shard_ids or range(self.shard_count or 1))
+        up = [s for s in wanted if s in self.connected]
+        total = self.shard_count or len(wanted)
+        detail = f"{len(up)} of {len(wanted)} shards connected (shards {_ids(wanted)} of {total})"
+        return len(up) == len(wanted), detail
+
+    # messages ----------------------------------------------------------
+
+    async def on_message(self, message: discord.Message) -> None:
+        if self.user is None:
+            return
+        bot_id = str(self.user.id)
+        payload = payload_of(message)
+        in_thread = isinstance(message.channel, discord.Thread)
+        inbound = to_inbound(payload, bot_id=bot_id, in_thread=in_thread)
+        if inbound is not None and self._opens_thread(message, inbound):
+            thread_id = await self._start_thread(message, inbound)
+            if thread_id is not None:
+                inbound = to_inbound(payload, bot_id=bot_id, in_thread=False,
+                                     session_channel=thread_id)
+        if inbound is not None:
+            await self._receive(inbound)
+
+    def _opens_thread(self, message: discord.Message, inbound: Inbound) -> bool:
+        # Commands (`@bot /reset`, `@bot !btw q`) act on the channel's conversation.
+        return (self.auto_thread and inbound.mentions_bot
+                and isinstance(message.channel, discord.TextChannel)
+                and not inbound.text.startswith(("/", "!")))
+
+    async def _start_thread(self, message: discord.Message, inbound: Inbound) -> str | None:
+        name = (inbound.text.splitlines() or [""])[0][:THREAD_NAME_LENGTH].strip()
+        try:
+            thread = await message.create_thread(name=name or f"Chat with {inbound.speaker.name}")
+        except discord.HTTPException as exc:
+            self._thread_refused(message.channel.id, exc)
+            return None
+        return str(thread.id)
+
+    def _thread_refused(self, channel_id: int, exc: discord.HTTPException) -> None:
+        if channel_id in self._no_thread_channels:
+            return
+        self._no_thread_channels.add(channel_id)
+        why = (f"Discord answered {exc.status} {exc.text}" if not isinstance(exc, discord.Forbidden)
+               else "the bot lacks the Create Public Threads permission there")
+        log.warning("DISCORD_AUTO_THREAD: cannot open a thread in channel %s (%s); "
+                    "replying in the channel instead", channel_id, why)
+
+    # the /btw command ----------------------------------------------------
+
+    async def on_btw(self, interaction: discord.Interaction, question: str) -> None:
+        """Defer first (Discord's 3 s deadline), then hand the question to the core."""
+        try:
+            await interaction.response.defer(thinking=True)
+        except discord.HTTPException as exc:
+            log.warning("could not defer /btw interaction %s: %s %s",
+                        interaction.id, exc.status, exc.text)
+            return
+        user = interaction.user
+        inbound = interaction_inbound(
+            interaction_id=str(interaction.id), token=interaction.token,
+            channel_id=str(interaction.channel_id),
+            guild_id=str(interaction.guild_id) if interaction.guild_id else None,
+            user={"id": str(user.id), "username": user.name, "global_name": user.global_name,
+                  "bot": user.bot},
+            question=question,
+        )
+        await self._receive(inbound)
+
+    async def _receive(self, inbound: Inbound) -> None:
+        try:
+            outcome = await self.ingest.receive(inbound)
+        except GatewayError as exc:
+            log.error("could not take message %s in %s: %s", inbound.message_id,
+                      inbound.session_key, exc)
+            return
+        log.debug("message %s in %s: %s", inbound.message_id, inbound.session_key, outcome)
+
+
+def _ids(shards: Sequence[int]) -> str:
+    return ",".join(str(s) for s in shards)

@@ -1,0 +1,136 @@
+"""Discord messages and interactions to `Inbound`: pure functions over Discord's JSON shapes.
+
+`to_inbound` takes a message object as the API documents it (the body of a
+MESSAGE_CREATE); `payload_of` reduces a discord.py `Message` to that shape, so
+the rules below can be tested on plain dicts and run on live events alike.
+
+Sessions: one per DM, one per thread, one per channel otherwise. A Discord
+thread is a channel of its own, so `Inbound.channel` is the thread's id and
+`Inbound.thread` stays unset; the workspace is the guild id, or "dm".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import discord
+
+from gateway.model import Address, Attachment, Inbound, Speaker
+
+PLATFORM = "discord"
+DM_WORKSPACE = "dm"
+# DEFAULT and REPLY are people talking; every other type is a join, a pin, a boost...
+_CONVERSATION_TYPES = frozenset({0, 19})
+
+
+def payload_of(message: discord.Message) -> dict[str, Any]:
+    """The fields of a discord.py Message that `to_inbound` reads, in the API's shape."""
+    author = message.author
+    payload: dict[str, Any] = {
+        "id": str(message.id),
+        "channel_id": str(message.channel.id),
+        "guild_id": str(message.guild.id) if message.guild else None,
+        "type": message.type.value,
+        "content": message.content,
+        "webhook_id": str(message.webhook_id) if message.webhook_id else None,
+        "author": {"id": str(author.id), "username": author.name,
+                   "global_name": author.global_name, "bot": author.bot},
+        "mentions": [{"id": str(user.id)} for user in message.mentions],
+        "attachments": [{"url": a.url, "filename": a.filename, "content_type": a.content_type}
+                        for a in message.attachments],
+        "referenced_message": None,
+    }
+    reference = message.reference
+    if reference is not None and reference.message_id:
+        payload["message_reference"] = {"message_id": str(reference.message_id)}
+    if reference is not None and isinstance(reference.resolved, discord.Message):
+        payload["referenced_message"] = {"id": str(reference.resolved.id),
+                                         "author": {"id": str(reference.resolved.author.id)}}
+    return payload
+
+
+def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
+               session_channel: str | None = None) -> Inbound | None:
+    """The Inbound for one MESSAGE_CREATE body, or None when it is not for the gateway.
+
+    Dropped: the bot's own messages, other bots, webhooks, system messages.
+    `in_thread` says the channel is a thread (the payload does not carry the
+    channel's type); `session_channel`, when set, is a thread the adapter just
+    created from this message, which becomes the session and takes the reply.
+    """
+    author = payload["author"]
+    if author["id"] == bot_id or author.get("bot") or payload.get("webhook_id"):
+        return None
+    if payload.get("type", 0) not in _CONVERSATION_TYPES:
+        return None
+    guild_id = payload.get("guild_id")
+    channel = session_channel or str(payload["channel_id"])
+    message_id = str(payload["id"])
+    mentions_bot = any(str(user["id"]) == bot_id for user in payload.get("mentions") or ())
+    referenced = payload.get("referenced_message") or {}
+    replies_to_bot = str((referenced.get("author") or {}).get("id", "")) == bot_id
+    workspace = str(guild_id) if guild_id else DM_WORKSPACE
+    # In a busy channel the answer quotes the question; in a DM or a thread the
+    # conversation is already private to it, and a new thread holds only it.
+    quote = guild_id is not None and not in_thread and session_channel is None
+    reply = Address(platform=PLATFORM, workspace=workspace, channel=channel,
+                    reply_to=message_id if quote else None)
+    return Inbound(
+        platform=PLATFORM, workspace=workspace, channel=channel, message_id=message_id,
+        event_id=message_id, speaker=_speaker(author),
+        text=strip_mention(payload["content"], bot_id),
+        is_dm=guild_id is None, mentions_bot=mentions_bot, replies_to_bot=replies_to_bot,
+        reply_to=_reference_id(payload),
+        follows_thread=in_thread or session_channel is not None,
+        attachments=_attachments(payload.get("attachments") or ()),
+        reply=reply,
+        side_reply=Address(platform=PLATFORM, workspace=workspace, channel=channel,
+                           reply_to=None if session_channel else message_id, side=True),
+    )
+
+
+def interaction_inbound(*, interaction_id: str, token: str, channel_id: str,
+                        guild_id: str | None, user: Mapping[str, Any], question: str) -> Inbound:
+    """The Inbound for the `/btw` application command.
+
+    The text is `/btw <question>` so the core parses it like the typed form;
+    every reply (the answer, a refusal, a usage hint) goes out as the
+    interaction's follow-up, which carries `token` and replaces the deferral.
+    """
+    workspace = guild_id or DM_WORKSPACE
+    address = Address(platform=PLATFORM, workspace=workspace, channel=channel_id, token=token)
+    return Inbound(
+        platform=PLATFORM, workspace=workspace, channel=channel_id, message_id=interaction_id,
+        event_id=interaction_id, speaker=_speaker(user), text=f"/btw {question}".strip(),
+        is_dm=guild_id is None, mentions_bot=True, reply=address,
+        side_reply=address.model_copy(update={"side": True}),
+    )
+
+
+def strip_mention(text: str, bot_id: str) -> str:
+    """Remove the bot's own `<@id>` / `<@!id>` mentions and the spaces they leave."""
+    stripped = re.sub(rf"<@!?{re.escape(bot_id)}>", " ", text)
+    return re.sub(r"[ \t]{2,}", " ", stripped).strip()
+
+
+def _reference_id(payload: Mapping[str, Any]) -> str | None:
+    reference = payload.get("message_reference") or {}
+    referenced = payload.get("referenced_message") or {}
+    value = reference.get("message_id") or referenced.get("id")
+    return str(value) if value else None
+
+
+def _speaker(author: Mapping[str, Any]) -> Speaker:
+    name = author.get("global_name") or author.get("username") or str(author["id"])
+    return Speaker(id=str(author["id"]), name=str(name), is_bot=bool(author.get("bot")))
+
+
+def _attachments(raw: Any) -> tuple[Attachment, ...]:
+    def kind(content_type: str | None) -> str:
+        return "image" if (content_type or "").startswith("image/") else "file"
+
+    return tuple(Attachment(kind=kind(a.get("content_type")), url=a.get("url"),
+                            name=a.get("filename"), mime_type=a.get("content_type"))
+                 for a in raw)

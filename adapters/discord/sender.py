@@ -1,0 +1,175 @@
+"""Posting to Discord over its REST API only: no gateway connection is needed to reply.
+
+Channel messages and typing go through discord.py's `HTTPClient` (logged in
+with the bot token, nothing else); interaction follow-ups through a partial
+`discord.Webhook`, as discord.py itself sends them (webhook calls carry the
+interaction token, not the bot's).
+
+Rate limits: discord.py tracks Discord's buckets, waits pre-emptively when a
+bucket is spent, and retries a 429 itself after `retry_after`, up to five
+tries. That wait is kept: it honours Discord's own per-route buckets, which
+the core cannot see, and the core's delivery simply awaits the slower call
+(the next edit then carries the newest text, so nothing is lost). Waits longer
+than `MAX_LIBRARY_WAIT` are not slept inside the library: discord.py raises,
+and the core gets `RateLimited(retry_after)`, as it does for a 429 discord.py
+will not retry (no `Via` header) or once its retries run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import aiohttp
+import discord
+from discord.http import HTTPClient, handle_message_parameters
+
+from adapters.base import Limits
+from adapters.discord.render import render
+from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.model import Address
+
+log = logging.getLogger(__name__)
+
+MAX_LENGTH = 2000
+TYPING_INTERVAL = 8.0  # Discord shows "is typing" for about 10 s after each call
+MAX_LIBRARY_WAIT = 30.0  # discord.py's smallest allowed max_ratelimit_timeout
+_REJECTED_CODES = frozenset({50006, 50035})  # empty message, invalid form body
+
+
+class DiscordSender:
+    """The worker's Sender for Discord; logs in lazily on the first call."""
+
+    platform = "discord"
+
+    def __init__(self, token: str, *, edit_interval: float) -> None:
+        self._token = token
+        self._edit_interval = edit_interval
+        self._http: HTTPClient | None = None
+        self._webhooks: aiohttp.ClientSession | None = None
+        self._application_id: int | None = None
+        self.bot_user: dict[str, Any] = {}
+        self._login_lock = asyncio.Lock()
+
+    def limits(self, address: Address) -> Limits:
+        return Limits(max_length=MAX_LENGTH, edit_interval=self._edit_interval,
+                      typing_interval=TYPING_INTERVAL)
+
+    def measure(self, markdown: str) -> int:
+        return len(render(markdown))
+
+    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+        """Post a message (or the interaction's follow-up); returns its id."""
+        content = render(markdown)
+        if address.token:
+            webhook = await self._webhook(address.token)
+            sent = await _call(webhook.send(content, wait=True, allowed_mentions=_mentions(False)))
+            return str(sent.id)
+        http = await self.client()
+        params = handle_message_parameters(
+            content=content, allowed_mentions=_mentions(address.reply_to is not None),
+            message_reference=_reference(address),
+        )
+        message: dict[str, Any] = await _call(http.send_message(address.channel, params=params))
+        return str(message["id"])
+
+    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+        content = render(markdown)
+        if address.token:
+            webhook = await self._webhook(address.token)
+            await _call(webhook.edit_message(int(message_id), content=content,
+                                             allowed_mentions=_mentions(False)))
+            return
+        http = await self.client()
+        params = handle_message_parameters(
+            content=content, allowed_mentions=_mentions(address.reply_to is not None))
+        await _call(http.edit_message(address.channel, message_id, params=params))
+
+    async def thinking(self, address: Address, on: bool) -> None:
+        """Typing in the channel. An interaction's deferral already shows "thinking", and
+        Discord has no call to stop typing: it ends with the next message or after 10 s."""
+        if not on or address.token:
+            return
+        http = await self.client()
+        await _call(http.send_typing(address.channel))
+
+    async def client(self) -> HTTPClient:
+        """The logged-in HTTP client (one `GET /users/@me` the first time)."""
+        async with self._login_lock:
+            if self._http is None:
+                http = HTTPClient(asyncio.get_running_loop(),
+                                  max_ratelimit_timeout=MAX_LIBRARY_WAIT)
+                try:
+                    self.bot_user = dict(await _call(http.static_login(self._token)))
+                except PlatformError:
+                    await http.close()
+                    raise
+                self._http = http
+            return self._http
+
+    async def application_id(self) -> int:
+        """The bot's application id, which names the webhook of its interactions."""
+        if self._application_id is None:
+            http = await self.client()
+            info = await _call(http.application_info())
+            self._application_id = int(info["id"])
+        return self._application_id
+
+    async def _webhook(self, token: str) -> discord.Webhook:
+        application_id = await self.application_id()
+        if self._webhooks is None:
+            self._webhooks = aiohttp.ClientSession()
+        return discord.Webhook.partial(application_id, token, session=self._webhooks)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self._webhooks is not None:
+            await self._webhooks.close()
+            self._webhooks = None
+
+
+def _mentions(reply: bool) -> discord.AllowedMentions:
+    """Model output never pings anyone; a reply may notify the person it answers."""
+    return discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=reply)
+
+
+def _reference(address: Address) -> Any:
+    if address.reply_to is None:
+        return discord.utils.MISSING
+    # fail_if_not_exists=False: a question deleted meanwhile still gets its answer.
+    return {"message_id": address.reply_to, "channel_id": address.channel,
+            "fail_if_not_exists": False}
+
+
+async def _call(awaitable: Any) -> Any:
+    """Await one discord.py call, turning its errors into the gateway's tree."""
+    try:
+        return await awaitable
+    except discord.RateLimited as exc:
+        raise RateLimited(exc.retry_after) from None
+    except discord.LoginFailure:
+        raise PlatformError("Discord refused DISCORD_BOT_TOKEN (401)") from None
+    except discord.HTTPException as exc:
+        raise platform_error(exc) from None
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise PlatformError(f"Discord could not be reached: {type(exc).__name__}") from None
+
+
+def platform_error(exc: discord.HTTPException) -> PlatformError:
+    """The gateway error for a failed Discord call (never with the URL: it may hold a token)."""
+    if exc.status == 429:
+        return RateLimited(_retry_after(exc))
+    detail = f"Discord {exc.status} (code {exc.code}): {exc.text or exc.response.reason}"
+    if exc.status == 400 and exc.code in _REJECTED_CODES:
+        return MessageRejected(detail)
+    return PlatformError(detail)
+
+
+def _retry_after(exc: discord.HTTPException) -> float:
+    with contextlib.suppress(TypeError, ValueError):
+        return float(exc.response.headers.get("Retry-After", ""))
+    return 1.0

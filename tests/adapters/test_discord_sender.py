@@ -1,0 +1,148 @@
+"""DiscordSender against the loopback fake of Discord's REST API, through the real discord.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.discord import endpoints
+from adapters.discord.sender import DiscordSender
+from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.model import Address
+from tests.fakes.discord_api import FakeDiscord, FakeGuild
+
+GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord(guilds=(FakeGuild(GUILD, channels=(CHANNEL,)),)) as server:
+        endpoints.apply(server.api_url, server.gateway_url)
+        yield server
+    endpoints.apply(None, None)
+
+
+@pytest.fixture
+async def sender(fake: FakeDiscord) -> AsyncIterator[DiscordSender]:
+    client = DiscordSender(fake.token, edit_interval=1.0)
+    yield client
+    await client.aclose()
+
+
+def channel(reply_to: str | None = None, *, side: bool = False) -> Address:
+    return Address(platform="discord", workspace=GUILD, channel=CHANNEL, reply_to=reply_to,
+                   side=side)
+
+
+async def test_send_then_edit_one_message_without_pings(fake: FakeDiscord,
+                                                        sender: DiscordSender) -> None:
+    message_id = await sender.send(channel(), "hello <@123> @everyone", final=False)
+    await sender.edit(channel(), message_id, "hello again", final=True)
+
+    message = fake.messages[message_id]
+    assert message["content"] == "hello again" and message["edits"] == 1
+    posted = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")[0]
+    assert posted.authorized
+    assert posted.body["allowed_mentions"] == {"parse": []}
+    assert "message_reference" not in posted.body
+
+
+async def test_a_reply_quotes_the_question_and_may_notify_only_the_asker(
+        fake: FakeDiscord, sender: DiscordSender) -> None:
+    await sender.send(channel("1400000000000000009", side=True), "answer", final=True)
+
+    body = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")[0].body
+    assert body["message_reference"] == {"message_id": "1400000000000000009",
+                                         "channel_id": CHANNEL, "fail_if_not_exists": False}
+    assert body["allowed_mentions"] == {"parse": [], "replied_user": True}
+
+
+async def test_editing_to_the_same_text_is_not_an_error(fake: FakeDiscord,
+                                                       sender: DiscordSender) -> None:
+    message_id = await sender.send(channel(), "same", final=False)
+    await sender.edit(channel(), message_id, "same", final=True)
+    assert fake.messages[message_id]["content"] == "same"
+
+
+async def test_typing_posts_the_typing_endpoint(fake: FakeDiscord, sender: DiscordSender) -> None:
+    await sender.thinking(channel(), True)
+    await sender.thinking(channel(), False)
+    assert len(fake.calls_to("POST", rf"/channels/{CHANNEL}/typing")) == 1
+    assert sender.limits(channel()).typing_interval is not None
+
+
+async def test_limits_and_measure_follow_discord(sender: DiscordSender) -> None:
+    limits = sender.limits(channel())
+    assert limits.max_length == 2000 and limits.edit_interval == 1.0
+    assert sender.measure("#### Title") == len("**Title**")
+
+
+async def test_a_short_429_is_waited_out_by_discord_py_and_the_text_arrives(
+        fake: FakeDiscord, sender: DiscordSender) -> None:
+    message_id = await sender.send(channel(), "draft", final=False)
+    fake.rate_limit("PATCH", rf"/channels/{CHANNEL}/messages/\d+", retry_after=0.3)
+
+    started = time.monotonic()
+    await sender.edit(channel(), message_id, "final text", final=True)
+
+    assert time.monotonic() - started >= 0.3
+    assert len(fake.calls_to("PATCH", rf"/channels/{CHANNEL}/messages/{message_id}")) == 2
+    assert fake.messages[message_id]["content"] == "final text"
+
+
+async def test_a_long_429_reaches_the_core_as_rate_limited(fake: FakeDiscord,
+                                                           sender: DiscordSender) -> None:
+    fake.rate_limit("POST", rf"/channels/{CHANNEL}/messages", retry_after=45.0)
+    started = time.monotonic()
+    with pytest.raises(RateLimited) as caught:
+        await sender.send(channel(), "hello", final=True)
+    assert caught.value.retry_after == 45.0
+    assert time.monotonic() - started < 5
+
+
+async def test_a_429_discord_py_will_not_retry_is_rate_limited(fake: FakeDiscord,
+                                                              sender: DiscordSender) -> None:
+    fake.rate_limit("POST", rf"/channels/{CHANNEL}/messages", retry_after=2.5, via=False)
+    with pytest.raises(RateLimited) as caught:
+        await sender.send(channel(), "hello", final=True)
+    assert caught.value.retry_after == 2.5
+
+
+async def test_an_oversized_message_is_rejected(sender: DiscordSender) -> None:
+    with pytest.raises(MessageRejected):
+        await sender.send(channel(), "x" * 2001, final=True)
+
+
+async def test_an_unknown_message_is_a_platform_error(sender: DiscordSender) -> None:
+    with pytest.raises(PlatformError, match="10008"):
+        await sender.edit(channel(), "1999", "text", final=True)
+
+
+async def test_a_wrong_token_is_a_platform_error_without_the_token(fake: FakeDiscord) -> None:
+    sender = DiscordSender("not-the-token", edit_interval=1.0)
+    try:
+        with pytest.raises(PlatformError) as caught:
+            await sender.send(channel(), "hello", final=True)
+        assert "not-the-token" not in str(caught.value)
+    finally:
+        await sender.aclose()
+
+
+async def test_an_interaction_reply_is_a_followup_on_the_webhook(fake: FakeDiscord,
+                                                                 sender: DiscordSender) -> None:
+    interaction = fake.interaction(CHANNEL, "what?", fake.user("42"), guild_id=GUILD)
+    fake.callbacks[interaction["token"]] = {"type": 5}  # the gateway process deferred it
+    address = channel(side=True).model_copy(update={"token": interaction["token"]})
+
+    message_id = await sender.send(address, "short answer", final=False)
+    await sender.edit(address, message_id, "the answer", final=True)
+    await sender.thinking(address, True)
+
+    followups = fake.calls_to("POST", rf"/webhooks/{fake.application_id}/{interaction['token']}")
+    assert len(followups) == 1 and not followups[0].authorized
+    assert followups[0].body["allowed_mentions"] == {"parse": []}
+    assert fake.messages[message_id]["content"] == "the answer"
+    assert fake.messages[message_id]["channel_id"] == CHANNEL
+    assert not fake.calls_to("POST", rf"/channels/{CHANNEL}/typing")

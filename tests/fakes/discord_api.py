@@ -1,0 +1,518 @@
+"""A loopback fake of Discord: the REST API and the gateway websocket, on one aiohttp server.
+
+The real discord.py client connects to it (REST base `api_url`, gateway
+`gateway_url`). Every REST call is recorded in `calls`; every message the bot
+posts or edits is kept in `messages`, and, as Discord does, its creation is
+dispatched back over the gateway as MESSAGE_CREATE. Tests script the far end:
+`dispatch()` user messages and interactions, `rate_limit()` a route with 429s,
+`message_content_enabled=False` to have IDENTIFY refused with close code 4014,
+`forbid_threads` to answer thread creation with 403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+MESSAGE_CONTENT_INTENT = 1 << 15
+_EPOCH_MS = 1420070400000
+_BOOKKEEPING = frozenset({"allowed_mentions", "edits", "interaction_token"})
+
+
+@dataclass
+class Call:
+    """One REST request the fake received."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    authorized: bool
+
+
+@dataclass
+class _RateLimit:
+    method: str
+    pattern: re.Pattern[str]
+    retry_after: float
+    remaining: int
+    via: bool
+
+
+@dataclass
+class _Session:
+    ws: web.WebSocketResponse
+    shard: tuple[int, int] = (0, 1)
+    session_id: str = ""
+    seq: int = 0
+    identified: bool = False
+
+
+@dataclass
+class FakeGuild:
+    """A guild the bot is in, with text channels (ids as strings)."""
+
+    id: str
+    name: str = "Guild"
+    channels: tuple[str, ...] = ()
+    threads: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakeDiscord:
+    """Discord's REST API and gateway on 127.0.0.1, recording every call."""
+
+    def __init__(self, *, bot_id: str = "1100000000000000001", token: str = "bot-token",
+                 guilds: tuple[FakeGuild, ...] = ()) -> None:
+        self.bot = {"id": bot_id, "username": "gatewaybot", "global_name": None,
+                    "discriminator": "0", "avatar": None, "bot": True}
+        self.application_id = bot_id
+        self.token = token
+        self.guilds = {g.id: g for g in guilds}
+        self.calls: list[Call] = []
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.identifies: list[dict[str, Any]] = []
+        self.resumes: list[dict[str, Any]] = []
+        self.heartbeats = 0
+        self.callbacks: dict[str, dict[str, Any]] = {}
+        self.commands: dict[str, list[dict[str, Any]]] = {}
+        self.message_content_enabled = True
+        self.forbid_threads = False
+        self.heartbeat_interval_ms = 41250
+        self._limits: list[_RateLimit] = []
+        self._sessions: list[_Session] = []
+        self._interactions: dict[str, dict[str, Any]] = {}
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # lifecycle ---------------------------------------------------------
+
+    async def start(self) -> FakeDiscord:
+        app = web.Application()
+        app.router.add_get("/gateway/ws", self._gateway)
+        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        for session in list(self._sessions):
+            await session.ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> FakeDiscord:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway/ws"
+
+    # scripting ---------------------------------------------------------
+
+    def snowflake(self) -> str:
+        """A fresh id whose timestamp part is now (so discord.py dates parse)."""
+        return str(((int(time.time() * 1000) - _EPOCH_MS) << 22) | next(self._ids))
+
+    def rate_limit(self, method: str, path_regex: str, retry_after: float, *, times: int = 1,
+                   via: bool = True) -> None:
+        """Answer the next `times` matching calls with 429. `via=False` drops the Via
+        header, which discord.py reads as a Cloudflare ban and does not retry."""
+        self._limits.append(_RateLimit(method, re.compile(path_regex), retry_after, times, via))
+
+    def user(self, user_id: str, name: str = "alice", *, bot: bool = False) -> dict[str, Any]:
+        return {"id": user_id, "username": name, "global_name": name.title(),
+                "discriminator": "0", "avatar": None, "bot": bot}
+
+    def message(self, channel_id: str, content: str, author: dict[str, Any], *,
+                guild_id: str | None = None, mentions: tuple[dict[str, Any], ...] = (),
+                reply_to: dict[str, Any] | None = None, kind: int = 0,
+                webhook_id: str | None = None) -> dict[str, Any]:
+        """A full message object as Discord sends it in MESSAGE_CREATE."""
+        message_id = self.snowflake()
+        payload: dict[str, Any] = {
+            "id": message_id, "channel_id": channel_id, "author": author, "content": content,
+            "timestamp": "2026-01-01T00:00:00.000000+00:00", "edited_timestamp": None,
+            "tts": False, "mention_everyone": False, "mentions": list(mentions),
+            "mention_roles": [], "attachments": [], "embeds": [], "pinned": False,
+            "type": 19 if reply_to else kind, "flags": 0, "components": [],
+        }
+        if guild_id:
+            payload["guild_id"] = guild_id
+            payload["member"] = {"roles": [], "joined_at": "2025-01-01T00:00:00+00:00",
+                                 "deaf": False, "mute": False, "flags": 0}
+        if reply_to:
+            payload["message_reference"] = {"message_id": reply_to["id"],
+                                            "channel_id": channel_id, "type": 0}
+            payload["referenced_message"] = reply_to
+        if webhook_id:
+            payload["webhook_id"] = webhook_id
+        return payload
+
+    def interaction(self, channel_id: str, question: str, user: dict[str, Any], *,
+                    guild_id: str | None = None, channel_type: int = 0) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload for `/btw question`."""
+        interaction_id = self.snowflake()
+        payload: dict[str, Any] = {
+            "id": interaction_id, "application_id": self.application_id, "type": 2,
+            "token": f"itoken-{interaction_id}", "version": 1,
+            "data": {"id": "1", "name": "btw", "type": 1,
+                     "options": [{"name": "question", "type": 3, "value": question}]},
+            "channel_id": channel_id,
+            "channel": {"id": channel_id, "type": channel_type, "name": "general",
+                        "position": 0, "guild_id": guild_id},
+            "locale": "en-US", "app_permissions": "0", "attachment_size_limit": 8388608,
+            "entitlements": [], "authorizing_integration_owners": {},
+            "context": 0 if guild_id else 1,
+        }
+        if guild_id:
+            payload["guild_id"] = guild_id
+            payload["member"] = {"user": user, "roles": [], "permissions": "2147483647",
+                                 "joined_at": "2025-01-01T00:00:00+00:00", "deaf": False,
+                                 "mute": False, "flags": 0}
+        else:
+            payload["channel"] = {"id": channel_id, "type": 1, "recipients": [user]}
+            payload["user"] = user
+        self._interactions[payload["token"]] = payload
+        return payload
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send a DISPATCH to every identified gateway session."""
+        for session in list(self._sessions):
+            if session.identified:
+                await self._send_dispatch(session, event, data)
+
+    async def close_sessions(self, code: int = 4000) -> None:
+        """Drop every gateway connection (the client should RESUME)."""
+        for session in list(self._sessions):
+            await session.ws.close(code=code)
+
+    async def wait_for(self, condition: Callable[[], Any], within: float = 15.0) -> Any:
+        """Poll `condition` until it returns something truthy; fail after `within` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met before the deadline")
+            await asyncio.sleep(0.02)
+
+    def calls_to(self, method: str, path_regex: str) -> list[Call]:
+        pattern = re.compile(path_regex)
+        return [c for c in self.calls if c.method == method and pattern.fullmatch(c.path)]
+
+    def channel_messages(self, channel_id: str) -> list[dict[str, Any]]:
+        """Messages the bot posted in a channel (including interaction follow-ups), in order."""
+        return [m for m in self.messages.values() if m["channel_id"] == channel_id]
+
+    # gateway -----------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        session = _Session(ws)
+        self._sessions.append(session)
+        try:
+            await ws.send_json({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms},
+                                "s": None, "t": None})
+            async for msg in ws:
+                if msg.type is not WSMsgType.TEXT:
+                    break
+                await self._on_gateway_message(session, json.loads(msg.data))
+        finally:
+            self._sessions.remove(session)
+        return ws
+
+    async def _on_gateway_message(self, session: _Session, msg: dict[str, Any]) -> None:
+        op, data = msg.get("op"), msg.get("d")
+        if op == 1:
+            self.heartbeats += 1
+            await session.ws.send_json({"op": 11, "d": None, "s": None, "t": None})
+        elif op == 2:
+            await self._identify(session, data)
+        elif op == 6:
+            self.resumes.append(data)
+            session.identified, session.session_id = True, data["session_id"]
+            session.seq = int(data.get("seq") or 0)
+            await self._send_dispatch(session, "RESUMED", {})
+
+    async def _identify(self, session: _Session, data: dict[str, Any]) -> None:
+        self.identifies.append(data)
+        if data.get("token") != self.token:
+            await session.ws.close(code=4004, message=b"Authentication failed.")
+            return
+        if data["intents"] & MESSAGE_CONTENT_INTENT and not self.message_content_enabled:
+            await session.ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        shard_id, shard_count = data.get("shard") or [0, 1]
+        session.shard, session.identified = (shard_id, shard_count), True
+        session.session_id = f"session-{len(self.identifies)}"
+        mine = [g for g in self.guilds.values() if (int(g.id) >> 22) % shard_count == shard_id]
+        await self._send_dispatch(session, "READY", {
+            "v": 10, "user": self.bot, "session_id": session.session_id,
+            "resume_gateway_url": self.gateway_url, "shard": [shard_id, shard_count],
+            "guilds": [{"id": g.id, "unavailable": True} for g in mine],
+            "application": {"id": self.application_id, "flags": 0},
+            "private_channels": [], "relationships": [],
+        })
+        for guild in mine:
+            await self._send_dispatch(session, "GUILD_CREATE", self._guild_payload(guild))
+
+    async def _send_dispatch(self, session: _Session, event: str, data: dict[str, Any]) -> None:
+        session.seq += 1
+        if not session.ws.closed:
+            await session.ws.send_json({"op": 0, "t": event, "s": session.seq, "d": data})
+
+    def _guild_payload(self, guild: FakeGuild) -> dict[str, Any]:
+        channels = [{"id": c, "type": 0, "name": f"chan-{c[-4:]}", "position": i,
+                     "guild_id": guild.id, "permission_overwrites": [], "nsfw": False,
+                     "parent_id": None, "topic": None, "last_message_id": None,
+                     "rate_limit_per_user": 0}
+                    for i, c in enumerate(guild.channels)]
+        everyone = {"id": guild.id, "name": "@everyone", "permissions": "2248473465835073",
+                    "position": 0, "color": 0, "hoist": False, "managed": False,
+                    "mentionable": False, "flags": 0}
+        return {"id": guild.id, "name": guild.name, "owner_id": "1", "unavailable": False,
+                "member_count": 2, "large": False, "channels": channels,
+                "threads": guild.threads, "roles": [everyone], "emojis": [], "stickers": [],
+                "features": [], "members": [], "voice_states": [], "presences": [],
+                "stage_instances": [], "guild_scheduled_events": [], "soundboard_sounds": [],
+                "joined_at": "2025-01-01T00:00:00+00:00", "premium_tier": 0,
+                "preferred_locale": "en-US", "verification_level": 0,
+                "default_message_notifications": 0, "explicit_content_filter": 0,
+                "mfa_level": 0, "nsfw_level": 0, "system_channel_flags": 0}
+
+    # REST --------------------------------------------------------------
+
+    async def _rest(self, request: web.Request) -> web.StreamResponse:
+        path = "/" + request.match_info["tail"]
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        authorized = request.headers.get("Authorization") == f"Bot {self.token}"
+        self.calls.append(Call(request.method, path, dict(request.query), body, authorized))
+        limited = self._take_limit(request.method, path)
+        if limited is not None:
+            return limited
+        for method, pattern, handler in self._routes():
+            match = re.fullmatch(pattern, path)
+            if method == request.method and match:
+                return await handler(request, body, *match.groups())
+        return _error(404, 0, f"no fake route for {request.method} {path}")
+
+    def _take_limit(self, method: str, path: str) -> web.Response | None:
+        for limit in self._limits:
+            if limit.remaining > 0 and limit.method == method and limit.pattern.fullmatch(path):
+                limit.remaining -= 1
+                headers = {"Retry-After": str(limit.retry_after), "X-RateLimit-Scope": "user"}
+                if limit.via:
+                    headers["Via"] = "1.1 google"
+                body = {"message": "You are being rate limited.",
+                        "retry_after": limit.retry_after, "global": False}
+                return _json(body, status=429, headers=headers)
+        return None
+
+    def _routes(self) -> list[tuple[str, str, Callable[..., Any]]]:
+        return [
+            ("GET", r"/users/@me", self._me),
+            ("GET", r"/oauth2/applications/@me", self._application),
+            ("GET", r"/gateway", self._gateway_info),
+            ("GET", r"/gateway/bot", self._gateway_bot),
+            ("POST", r"/channels/(\d+)/messages", self._create_message),
+            ("PATCH", r"/channels/(\d+)/messages/(\d+)", self._edit_message),
+            ("DELETE", r"/channels/(\d+)/messages/(\d+)", self._delete_message),
+            ("POST", r"/channels/(\d+)/typing", self._typing),
+            ("POST", r"/channels/(\d+)/messages/(\d+)/threads", self._create_thread),
+            ("POST", r"/interactions/(\d+)/([^/]+)/callback", self._callback),
+            ("POST", r"/webhooks/(\d+)/([^/]+)", self._followup),
+            ("PATCH", r"/webhooks/(\d+)/([^/]+)/messages/(\d+|@original)", self._edit_followup),
+            ("PUT", r"/applications/(\d+)/commands", self._register_global),
+            ("PUT", r"/applications/(\d+)/guilds/(\d+)/commands", self._register_guild),
+        ]
+
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bot {self.token}"
+
+    async def _me(self, request: web.Request, body: Any) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, 0, "401: Unauthorized")
+        return _json({**self.bot, "flags": 0, "mfa_enabled": False})
+
+    async def _application(self, request: web.Request, body: Any) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, 0, "401: Unauthorized")
+        return _json({
+            "id": self.application_id, "name": "gatewaybot", "icon": None, "description": "",
+            "bot_public": True, "bot_require_code_grant": False, "verify_key": "00",
+            "flags": 0, "owner": self.user("1", "owner"), "team": None, "rpc_origins": [],
+        })
+
+    async def _gateway_info(self, request: web.Request, body: Any) -> web.Response:
+        return _json({"url": self.gateway_url})
+
+    async def _gateway_bot(self, request: web.Request, body: Any) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, 0, "401: Unauthorized")
+        return _json({
+            "url": self.gateway_url, "shards": 1,
+            "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0,
+                                    "max_concurrency": 1},
+        })
+
+    async def _create_message(self, request: web.Request, body: Any,
+                              channel_id: str) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, 0, "401: Unauthorized")
+        content = (body or {}).get("content") or ""
+        if not content.strip():
+            return _error(400, 50006, "Cannot send an empty message")
+        if len(content) > 2000:
+            return _too_long()
+        message = self._bot_message(channel_id, body)
+        await self.dispatch("MESSAGE_CREATE", _public(message))
+        return _json(_public(message))
+
+    def _bot_message(self, channel_id: str, body: dict[str, Any], *,
+                     webhook_id: str | None = None) -> dict[str, Any]:
+        message = self.message(channel_id, body.get("content") or "", self.bot,
+                               guild_id=self._guild_of(channel_id), webhook_id=webhook_id)
+        message["allowed_mentions"] = body.get("allowed_mentions")
+        if body.get("message_reference"):
+            message["message_reference"] = body["message_reference"]
+        message["type"] = 19 if body.get("message_reference") else 0
+        message["edits"] = 0
+        self.messages[message["id"]] = message
+        return message
+
+    def _guild_of(self, channel_id: str) -> str | None:
+        for guild in self.guilds.values():
+            if channel_id in guild.channels or any(t["id"] == channel_id for t in guild.threads):
+                return guild.id
+        return None
+
+    async def _edit_message(self, request: web.Request, body: Any, channel_id: str,
+                            message_id: str) -> web.Response:
+        message = self.messages.get(message_id)
+        if message is None or message["channel_id"] != channel_id:
+            return _error(404, 10008, "Unknown Message")
+        content = (body or {}).get("content")
+        if content is not None and len(content) > 2000:
+            return _too_long()
+        if content is not None:
+            message["content"] = content
+        message["edits"] += 1
+        message["allowed_mentions"] = (body or {}).get("allowed_mentions")
+        return _json(_public(message))
+
+    async def _delete_message(self, request: web.Request, body: Any, channel_id: str,
+                              message_id: str) -> web.Response:
+        if self.messages.pop(message_id, None) is None:
+            return _error(404, 10008, "Unknown Message")
+        return web.Response(status=204)
+
+    async def _typing(self, request: web.Request, body: Any, channel_id: str) -> web.Response:
+        return web.Response(status=204)
+
+    async def _create_thread(self, request: web.Request, body: Any, channel_id: str,
+                             message_id: str) -> web.Response:
+        guild_id = self._guild_of(channel_id)
+        if self.forbid_threads or guild_id is None:
+            return _error(403, 50013, "Missing Permissions")
+        thread = {"id": message_id, "guild_id": guild_id, "parent_id": channel_id,
+                  "owner_id": self.bot["id"], "name": body["name"], "type": 11,
+                  "message_count": 0, "member_count": 1, "rate_limit_per_user": 0,
+                  "thread_metadata": {"archived": False, "auto_archive_duration":
+                                      body.get("auto_archive_duration", 1440),
+                                      "archive_timestamp": "2026-01-01T00:00:00+00:00",
+                                      "locked": False},
+                  "total_message_sent": 0, "flags": 0}
+        self.guilds[guild_id].threads.append(thread)
+        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return _json(thread, status=201)
+
+    async def _callback(self, request: web.Request, body: Any, interaction_id: str,
+                        token: str) -> web.Response:
+        interaction = self._interactions.get(token)
+        if interaction is None or interaction["id"] != interaction_id:
+            return _error(404, 10062, "Unknown interaction")
+        if token in self.callbacks:
+            return _error(400, 40060, "Interaction has already been acknowledged.")
+        self.callbacks[token] = {**body, "at": time.time()}
+        return _json({
+            "interaction": {"id": interaction_id, "type": 2,
+                            "response_message_loading": body.get("type") == 5,
+                            "response_message_ephemeral": False},
+            "resource": {"type": body.get("type")},
+        })
+
+    async def _followup(self, request: web.Request, body: Any, app_id: str,
+                        token: str) -> web.Response:
+        interaction = self._interactions.get(token)
+        if app_id != self.application_id or interaction is None or token not in self.callbacks:
+            return _error(404, 10015, "Unknown Webhook")
+        message = self._bot_message(interaction["channel_id"], body or {}, webhook_id=app_id)
+        message["interaction_token"] = token
+        await self.dispatch("MESSAGE_CREATE", _public(message))
+        return _json(_public(message))
+
+    async def _edit_followup(self, request: web.Request, body: Any, app_id: str, token: str,
+                             message_id: str) -> web.Response:
+        message = self.messages.get(message_id)
+        if message is None or message.get("interaction_token") != token:
+            return _error(404, 10008, "Unknown Message")
+        if (body or {}).get("content") is not None:
+            message["content"] = body["content"]
+        message["edits"] += 1
+        return _json(_public(message))
+
+    async def _register_global(self, request: web.Request, body: Any, app_id: str) -> web.Response:
+        return self._register("global", app_id, body, None)
+
+    async def _register_guild(self, request: web.Request, body: Any, app_id: str,
+                              guild_id: str) -> web.Response:
+        return self._register(guild_id, app_id, body, guild_id)
+
+    def _register(self, scope: str, app_id: str, body: Any, guild_id: str | None) -> web.Response:
+        commands = [{"type": 1, "options": [], "default_member_permissions": None,
+                     "dm_permission": True, "nsfw": False, **command,
+                     "id": self.snowflake(), "application_id": app_id, "version": "1",
+                     "guild_id": guild_id} for command in body]
+        self.commands[scope] = commands
+        return _json(commands)
+
+
+def _public(message: dict[str, Any]) -> dict[str, Any]:
+    """A stored message as the API returns it, without the fake's bookkeeping."""
+    return {k: v for k, v in message.items() if k not in _BOOKKEEPING}
+
+
+def _too_long() -> web.Response:
+    return _error(400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length.")
+
+
+def _error(status: int, code: int, message: str) -> web.Response:
+    return _json({"code": code, "message": message}, status=status)
+
+
+def _json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # Exactly `application/json`, no charset: discord.py parses a body as JSON only then.
+    return web.Response(body=json.dumps(data).encode(), status=status,
+                        headers={**(headers or {}), "Content-Type": "application/json"})
