@@ -1,0 +1,152 @@
+"""Slack events to `Inbound`, as pure functions (no I/O: names are resolved by the caller).
+
+Sessions: one per thread, one per DM. A mention at the top level of a channel
+is answered in a new thread under it, so its session is named by the message's
+own ts. In a DM the session is the DM itself, unless the user wrote inside a
+DM thread.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.model import Address, Attachment, Inbound, Speaker
+
+PLATFORM = "slack"
+# Subtypes that are still a person writing; every other one (bot_message,
+# message_changed, message_deleted, channel_join, ...) is not a message to answer.
+PERSON_SUBTYPES = frozenset({None, "thread_broadcast", "file_share", "me_message"})
+
+
+@dataclass(frozen=True, slots=True)
+class BotIdentity:
+    """The bot's own ids, from auth.test at startup."""
+
+    user_id: str
+    bot_id: str | None = None
+    team_id: str | None = None
+
+    def mention(self) -> re.Pattern[str]:
+        return re.compile(rf"<@{re.escape(self.user_id)}(?:\|[^>]*)?>")
+
+
+def author(event: Mapping[str, Any], bot: BotIdentity) -> str | None:
+    """The user id of the person who wrote `event`, or None when it is not a person writing."""
+    if event.get("subtype") not in PERSON_SUBTYPES or event.get("hidden"):
+        return None
+    if event.get("bot_id") or event.get("bot_profile"):
+        return None
+    user = event.get("user")
+    if not isinstance(user, str) or not user or user == bot.user_id:
+        return None
+    return user
+
+
+def wanted(body: Mapping[str, Any], bot: BotIdentity) -> str | None:
+    """The author's user id when this event should become an Inbound, else None.
+
+    Drops the `message` copy of a channel mention (Slack also sends `app_mention`
+    for it, under another event id) and top-level channel messages without a
+    mention, which nothing ever answers.
+    """
+    event = body.get("event") or {}
+    kind = event.get("type")
+    if kind not in ("app_mention", "message"):
+        return None
+    user = author(event, bot)
+    if user is None or not event.get("channel") or not event.get("ts"):
+        return None
+    if kind == "message" and not _is_dm(event):
+        if bot.mention().search(event.get("text") or ""):
+            return None
+        if not event.get("thread_ts"):
+            return None
+    return user
+
+
+def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> Inbound | None:
+    """Normalize an Events API `event_callback` body; None when it is not for the bot."""
+    user = wanted(body, bot)
+    if user is None:
+        return None
+    event = body["event"]
+    channel, ts = str(event["channel"]), str(event["ts"])
+    thread_ts = event.get("thread_ts") or None
+    is_dm = _is_dm(event)
+    raw_text = event.get("text") or ""
+    workspace = str(body.get("team_id") or event.get("team") or bot.team_id or "")
+    session_thread = thread_ts if is_dm else (thread_ts or ts)
+    base = {"platform": PLATFORM, "workspace": workspace, "channel": channel}
+    return Inbound(
+        **base,
+        thread=session_thread,
+        message_id=ts,
+        event_id=str(body.get("event_id") or f"{channel}:{ts}"),
+        speaker=Speaker(id=user, name=speaker_name),
+        text=strip_mention(raw_text, bot),
+        is_dm=is_dm,
+        mentions_bot=event.get("type") == "app_mention" or bool(bot.mention().search(raw_text)),
+        follows_thread=bool(thread_ts) and thread_ts != ts,
+        attachments=_attachments(event),
+        reply=Address(**base, thread=session_thread, reply_to=ts),
+        side_reply=Address(**base, thread=thread_ts or ts, reply_to=ts, side=True),
+    )
+
+
+def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,
+                speaker_name: str) -> Inbound:
+    """The native `/btw` slash command, aimed at the channel's latest session.
+
+    `session_key` is that session (so the core snapshots it); the answer goes
+    into the thread of the bot's message quoting the question (`quote_ts`).
+    """
+    channel = str(command["channel_id"])
+    base = {"platform": PLATFORM, "workspace": str(command.get("team_id") or ""),
+            "channel": channel}
+    thread = session_thread(session_key)
+    return Inbound(
+        **base,
+        thread=thread,
+        message_id=quote_ts,
+        event_id=str(command.get("trigger_id") or f"btw:{channel}:{quote_ts}"),
+        speaker=Speaker(id=str(command["user_id"]), name=speaker_name),
+        text=f"/btw {(command.get('text') or '').strip()}",
+        is_dm=channel.startswith("D") or command.get("channel_name") == "directmessage",
+        mentions_bot=True,
+        reply=Address(**base, thread=thread),
+        side_reply=Address(**base, thread=quote_ts, reply_to=quote_ts, side=True),
+    )
+
+
+def session_thread(session_key: str) -> str | None:
+    """The thread part of `slack:workspace:channel[:thread]`."""
+    parts = session_key.split(":", 3)
+    return parts[3] if len(parts) == 4 and parts[3] else None
+
+
+def strip_mention(text: str, bot: BotIdentity) -> str:
+    """The text without the bot's own `<@U...>` mentions."""
+    stripped = bot.mention().sub("", text)
+    return re.sub(r"[ \t]{2,}", " ", stripped).strip()
+
+
+def _is_dm(event: Mapping[str, Any]) -> bool:
+    if event.get("channel_type") is not None:
+        return event.get("channel_type") == "im"
+    return str(event.get("channel", "")).startswith("D")
+
+
+def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    files = event.get("files") or ()
+    return tuple(
+        Attachment(
+            kind="image" if str(f.get("mimetype", "")).startswith("image/") else "file",
+            url=f.get("url_private"),
+            name=f.get("name"),
+            mime_type=f.get("mimetype"),
+        )
+        for f in files if isinstance(f, Mapping)
+    )
