@@ -63,8 +63,9 @@ class Sender(Protocol):
         """Post a new message; returns its platform id."""
         ...
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
-        ...
+    async def edit(
+        self, address: Address, message_id: str, markdown: str, *, final: bool
+    ) -> None: ...
 
     async def thinking(self, address: Address, on: bool) -> None:
         """Show (or clear) that the bot is working: typing, a reaction, a status."""

@@ -43,13 +43,16 @@ class Settings(BaseSettings):
     model_timeout: float = Field(default=120.0, alias="GATEWAY_MODEL_TIMEOUT", gt=0)
     model_retries: int = Field(default=2, alias="GATEWAY_MODEL_RETRIES", ge=0, le=10)
     max_tokens: int | None = Field(default=None, alias="GATEWAY_MAX_TOKENS", gt=0)
+    max_message_chars: int = Field(default=100_000, alias="GATEWAY_MAX_MESSAGE_CHARS", ge=100)
 
     side_max_tokens: int = Field(default=2048, alias="GATEWAY_SIDE_MAX_TOKENS", gt=0)
     side_temperature: float = Field(default=0.3, alias="GATEWAY_SIDE_TEMPERATURE", ge=0, le=2)
     side_timeout: float = Field(default=180.0, alias="GATEWAY_SIDE_TIMEOUT", gt=0)
     side_max_in_flight: int = Field(default=3, alias="GATEWAY_SIDE_MAX_IN_FLIGHT", ge=1)
     side_message_cap: int = Field(default=2000, alias="GATEWAY_SIDE_MESSAGE_CAP", ge=100)
-    side_transcript_budget: int = Field(default=24000, alias="GATEWAY_SIDE_TRANSCRIPT_BUDGET", ge=500)
+    side_transcript_budget: int = Field(
+        default=24000, alias="GATEWAY_SIDE_TRANSCRIPT_BUDGET", ge=500
+    )
 
     lease_ttl: float = Field(default=30.0, alias="GATEWAY_LEASE_TTL", ge=0.5)
     worker_concurrency: int = Field(default=64, alias="GATEWAY_WORKER_CONCURRENCY", ge=1)

@@ -1,2 +1,175 @@
-"""The one door every adapter calls: dedupe, access, commands, append and enqueue."""
-# Interface placeholder; the implementation lands with the core pipeline.
+"""The one door every adapter calls: dedupe, access, commands, append and enqueue.
+
+Nothing here calls a model or a platform: replies that ingest decides on (a
+refusal, a command's answer) become jobs for a worker, so an adapter can
+acknowledge its platform within milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from enum import StrEnum
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway import commands
+from gateway.commands import Command
+from gateway.config import Settings
+from gateway.model import Address, Inbound
+from gateway.session import SessionStore
+from gateway.store import Keys
+
+log = logging.getLogger(__name__)
+
+OPEN_PLATFORMS = frozenset({"slack", "console"})
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+REFUSAL_WINDOW = 3600
+
+
+class Outcome(StrEnum):
+    QUEUED = "queued"
+    DUPLICATE = "duplicate"
+    IGNORED = "ignored"
+    REFUSED = "refused"
+    COMMAND = "command"
+    SIDE = "side"
+
+
+def clean_text(text: str) -> str:
+    """Lone surrogates become U+FFFD; control characters other than tab and newline go."""
+    return _CONTROL.sub("", _LONE_SURROGATE.sub("\ufffd", text))
+
+
+class Ingest:
+    """Turns a normalized message into session state and jobs."""
+
+    def __init__(self, settings: Settings, redis: Redis) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.sessions = SessionStore(redis)
+
+    async def receive(self, inbound: Inbound) -> Outcome:
+        if inbound.speaker.is_bot:
+            return Outcome.IGNORED
+        inbound = inbound.model_copy(update={"text": clean_text(inbound.text)})
+        command = commands.parse(inbound.text)
+        if not await self._addressed(inbound):
+            return Outcome.IGNORED
+        if command is None and self.allowed(inbound):
+            return await self._message(inbound)  # dedupes inside its one atomic step
+        if not await self.sessions.first_delivery(inbound):
+            return Outcome.DUPLICATE
+        if not self.allowed(inbound):
+            return await self._refuse(inbound)
+        assert command is not None
+        return await self._command(inbound, command)
+
+    async def latest_session(self, channel_key: str) -> str | None:
+        """The most recently active session in a channel (Slack's `/btw` applies to it)."""
+        return await self.sessions.latest_in_channel(channel_key)
+
+    def allowed(self, inbound: Inbound) -> bool:
+        if inbound.platform in OPEN_PLATFORMS:
+            return True
+        allow_all = {
+            "telegram": self.settings.telegram_allow_all,
+            "discord": self.settings.discord_allow_all,
+        }.get(inbound.platform, False)
+        return allow_all or inbound.user_key in self.settings.allowed_user_set
+
+    async def _addressed(self, inbound: Inbound) -> bool:
+        if inbound.is_dm or inbound.mentions_bot or inbound.replies_to_bot:
+            return True
+        return inbound.follows_thread and await self.sessions.participated(inbound.session_key)
+
+    async def _refuse(self, inbound: Inbound) -> Outcome:
+        first = await self.redis.set(
+            Keys.refused(inbound.user_key), "1", nx=True, ex=REFUSAL_WINDOW
+        )
+        if first:
+            text = (
+                f"Sorry, you are not allowed to use this bot. Ask its operator to add "
+                f"`{inbound.user_key}` to GATEWAY_ALLOWED_USERS."
+            )
+            await self._notice(inbound, inbound.reply, text)
+        log.info("refused %s in %s", inbound.user_key, inbound.session_key)
+        return Outcome.REFUSED
+
+    async def _message(self, inbound: Inbound) -> Outcome:
+        if not inbound.text.strip() and not inbound.attachments:
+            await self._notice_once(
+                inbound, "I got an empty message: write your question and I will answer."
+            )
+            return Outcome.IGNORED
+        limit = self.settings.max_message_chars
+        if len(inbound.text) > limit:
+            await self._notice_once(
+                inbound,
+                f"That message is too long "
+                f"({len(inbound.text):,} characters; the limit is {limit:,}). "
+                "Please shorten it or send it in parts.",
+            )
+            return Outcome.IGNORED
+        fresh, _ = await self.sessions.append_user(inbound)
+        return Outcome.QUEUED if fresh else Outcome.DUPLICATE
+
+    async def _notice_once(self, inbound: Inbound, text: str) -> None:
+        if await self.sessions.first_delivery(inbound):
+            await self._notice(inbound, inbound.reply, text)
+
+    async def _command(self, inbound: Inbound, command: Command) -> Outcome:
+        key = inbound.session_key
+        if command.name == "btw":
+            return await self._side_question(inbound, command.argument)
+        if command.name == "reset":
+            await self._cancel(key)
+            await self.sessions.reset(key)
+            return await self._notice(inbound, inbound.reply, "Started a fresh conversation.")
+        if command.name == "stop":
+            running = await self.sessions.is_running(key)
+            await self._cancel(key)
+            text = "Stopping the reply." if running else "Nothing is running."
+            return await self._notice(inbound, inbound.reply, text)
+        if command.name == "status":
+            return await self._enqueue(inbound, "status", {"address": _dump(inbound.reply)})
+        return await self._notice(inbound, inbound.reply, commands.HELP_TEXT)
+
+    async def _side_question(self, inbound: Inbound, question: str) -> Outcome:
+        if not question:
+            return await self._notice(inbound, inbound.side_reply, commands.BTW_USAGE)
+        payload = {
+            "question": question,
+            "address": _dump(inbound.side_reply),
+            "speaker": inbound.speaker.name,
+        }
+        status, _ = await self.sessions.enqueue(
+            inbound,
+            "side",
+            payload,
+            side_limit=self.settings.side_max_in_flight,
+            side_window=self.settings.side_timeout * 2,
+        )
+        if status == "busy":
+            text = (
+                f"Busy: {self.settings.side_max_in_flight} side questions are already being "
+                "answered here; ask again in a moment."
+            )
+            return await self._notice(inbound, inbound.side_reply, text)
+        return Outcome.SIDE
+
+    async def _notice(self, inbound: Inbound, address: Address, text: str) -> Outcome:
+        return await self._enqueue(inbound, "notice", {"address": _dump(address), "text": text})
+
+    async def _enqueue(self, inbound: Inbound, kind: str, payload: dict[str, Any]) -> Outcome:
+        await self.sessions.enqueue(inbound, kind, payload)
+        return Outcome.COMMAND
+
+    async def _cancel(self, session_key: str) -> None:
+        await self.redis.publish(Keys.CANCEL_CHANNEL, session_key)
+
+
+def _dump(address: Address) -> dict[str, Any]:
+    return address.model_dump(exclude_none=True)

@@ -95,8 +95,17 @@ class Keys:
     @staticmethod
     def all_parts(session_key: str) -> list[str]:
         """Every key of a session except dedupe marks (reset keeps those)."""
-        parts = ("history", "inbox", "meta", "live", "replies", "injections",
-                 "injections:turn", "segments", "compressing")
+        parts = (
+            "history",
+            "inbox",
+            "meta",
+            "live",
+            "replies",
+            "injections",
+            "injections:turn",
+            "segments",
+            "compressing",
+        )
         return [Keys.session(session_key, p) for p in parts]
 
     @staticmethod
@@ -146,7 +155,9 @@ async def ping(client: aioredis.Redis, url_for_errors: str) -> None:
     try:
         await client.ping()
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise StoreUnavailable(f"Redis at {redact_url(url_for_errors)} does not answer: {exc}") from None
+        raise StoreUnavailable(
+            f"Redis at {redact_url(url_for_errors)} does not answer: {exc}"
+        ) from None
 
 
 def redact_url(url: str) -> str:
@@ -202,7 +213,9 @@ class EmbeddedRedis:
         self._lock, self.owner = lock, True
         self.socket_path.unlink(missing_ok=True)
         self._process = subprocess.Popen(
-            self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            self._command(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
         self._wait_ready(timeout)
@@ -215,10 +228,25 @@ class EmbeddedRedis:
     def _command(self) -> list[str]:
         data = self.data_dir.resolve()
         return [
-            find_redis_server(), "--port", "0", "--unixsocket", str(self.socket_path),
-            "--unixsocketperm", "700", "--dir", str(data), "--appendonly", "yes",
-            "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
-            "--logfile", str(data / "redis.log"),
+            find_redis_server(),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket_path),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(data),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(data / "redis.log"),
         ]
 
     def _share(self, timeout: float) -> str:
@@ -231,8 +259,11 @@ class EmbeddedRedis:
                     "answering; stop that process or use another GATEWAY_DATA_DIR"
                 )
             time.sleep(0.05)
-        log.warning("sharing the embedded Redis of pid %s at %s; it stops when that process "
-                    "exits", owner, self.url)
+        log.warning(
+            "sharing the embedded Redis of pid %s at %s; it stops when that process exits",
+            owner,
+            self.url,
+        )
         return self.url
 
     def _wait_ready(self, timeout: float) -> None:
@@ -240,7 +271,11 @@ class EmbeddedRedis:
         assert self._process is not None
         while not self.socket_path.exists():
             if self._process.poll() is not None:
-                err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+                err = (
+                    self._process.stderr.read().decode(errors="replace")
+                    if self._process.stderr
+                    else ""
+                )
                 log_tail = self._log_tail()
                 raise StoreUnavailable(f"embedded redis-server exited: {err.strip() or log_tail}")
             if time.monotonic() > deadline:
@@ -252,7 +287,11 @@ class EmbeddedRedis:
         logfile = self.data_dir / "redis.log"
         if not logfile.exists():
             return "no log"
-        return logfile.read_text(errors="replace").strip().splitlines()[-1:][0] if logfile.stat().st_size else "empty log"
+        return (
+            logfile.read_text(errors="replace").strip().splitlines()[-1:][0]
+            if logfile.stat().st_size
+            else "empty log"
+        )
 
     def stop(self) -> None:
         """Stop the server if this process started it (an append-only flush happens on SIGTERM)."""

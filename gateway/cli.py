@@ -1,0 +1,408 @@
+"""The `gateway` command: the composition root, where settings become running parts.
+
+Every command fails with one line on stderr (never a secret) and a non-zero
+exit when its configuration is wrong or Redis cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from adapters.base import Mode, Platform, Sender
+from gateway import logs, store
+from gateway.config import Settings, load_settings
+from gateway.errors import ConfigError, GatewayError, PlatformError
+from gateway.health import Health
+from gateway.ingest import Ingest
+
+log = logging.getLogger("gateway")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings()
+        _setup_logging(settings, quiet=args.command == "run")
+        code = asyncio.run(args.handler(settings, args))
+    except GatewayError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        code = 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="Chat-platform gateway bot")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="everything in one process")
+    run.add_argument("--console", action="store_true", help="also read chat from stdin")
+    run.set_defaults(handler=cmd_run)
+    commands.add_parser("web", help="the HTTP server").set_defaults(handler=cmd_web)
+    worker = commands.add_parser("worker", help="runs turns and side questions")
+    worker.add_argument("--concurrency", type=int, default=None)
+    worker.set_defaults(handler=cmd_worker)
+    for name in ("slack", "telegram", "discord"):
+        commands.add_parser(name, help=f"the {name} connection").set_defaults(
+            handler=_connect_command(name)
+        )
+    commands.add_parser("redis", help="only the embedded Redis").set_defaults(handler=cmd_redis)
+    commands.add_parser("doctor", help="check Redis, the model, tokens").set_defaults(
+        handler=cmd_doctor
+    )
+    sessions = commands.add_parser("sessions", help="inspect and reset sessions")
+    sessions.add_argument("action", choices=["list", "show", "reset"])
+    sessions.add_argument("key", nargs="?")
+    sessions.add_argument("--json", action="store_true")
+    sessions.set_defaults(handler=cmd_sessions)
+    return parser
+
+
+def _setup_logging(settings: Settings, *, quiet: bool) -> None:
+    level = settings.log_level
+    if quiet and "log_level" not in settings.model_fields_set:
+        level = "WARNING"  # the all-in-one run shares the terminal with the chat
+    secrets = [
+        s.get_secret_value()
+        for s in (
+            settings.api_key,
+            settings.slack_bot_token,
+            settings.slack_signing_secret,
+            settings.slack_app_token,
+            settings.telegram_bot_token,
+            settings.telegram_webhook_secret,
+            settings.discord_bot_token,
+        )
+        if s is not None
+    ]
+    logs.setup(level, settings.log_format, secrets)
+
+
+# --- shared pieces ---------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    """Redis from REDIS_URL, or the embedded server (stopped again on exit)."""
+    embedded = None
+    url = settings.redis_url
+    if url is None:
+        embedded = store.EmbeddedRedis(settings.data_dir)
+        url = embedded.start()
+    client = store.connect(url)
+    try:
+        await store.ping(client, url)
+        yield client
+    finally:
+        await client.aclose()
+        if embedded is not None:
+            embedded.stop()
+
+
+def _platforms(settings: Settings, redis: aioredis.Redis, mode: Mode) -> list[Platform]:
+    import adapters
+
+    found = []
+    for name in settings.enabled_platforms:
+        platform = adapters.load(name)(settings, redis)
+        platform.validate(mode)
+        found.append(platform)
+    return found
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    serving = asyncio.create_task(server.serve())
+    await _first(serving, asyncio.create_task(stop.wait()))
+    server.should_exit = True
+    await serving
+
+
+async def _first(*tasks: asyncio.Task[Any]) -> None:
+    """Wait for the first task to end; cancel the rest; re-raise a failure."""
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+def _task(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    return asyncio.create_task(coro)
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    from adapters import console
+    from gateway.web import create_app
+    from gateway.worker import Worker
+
+    async with _redis(settings) as redis:
+        platforms = _platforms(settings, redis, "send")
+        use_console = args.console or not platforms
+        senders: dict[str, Sender] = {p.name: p.sender() for p in platforms}
+        if use_console:
+            senders["console"] = console.ConsoleSender()
+        _banner(settings, platforms, use_console)
+        ingest = Ingest(settings, redis)
+        stop = _stop_event()
+        worker = Worker(settings, redis, senders)
+        tasks = [_task(worker.run(stop))]
+        http = [p for p in platforms if p.uses_http()]
+        if http:
+            app = create_app(redis, ingest, http, sorted(senders))
+            tasks.append(_task(_serve_web(settings, app, stop)))
+        for platform in platforms:
+            if not platform.uses_http():
+                tasks.append(_task(_hold_connection(platform, ingest, redis)))
+        if use_console:
+            await worker.ready.wait()
+            tasks.append(_task(_then_stop(console.run(ingest), stop)))
+        try:
+            await _first(*tasks, _task(stop.wait()))
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for sender in senders.values():
+                await sender.aclose()
+    return 0
+
+
+async def _then_stop(coro: Coroutine[Any, Any, Any], stop: asyncio.Event) -> None:
+    await coro
+    stop.set()
+
+
+async def _hold_connection(platform: Platform, ingest: Ingest, redis: aioredis.Redis) -> None:
+    await platform.startup()
+    try:
+        await platform.connect(ingest, Health(redis, f"{platform.name}"))
+    finally:
+        await platform.shutdown()
+
+
+def _banner(settings: Settings, platforms: Sequence[Platform], use_console: bool) -> None:
+    lines = ["gateway: running everything in one process"]
+    if settings.redis_url is None:
+        lines.append(
+            f"  redis: embedded, data in {settings.data_dir}/ (set REDIS_URL to use your own)"
+        )
+    else:
+        lines.append(f"  redis: {store.redact_url(settings.redis_url)}")
+    if settings.uses_echo:
+        lines.append(
+            "  model: echo, an offline stand-in that repeats your message (set "
+            "GATEWAY_MODEL, e.g. openai/gpt-4o-mini, and its API key)"
+        )
+    else:
+        lines.append(f"  model: {settings.model}")
+    names = [p.name for p in platforms] + (["console"] if use_console else [])
+    lines.append(f"  platforms: {', '.join(names)}")
+    if not platforms:
+        lines.append(
+            "  (no platform token is set: set SLACK_BOT_TOKEN, TELEGRAM_BOT_TOKEN or "
+            "DISCORD_BOT_TOKEN to connect one)"
+        )
+    if use_console:
+        lines.append("  type a message and press Enter; /help lists the commands")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.web import create_app
+
+    async with _redis(settings) as redis:
+        platforms = [p for p in _platforms(settings, redis, "http") if p.uses_http()]
+        ingest = Ingest(settings, redis)
+        app = create_app(redis, ingest, platforms, ["console", *settings.enabled_platforms])
+        log.info(
+            "web listening on %s:%d (%s)",
+            settings.host,
+            settings.port,
+            ", ".join(p.name for p in platforms) or "health and metrics only",
+        )
+        await _serve_web(settings, app, _stop_event())
+    return 0
+
+
+async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.worker import Worker
+
+    async with _redis(settings) as redis:
+        platforms = _platforms(settings, redis, "send")
+        if not platforms:
+            raise ConfigError(
+                "no platform is configured for this worker: set SLACK_BOT_TOKEN, "
+                "TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN"
+            )
+        senders = {p.name: p.sender() for p in platforms}
+        worker = Worker(settings, redis, senders, concurrency=args.concurrency)
+        try:
+            await worker.run(_stop_event())
+        finally:
+            for sender in senders.values():
+                await sender.aclose()
+    return 0
+
+
+def _connect_command(
+    name: str,
+) -> Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]:
+    async def command(settings: Settings, args: argparse.Namespace) -> int:
+        import adapters
+
+        async with _redis(settings) as redis:
+            if name not in settings.enabled_platforms:
+                raise ConfigError(f"{name.upper()}_BOT_TOKEN is required for `gateway {name}`")
+            platform = adapters.load(name)(settings, redis)
+            platform.validate("connect")
+            ingest = Ingest(settings, redis)
+            stop = _stop_event()
+            await _first(_task(_hold_connection(platform, ingest, redis)), _task(stop.wait()))
+        return 0
+
+    return command
+
+
+async def cmd_redis(settings: Settings, args: argparse.Namespace) -> int:
+    if settings.redis_url is not None:
+        raise ConfigError("REDIS_URL is set: `gateway redis` starts only the embedded server")
+    embedded = store.EmbeddedRedis(settings.data_dir)
+    url = embedded.start()
+    if not embedded.owner:
+        print(url, flush=True)
+        return 0
+    print(url, flush=True)
+    try:
+        await _stop_event().wait()
+    finally:
+        embedded.stop()
+    return 0
+
+
+async def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.llm import ModelCall, Models
+
+    results: list[tuple[str, bool, str]] = []
+    url = settings.redis_url
+    if url is None:
+        results.append(("redis", True, "embedded (REDIS_URL unset); started on demand"))
+    else:
+        client = store.connect(url)
+        try:
+            await store.ping(client, url)
+            results.append(("redis", True, store.redact_url(url)))
+        except GatewayError as exc:
+            results.append(("redis", False, str(exc)))
+        finally:
+            await client.aclose()
+    try:
+        call = ModelCall(
+            settings.model,
+            [{"role": "user", "content": "ping"}],
+            timeout=min(30.0, settings.model_timeout),
+            max_tokens=5,
+        )
+        await Models(settings).complete(call)
+        results.append(("model", True, settings.model))
+    except GatewayError as exc:
+        results.append(("model", False, f"{settings.model}: {exc}"))
+    results.extend(await _doctor_platforms(settings))
+    for name, ok, detail in results:
+        print(f"{'ok  ' if ok else 'FAIL'}  {name:<9} {detail}")
+    return 0 if all(ok for _, ok, _ in results) else 1
+
+
+async def _doctor_platforms(settings: Settings) -> list[tuple[str, bool, str]]:
+    import adapters
+
+    results = []
+    client = aioredis.Redis()  # platforms are checked without touching Redis
+    for name in settings.enabled_platforms:
+        try:
+            platform = adapters.load(name)(settings, client)
+            results.append((name, True, await platform.doctor()))
+        except (GatewayError, PlatformError) as exc:
+            results.append((name, False, str(exc)))
+    await client.aclose()
+    return results
+
+
+async def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.session import SessionStore
+
+    if args.action in {"show", "reset"} and not args.key:
+        raise ConfigError(f"`gateway sessions {args.action}` needs a session KEY")
+    async with _redis(settings) as redis:
+        sessions = SessionStore(redis)
+        if args.action == "list":
+            rows = []
+            for key, updated in await sessions.list_sessions(limit=1000):
+                meta = await sessions.meta(key)
+                rows.append(
+                    {
+                        "key": key,
+                        "updated": updated,
+                        "messages": int(meta.get("answered", 0) or 0),
+                        "turns": int(meta.get("turns", 0) or 0),
+                    }
+                )
+            _print_rows(rows, args.json)
+        elif args.action == "show":
+            entries = await sessions.history(args.key) + await sessions.inbox(args.key)
+            if args.json:
+                print(json.dumps(entries, ensure_ascii=False, indent=2))
+            for entry in [] if args.json else entries:
+                who = (entry.get("speaker") or {}).get("name") or entry.get("role")
+                print(f"[{entry.get('role')}] {who}: {entry.get('text')}")
+        else:
+            await sessions.reset(args.key)
+            print(json.dumps({"reset": args.key}) if args.json else f"reset {args.key}")
+    return 0
+
+
+def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated"]))
+        print(f"{row['key']}  {row['messages']} messages  {row['turns']} turns  {when}")
+
+
+if __name__ == "__main__":
+    main()

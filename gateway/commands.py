@@ -1,0 +1,39 @@
+"""Chat commands: parsing, and the texts the bot answers them with."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NAMES = frozenset({"btw", "reset", "new", "stop", "status", "help"})
+_COMMAND = re.compile(r"^\s*([/!])([A-Za-z]+)(?:@([\w.-]+))?(?=\s|$)\s*(.*)\Z", re.DOTALL)
+
+HELP_TEXT = (
+    "Commands:\n"
+    "• `/btw <question>` (or `!btw <question>`): ask a side question about this conversation; "
+    "the answer comes as a side message and stays out of the conversation\n"
+    "• `/reset` (or `/new`): start a fresh conversation\n"
+    "• `/stop`: stop the reply being written\n"
+    "• `/status`: model, conversation size, queued messages\n"
+    "• `/help`: this list"
+)
+BTW_USAGE = "Usage: /btw <question> — ask a side question about this conversation."
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    argument: str
+    addressed_to: str | None = None
+
+
+def parse(text: str) -> Command | None:
+    """The command in `text`, or None. `!` works only for `!btw` (it is the form for threads)."""
+    match = _COMMAND.match(text)
+    if not match:
+        return None
+    sigil, name, target, argument = match.groups()
+    name = name.lower()
+    if name not in NAMES or (sigil == "!" and name != "btw"):
+        return None
+    return Command("reset" if name == "new" else name, argument.strip(), target)

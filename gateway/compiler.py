@@ -1,0 +1,127 @@
+"""MessageCompiler: what a main turn sends to the model.
+
+Full mode: the system prompt, the session's history (its compressed view),
+and one `<system-reminder>` block of dynamic context on the last user message.
+The history part is a pure function of the stored entries, so it is identical
+from one turn to the next and a provider's prompt cache over it stays warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway import reminders
+from gateway.errors import ContextMismatch
+from gateway.session import Entry
+
+Message = dict[str, Any]
+Mode = Literal["full", "delta"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyTarget:
+    """Who the reply goes to, and where."""
+
+    speaker_name: str
+    speaker_id: str
+    place: str  # "Slack channel C1, thread 1712.33" ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """Everything a turn's request is built from."""
+
+    session_key: str
+    entries: Sequence[Entry]
+    target: ReplyTarget | None
+    injections: Sequence[str] = ()
+    group: bool = False
+    segments: Sequence[dict[str, Any]] = ()
+    cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRequest:
+    messages: list[Message]
+    mode: Mode
+    reminder: str | None = None
+    history_messages: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MessageCompiler:
+    """Builds main-turn requests for one session."""
+
+    def __init__(self, session_key: str, system_prompt: str) -> None:
+        self.session_key = session_key
+        self.system_prompt = system_prompt
+
+    def compile(self, context: TurnContext) -> CompiledRequest:
+        if context.session_key != self.session_key:
+            raise ContextMismatch(
+                f"compiler for {self.session_key!r} was given the context of "
+                f"{context.session_key!r}"
+            )
+        history = self.history_view(context)
+        block = reminders.combine(self.reminder_texts(context))
+        messages = [{"role": "system", "content": self.system_prompt}, *history]
+        if block is not None:
+            messages = reminders.append_block(messages, block)
+        return CompiledRequest(messages, "full", block, len(history))
+
+    def history_view(self, context: TurnContext) -> list[Message]:
+        """The history as provider messages, compression segments applied."""
+        return [m for entry in context.entries if (m := entry_message(entry, context.group))]
+
+    def reminder_texts(self, context: TurnContext) -> list[str]:
+        texts: list[str] = []
+        if context.target is not None:
+            target = context.target
+            texts.append(
+                f"This reply goes to {target.speaker_name} (id {target.speaker_id}) "
+                f"in {target.place}."
+            )
+        texts.extend(context.injections)
+        return texts
+
+
+def entry_message(entry: Entry, group: bool) -> Message | None:
+    """One history entry as a provider message; None for an entry that is not one."""
+    role = entry.get("role")
+    text = entry.get("text")
+    if role == "user":
+        return {"role": "user", "content": _user_content(entry, group)}
+    if role == "assistant":
+        message: Message = {"role": "assistant", "content": text if isinstance(text, str) else ""}
+        if entry.get("tool_calls"):
+            message["tool_calls"] = [_tool_call(call) for call in entry["tool_calls"]]
+        return message
+    if role == "tool":
+        return {
+            "role": "tool",
+            "tool_call_id": entry.get("tool_call_id", ""),
+            "content": text if isinstance(text, str) else "",
+        }
+    return None
+
+
+def _user_content(entry: Entry, group: bool) -> str | list[Any]:
+    text = entry.get("text")
+    if isinstance(text, list):
+        return text
+    body = str(text or "")
+    for attachment in entry.get("attachments") or []:
+        label = attachment.get("name") or attachment.get("url") or "unnamed"
+        body += f"\n[attachment: {attachment.get('kind', 'file')} {label}]"
+    speaker = (entry.get("speaker") or {}).get("name")
+    return f"{speaker}: {body}" if group and speaker else body
+
+
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call.get("id", ""),
+        "type": "function",
+        "function": {"name": call.get("name", ""), "arguments": call.get("arguments", "{}")},
+    }

@@ -1,0 +1,332 @@
+"""Getting text onto a platform: streamed edits, splitting, and the per-chat send budget.
+
+A reply streams as one message edited in place, no more often than the
+platform allows, and continues in further messages past the platform's
+length limit. When the platform says "wait" (RateLimited), intermediate edits
+are dropped and the latest text goes out after the wait: the final text is
+always delivered. Platforms that ban per chat get a budget shared by every
+worker through Redis, so two workers cannot together exceed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis.asyncio import Redis
+
+from adapters.base import Limits, Sender
+from gateway.errors import PlatformError, RateLimited
+from gateway.model import Address
+from gateway.store import Keys
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Measure = Callable[[str], int]
+
+_FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+FINAL_ATTEMPTS = 30
+MAX_WAIT = 900.0
+
+
+# --- splitting -------------------------------------------------------------------------------
+
+
+def split_markdown(text: str, limit: int, measure: Measure = len) -> list[str]:
+    """Split `text` into pieces whose measure is at most `limit`.
+
+    Cuts at a paragraph break, else a line break, else a space, else anywhere,
+    preferring a piece at least half the limit long. A code block that has to be
+    cut is closed at the end of one piece and reopened (same info string) at the
+    start of the next, so every piece renders on its own.
+    """
+    pieces: list[str] = []
+    rest = text
+    while rest:
+        if measure(rest) <= limit:
+            pieces.append(rest)
+            break
+        head, rest = _cut(rest, limit, measure)
+        pieces.append(head)
+    return pieces or [""]
+
+
+def _cut(text: str, limit: int, measure: Measure) -> tuple[str, str]:
+    fences = _fence_states(text)
+    for pattern in ("\n\n", "\n", " "):
+        positions = [m.end() for m in re.finditer(re.escape(pattern), text)]
+        best = _largest_fitting(text, positions, limit, measure, fences)
+        if best is not None and best >= min(len(text), limit) // 2:
+            return _pieces(text, best, fences)
+    best = _largest_fitting(text, list(range(1, len(text))), limit, measure, fences)
+    return _pieces(text, best or 1, fences)
+
+
+def _largest_fitting(
+    text: str, positions: list[int], limit: int, measure: Measure, fences: list[str | None]
+) -> int | None:
+    low, high, found = 0, len(positions) - 1, None
+    while low <= high:
+        middle = (low + high) // 2
+        head, _ = _pieces(text, positions[middle], fences)
+        if measure(head) <= limit and head.strip():
+            found, low = positions[middle], middle + 1
+        else:
+            high = middle - 1
+    return found
+
+
+def _pieces(text: str, position: int, fences: list[str | None]) -> tuple[str, str]:
+    """Cut at `position`, closing and reopening a code block that spans it."""
+    head, tail = text[:position], text[position:]
+    fence = fences[text.count("\n", 0, position)]
+    if fence is None:
+        return head.rstrip(), tail.lstrip("\n")
+    marker = _FENCE.match(fence)
+    closing = marker.group(1) if marker else "```"
+    return f"{head.rstrip()}\n{closing}", f"{fence}\n{tail.lstrip(chr(10))}"
+
+
+def _fence_states(text: str) -> list[str | None]:
+    """For each line, the opening fence line of the code block it lies inside (or None)."""
+    states: list[str | None] = []
+    open_fence: str | None = None
+    for line in text.split("\n"):
+        match = _FENCE.match(line)
+        if match and open_fence is None:
+            states.append(None)
+            open_fence = line.strip()
+            continue
+        if match and open_fence is not None and not match.group(2).strip():
+            states.append(open_fence)
+            open_fence = None
+            continue
+        states.append(open_fence)
+    # position at the very end of a line belongs to that line; one extra slot for safety
+    states.append(open_fence)
+    return states
+
+
+# --- the shared send budget ------------------------------------------------------------------
+
+_ACQUIRE = """
+local now_parts = redis.call('TIME')
+local now = now_parts[1] * 1000 + math.floor(now_parts[2] / 1000)
+local next_at = tonumber(redis.call('GET', KEYS[1]) or '0')
+if now < next_at then return next_at - now end
+local interval = tonumber(ARGV[1])
+if interval > 0 then redis.call('SET', KEYS[1], now + interval, 'PX', interval + 1000) end
+return 0
+"""
+
+_BAN = """
+local now_parts = redis.call('TIME')
+local now = now_parts[1] * 1000 + math.floor(now_parts[2] / 1000)
+local wait = tonumber(ARGV[1])
+local next_at = tonumber(redis.call('GET', KEYS[1]) or '0')
+if now + wait > next_at then redis.call('SET', KEYS[1], now + wait, 'PX', wait + 1000) end
+return 1
+"""
+
+
+class SendBudget:
+    """Per-chat pacing shared by every worker: one Redis key per chat, its next free time."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._acquire = redis.register_script(_ACQUIRE)
+        self._ban = redis.register_script(_BAN)
+
+    async def acquire(self, chat_key: str, interval: float) -> float:
+        """Take a send slot: 0 when granted, else the seconds to wait before asking again."""
+        wait_ms = await self._acquire(keys=[Keys.budget(chat_key)], args=[int(interval * 1000)])
+        return int(wait_ms) / 1000.0
+
+    async def ban(self, chat_key: str, seconds: float) -> None:
+        """Nothing goes to this chat, from any worker, for `seconds`."""
+        await self._ban(keys=[Keys.budget(chat_key)], args=[int(seconds * 1000) + 1])
+
+
+# --- delivering ------------------------------------------------------------------------------
+
+
+class Channel:
+    """One address on one platform, with its limits and pacing."""
+
+    def __init__(self, sender: Sender, address: Address, budget: SendBudget | None) -> None:
+        self.sender = sender
+        self.address = address
+        self.limits: Limits = sender.limits(address)
+        self.budget = budget if self.limits.chat_interval is not None else None
+        self.not_before = 0.0
+
+    def split(self, text: str) -> list[str]:
+        return split_markdown(text, self.limits.max_length, self.sender.measure)
+
+    async def wait_turn(self, *, final: bool) -> bool:
+        """Wait (final) or decline (intermediate) while the platform or budget says wait."""
+        while True:
+            delay = self.not_before - time.monotonic()
+            if delay <= 0 and self.budget is not None:
+                assert self.limits.chat_interval is not None
+                delay = await self.budget.acquire(self.address.chat_key, self.limits.chat_interval)
+            if delay <= 0:
+                return True
+            if not final:
+                return False
+            await asyncio.sleep(min(delay, MAX_WAIT))
+
+    async def call(self, operation: Callable[[], Awaitable[T]], *, final: bool) -> T | None:
+        """Run one platform call within the pacing; None when an intermediate call was skipped."""
+        for _ in range(FINAL_ATTEMPTS if final else 1):
+            if not await self.wait_turn(final=final):
+                return None
+            try:
+                return await operation()
+            except RateLimited as exc:
+                await self.rate_limited(exc.retry_after)
+                if not final:
+                    return None
+        raise PlatformError(f"gave up on {self.address.chat_key} after {FINAL_ATTEMPTS} waits")
+
+    async def rate_limited(self, retry_after: float) -> None:
+        log.warning("rate limited in %s: waiting %.1fs", self.address.chat_key, retry_after)
+        self.not_before = time.monotonic() + retry_after
+        if self.budget is not None:
+            await self.budget.ban(self.address.chat_key, retry_after)
+
+
+async def deliver(
+    sender: Sender, address: Address, text: str, budget: SendBudget | None = None
+) -> list[str]:
+    """Post a complete text (a notice, a side answer), split as needed. Returns message ids."""
+    channel = Channel(sender, address, budget)
+    ids: list[str] = []
+    for piece in channel.split(text):
+        message_id = await channel.call(
+            lambda p=piece: sender.send(address, p, final=True),  # type: ignore[misc]
+            final=True,
+        )
+        if message_id is not None:
+            ids.append(message_id)
+    return ids
+
+
+class ReplyStream:
+    """A main reply, streamed into one message edited in place (and continuations).
+
+    `known_ids` are the messages an earlier run of the same turn already posted:
+    they are edited, never posted again. `on_ids` is called whenever a new
+    message is posted, so a re-run after a crash finds them.
+    """
+
+    def __init__(
+        self,
+        sender: Sender,
+        address: Address,
+        *,
+        budget: SendBudget | None,
+        known_ids: list[str],
+        on_ids: Callable[[list[str]], Awaitable[None]],
+        on_flush: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.channel = Channel(sender, address, budget)
+        self.sender, self.address = sender, address
+        self.ids = list(known_ids)
+        self.sent: list[str | None] = [None] * len(self.ids)
+        self.text = ""
+        self._on_ids, self._on_flush = on_ids, on_flush
+        self._dirty = asyncio.Event()
+        self._last_flush = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._keep_thinking()))
+        if self.channel.limits.edit_interval < float("inf"):
+            self._tasks.append(asyncio.create_task(self._pump()))
+
+    def feed(self, piece: str) -> None:
+        self.text += piece
+        if self.text.strip():
+            self._dirty.set()
+
+    async def finish(self, text: str) -> list[str]:
+        """Deliver the final text, waiting out any rate limit. Returns the message ids."""
+        self.text = text
+        await self._stop_tasks()
+        await self._flush(final=True)
+        await self._thinking(False)
+        return self.ids
+
+    async def abandon(self) -> None:
+        await self._stop_tasks()
+        await self._thinking(False)
+
+    async def _stop_tasks(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _pump(self) -> None:
+        interval = self.channel.limits.edit_interval
+        while True:
+            await self._dirty.wait()
+            delay = max(self._last_flush + interval, self.channel.not_before) - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._dirty.clear()
+            try:
+                await self._flush(final=False)
+            except PlatformError as exc:
+                log.warning("edit failed in %s: %s", self.address.chat_key, exc)
+            self._last_flush = time.monotonic()
+
+    async def _flush(self, *, final: bool) -> None:
+        pieces = self.channel.split(self.text)
+        for index, piece in enumerate(pieces):
+            if index < len(self.ids):
+                if self.sent[index] == piece:
+                    continue
+                done = await self.channel.call(
+                    lambda i=index, p=piece: self.sender.edit(  # type: ignore[misc]
+                        self.address, self.ids[i], p, final=final
+                    ),
+                    final=final,
+                )
+                if done is None and not final:
+                    self._dirty.set()
+                    return
+                self.sent[index] = piece
+            else:
+                message_id = await self.channel.call(
+                    lambda p=piece: self.sender.send(self.address, p, final=final),  # type: ignore[misc]
+                    final=final,
+                )
+                if message_id is None:
+                    self._dirty.set()
+                    return
+                self.ids.append(message_id)
+                self.sent.append(piece)
+                await self._on_ids(self.ids)
+        if self._on_flush is not None and not final:
+            await self._on_flush(self.text)
+
+    async def _keep_thinking(self) -> None:
+        interval = self.channel.limits.typing_interval
+        while not self.ids:
+            await self._thinking(True)
+            if interval is None:
+                return
+            await asyncio.sleep(interval)
+
+    async def _thinking(self, on: bool) -> None:
+        if time.monotonic() < self.channel.not_before:
+            return  # nothing at all goes to a chat that asked us to wait
+        try:
+            await self.sender.thinking(self.address, on)
+        except PlatformError as exc:
+            log.debug("thinking signal failed in %s: %s", self.address.chat_key, exc)

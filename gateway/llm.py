@@ -1,0 +1,249 @@
+"""The model boundary: streaming main turns and one-shot calls, through litellm.
+
+litellm is imported on first use only (it costs seconds and hundreds of MB),
+so processes that never call a model never load it; and it is told to use its
+bundled model map instead of fetching one at import.
+
+The offline `echo` model answers when no model is configured: it streams back
+a short, clearly labelled echo and imports no provider at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gateway.config import ECHO_MODEL, Settings
+from gateway.errors import (
+    ModelError,
+    ModelRateLimited,
+    ModelRejected,
+    ModelTimeout,
+    ModelUnavailable,
+)
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+ECHO_LABEL = "(echo: no model is configured, so I repeat what you wrote; set GATEWAY_MODEL)"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One request to a model."""
+
+    model: str
+    messages: Sequence[Message]
+    timeout: float
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_litellm: ModuleType | None = None
+
+
+def load_litellm() -> ModuleType:
+    """Import litellm once, offline (its bundled model map, no telemetry)."""
+    global _litellm
+    if _litellm is None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        os.environ.setdefault("LITELLM_LOG", "ERROR")
+        import litellm
+
+        litellm.telemetry = False
+        litellm.suppress_debug_info = True
+        litellm.drop_params = True
+        _litellm = litellm
+    return _litellm
+
+
+def last_user_text(messages: Sequence[Message]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
+class Models:
+    """Streams and one-shot calls for any model name: `echo`, or anything litellm routes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.api_base = settings.api_base
+        self.api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        self.retries = settings.model_retries
+
+    async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+        """The reply's text in pieces; `usage` is filled in when the stream ends.
+
+        Failures before the first piece are retried with backoff (429, 5xx,
+        timeouts, refused connections); after it, they end the stream with a
+        ModelError, since a half-shown answer cannot be silently redone.
+        """
+        if call.model == ECHO_MODEL:
+            async for piece in _echo(call, usage):
+                yield piece
+            return
+        pieces = await self._with_retries(lambda: self._open_stream(call))
+        async for piece in self._read_stream(pieces, call, usage):
+            yield piece
+
+    async def complete(self, call: ModelCall) -> tuple[str, Usage]:
+        """One non-streamed answer (side questions, summaries)."""
+        usage = Usage()
+        if call.model == ECHO_MODEL:
+            text = "".join([piece async for piece in _echo(call, usage)])
+            return text, usage
+        response = await self._with_retries(lambda: self._acompletion(call, stream=False))
+        text = response.choices[0].message.content or ""
+        _fill_usage(usage, getattr(response, "usage", None))
+        return str(text), usage
+
+    def count_tokens(self, model: str, messages: Sequence[Message]) -> int:
+        """Tokens of `messages` with the model's tokenizer where litellm has one."""
+        if model == ECHO_MODEL:
+            return sum(len(str(m.get("content", ""))) for m in messages) // 4 + 1
+        return int(load_litellm().token_counter(model=model, messages=list(messages)))
+
+    async def _acompletion(self, call: ModelCall, *, stream: bool) -> Any:
+        litellm = load_litellm()
+        kwargs: dict[str, Any] = {
+            "model": call.model,
+            "messages": list(call.messages),
+            "stream": stream,
+            "timeout": call.timeout,
+            "num_retries": 0,
+            "api_base": self.api_base,
+            "api_key": self.api_key,
+        }
+        if stream:
+            kwargs["stream_options"] = {"include_usage": True}
+        if call.max_tokens is not None:
+            kwargs["max_tokens"] = call.max_tokens
+        if call.temperature is not None:
+            kwargs["temperature"] = call.temperature
+        try:
+            return await asyncio.wait_for(litellm.acompletion(**kwargs), call.timeout)
+        except Exception as exc:  # litellm raises many types; each is mapped to our tree
+            raise self._map(exc) from exc
+
+    async def _open_stream(self, call: ModelCall) -> tuple[Any, Any]:
+        """Open the stream and wait for its first chunk, so failures before it can retry."""
+        response = await self._acompletion(call, stream=True)
+        iterator = response.__aiter__()
+        try:
+            first = await asyncio.wait_for(iterator.__anext__(), call.timeout)
+        except StopAsyncIteration:
+            first = None
+        except Exception as exc:
+            raise self._map(exc) from exc
+        return first, iterator
+
+    async def _read_stream(
+        self, opened: tuple[Any, Any], call: ModelCall, usage: Usage
+    ) -> AsyncIterator[str]:
+        chunk, iterator = opened
+        while chunk is not None:
+            text = _chunk_text(chunk)
+            _fill_usage(usage, getattr(chunk, "usage", None))
+            if text:
+                yield text
+            try:
+                chunk = await asyncio.wait_for(iterator.__anext__(), call.timeout)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                raise self._map(exc) from exc
+
+    async def _with_retries(self, attempt: Any) -> Any:
+        for number in range(self.retries + 1):
+            try:
+                return await attempt()
+            except (ModelTimeout, ModelRateLimited, ModelUnavailable) as exc:
+                if number == self.retries:
+                    raise
+                delay = min(8.0, 0.5 * 2**number) * (0.5 + random.random())
+                delay = max(delay, float(getattr(exc, "retry_after", 0) or 0))
+                log.warning("model call failed (%s), retry %d in %.1fs", exc, number + 1, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _map(self, exc: BaseException) -> ModelError:
+        """litellm's exception, as a ModelError a caller can act on (never with the key)."""
+        if isinstance(exc, ModelError):
+            return exc
+        if isinstance(exc, asyncio.TimeoutError):
+            return ModelTimeout("the model did not answer in time")
+        name = type(exc).__name__
+        status = getattr(exc, "status_code", None)
+        detail = self._redact(str(getattr(exc, "message", "") or exc))[:200]
+        text = f"{name}{f' {status}' if status else ''}: {detail}"
+        if name == "Timeout" or "Timeout" in name:
+            return ModelTimeout(text)
+        if name == "RateLimitError" or status == 429:
+            error: ModelError = ModelRateLimited(text)
+            error.retry_after = _retry_after(exc)  # type: ignore[attr-defined]
+            return error
+        if name in {
+            "APIConnectionError",
+            "InternalServerError",
+            "ServiceUnavailableError",
+            "BadGatewayError",
+        } or (isinstance(status, int) and status >= 500):
+            return ModelUnavailable(text)
+        return ModelRejected(text)
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self.api_key, "***") if self.api_key else text
+
+
+def _chunk_text(chunk: Any) -> str:
+    choices = getattr(chunk, "choices", None) or []
+    if not choices:
+        return ""
+    delta = getattr(choices[0], "delta", None)
+    return str(getattr(delta, "content", None) or "")
+
+
+def _fill_usage(usage: Usage, reported: Any) -> None:
+    if reported:
+        usage.prompt_tokens = int(getattr(reported, "prompt_tokens", 0) or 0)
+        usage.completion_tokens = int(getattr(reported, "completion_tokens", 0) or 0)
+
+
+def _retry_after(exc: BaseException) -> float:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    try:
+        return min(60.0, float(headers.get("retry-after", 0)))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+async def _echo(call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+    said = last_user_text(call.messages).split("<system-reminder>")[0]
+    said = " ".join(said.rpartition("Side question:")[2].split())
+    text = f"{ECHO_LABEL} You said: {said[:500]}" if said else ECHO_LABEL
+    words = text.split(" ")
+    for index, word in enumerate(words):
+        yield word if index == 0 else f" {word}"
+        await asyncio.sleep(0)
+    usage.prompt_tokens = sum(len(str(m.get("content", ""))) for m in call.messages) // 4
+    usage.completion_tokens = len(words)

@@ -1,0 +1,116 @@
+"""Metrics kept in Redis, so every worker on every machine adds to the same numbers.
+
+`/metrics` on any `gateway web` reads them back and renders the Prometheus
+text format through prometheus_client's own exposition code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from redis.asyncio import Redis
+
+from gateway.store import GROUP, Keys
+
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class Metrics:
+    """Writers used by workers: one pipelined round trip per recorded turn."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def turn(
+        self,
+        platform: str,
+        seconds: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        outcome: str,
+    ) -> None:
+        bucket = next((str(b) for b in LATENCY_BUCKETS if seconds <= b), "+Inf")
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hincrby(Keys.METRICS, f"turns|{platform}|{outcome}", 1)
+            pipe.hincrby(Keys.METRICS, f"latency_bucket|{bucket}", 1)
+            pipe.hincrbyfloat(Keys.METRICS, "latency_sum", seconds)
+            pipe.hincrby(Keys.METRICS, "tokens|prompt", prompt_tokens)
+            pipe.hincrby(Keys.METRICS, "tokens|completion", completion_tokens)
+            await pipe.execute()
+
+    async def count(self, name: str, label: str, amount: int = 1) -> None:
+        await self.redis.hincrby(Keys.METRICS, f"{name}|{label}", amount)
+
+
+async def snapshot(redis: Redis, platforms: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
+    """The stored counters, and the job queue depth by platform."""
+    values: dict[str, str] = await redis.hgetall(Keys.METRICS)
+    depth: dict[str, int] = {}
+    for platform in platforms:
+        stream = Keys.jobs(platform)
+        if not await redis.exists(stream):
+            continue
+        groups = await redis.xinfo_groups(stream)
+        lag = sum(
+            int(g.get("lag") or 0) + int(g.get("pending") or 0)
+            for g in groups
+            if g.get("name") == GROUP
+        )
+        depth[platform] = lag
+    return values, depth
+
+
+class SnapshotCollector(Collector):
+    """Renders one snapshot; built per scrape."""
+
+    def __init__(self, values: dict[str, str], depth: dict[str, int]) -> None:
+        self.values, self.depth = values, depth
+
+    def collect(self) -> Iterator[Metric]:
+        turns = CounterMetricFamily(
+            "gateway_turns", "Main turns finished", labels=["platform", "outcome"]
+        )
+        errors = CounterMetricFamily("gateway_errors", "Errors by kind", labels=["kind"])
+        tokens = CounterMetricFamily("gateway_model_tokens", "Model tokens", labels=["kind"])
+        side = CounterMetricFamily(
+            "gateway_side_questions", "Side questions answered", labels=["outcome"]
+        )
+        for field, raw in self.values.items():
+            name, _, rest = field.partition("|")
+            if name == "turns":
+                platform, _, outcome = rest.partition("|")
+                turns.add_metric([platform, outcome], float(raw))
+            elif name == "errors":
+                errors.add_metric([rest], float(raw))
+            elif name == "tokens":
+                tokens.add_metric([rest], float(raw))
+            elif name == "side":
+                side.add_metric([rest], float(raw))
+        yield from (turns, errors, tokens, side, self._latency(), self._depth())
+
+    def _latency(self) -> HistogramMetricFamily:
+        cumulative, buckets = 0.0, []
+        for bound in (*LATENCY_BUCKETS, "+Inf"):
+            cumulative += float(self.values.get(f"latency_bucket|{bound}", 0))
+            buckets.append((str(bound), cumulative))
+        return HistogramMetricFamily(
+            "gateway_turn_latency_seconds",
+            "Main turn duration",
+            buckets=buckets,
+            sum_value=float(self.values.get("latency_sum", 0)),
+        )
+
+    def _depth(self) -> GaugeMetricFamily:
+        gauge = GaugeMetricFamily(
+            "gateway_queue_depth", "Jobs waiting or running", labels=["platform"]
+        )
+        for platform, depth in self.depth.items():
+            gauge.add_metric([platform], depth)
+        return gauge

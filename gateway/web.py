@@ -1,0 +1,61 @@
+"""The HTTP app of `gateway web`: adapter routes, `/healthz`, `/metrics`.
+
+Stateless: every request reads or writes Redis, so any number of these can
+run behind a load balancer. It never imports litellm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from adapters.base import Platform
+from gateway import health, metrics
+from gateway.ingest import Ingest
+
+
+def create_app(
+    redis: Redis, ingest: Ingest, platforms: Sequence[Platform], platform_names: Sequence[str]
+) -> Starlette:
+    """The app, with each HTTP platform's routes mounted and started in the lifespan."""
+
+    async def healthz(request: Request) -> Response:
+        try:
+            await redis.ping()
+        except (RedisError, OSError):
+            return JSONResponse({"status": "down", "redis": "down"}, status_code=503)
+        connections = await health.read_all(redis)
+        degraded = any(not report.get("up") for report in connections.values())
+        return JSONResponse(
+            {"status": "degraded" if degraded else "ok", "redis": "up", "connections": connections}
+        )
+
+    async def metrics_endpoint(request: Request) -> Response:
+        values, depth = await metrics.snapshot(redis, platform_names)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(metrics.SnapshotCollector(values, depth))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        for platform in platforms:
+            await platform.startup()
+        try:
+            yield
+        finally:
+            for platform in platforms:
+                await platform.shutdown()
+
+    routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
+    for platform in platforms:
+        routes.extend(platform.routes(ingest))
+    return Starlette(routes=routes, lifespan=lifespan)

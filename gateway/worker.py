@@ -1,0 +1,244 @@
+"""The worker: reads jobs, runs main turns, side questions and command replies.
+
+    run() -> _read_loop() -> _start(job) -> _run_job(job) -> queue.complete(job)
+
+Many sessions run at once in one process (`concurrency` caps it); one
+session runs one main turn at a time (its lease). Side questions take no
+lease, so they are answered while the session's main turn is still streaming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from adapters.base import Sender
+from gateway import side_question
+from gateway.compiler import MessageCompiler, TurnContext
+from gateway.config import Settings
+from gateway.delivery import SendBudget, deliver
+from gateway.errors import ModelError, PlatformError
+from gateway.jobs import Job, JobQueue
+from gateway.llm import ModelCall, Models
+from gateway.metrics import Metrics
+from gateway.model import Address
+from gateway.session import SessionStore
+from gateway.store import Keys
+from gateway.turn import TurnRunner
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """One consumer of the job streams of the platforms it has senders for."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        redis: Redis,
+        senders: Mapping[str, Sender],
+        models: Models | None = None,
+        *,
+        concurrency: int | None = None,
+    ) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.senders = dict(senders)
+        self.models = models or Models(settings)
+        self.sessions = SessionStore(redis)
+        self.queue = JobQueue(redis, sorted(self.senders))
+        self.budget = SendBudget(redis)
+        self.metrics = Metrics(redis)
+        self.turns = TurnRunner(
+            settings,
+            self.sessions,
+            self.queue,
+            self.models,
+            self.senders,
+            self.budget,
+            self.metrics,
+        )
+        self.slots = asyncio.Semaphore(concurrency or settings.worker_concurrency)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.ready = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until `stop` is set, then let running jobs finish (unfinished ones stay pending)."""
+        await self.queue.ensure_groups()
+        loops = [
+            asyncio.create_task(self._read_loop(stop)),
+            asyncio.create_task(self._reclaim_loop(stop)),
+            asyncio.create_task(self._cancel_listener()),
+        ]
+        self.ready.set()
+        log.info("worker %s reading %s", self.queue.consumer, ", ".join(self.queue.streams))
+        await stop.wait()
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await self.drain(timeout=self.settings.lease_ttl)
+
+    async def drain(self, timeout: float) -> None:
+        if self.tasks:
+            _, pending = await asyncio.wait(set(self.tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _read_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.slots.acquire()
+            try:
+                jobs = await self.queue.read(count=1 + self._free_slots(), block_ms=1000)
+            except RedisError as exc:
+                self.slots.release()
+                log.warning("reading jobs failed (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+                continue
+            if not jobs:
+                self.slots.release()
+                continue
+            self._start(jobs[0], slot_taken=True)
+            for job in jobs[1:]:
+                await self.slots.acquire()
+                self._start(job, slot_taken=True)
+
+    def _free_slots(self) -> int:
+        return int(getattr(self.slots, "_value", 0))
+
+    async def _reclaim_loop(self, stop: asyncio.Event) -> None:
+        min_idle = max(2.0, self.settings.lease_ttl * 1.5)
+        while not stop.is_set():
+            await asyncio.sleep(min_idle / 2)
+            try:
+                for job in await self.queue.reclaim(min_idle):
+                    log.info("reclaimed %s job %s of %s", job.kind, job.id, job.session_key)
+                    await self.slots.acquire()
+                    self._start(job, slot_taken=True)
+            except RedisError as exc:
+                log.warning("reclaiming jobs failed: %s", exc)
+
+    async def _cancel_listener(self) -> None:
+        while True:
+            try:
+                async with self.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(Keys.CANCEL_CHANNEL)
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            self._stop_turn(str(message["data"]))
+            except RedisError as exc:
+                log.warning("cancel listener lost Redis (%s); resubscribing", exc)
+                await asyncio.sleep(0.5)
+
+    def _stop_turn(self, session_key: str) -> None:
+        turn = self.turns.running.get(session_key)
+        if turn is not None:
+            log.info("stop requested for %s", session_key)
+            turn.request_stop("stopped by user")
+
+    def _start(self, job: Job, *, slot_taken: bool) -> None:
+        task = asyncio.create_task(self._run_job(job))
+        self.tasks.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self.tasks.discard(finished)
+            if slot_taken:
+                self.slots.release()
+
+        task.add_done_callback(done)
+
+    async def _run_job(self, job: Job) -> None:
+        try:
+            await self._dispatch(job)
+        except RedisError as exc:
+            # Left pending on purpose: another worker (or this one) reclaims it.
+            log.warning(
+                "%s job %s of %s interrupted by Redis: %s", job.kind, job.id, job.session_key, exc
+            )
+            return
+        except asyncio.CancelledError:
+            log.info(
+                "%s job %s of %s cancelled; left for another worker",
+                job.kind,
+                job.id,
+                job.session_key,
+            )
+            raise
+        except Exception:
+            log.exception("%s job %s of %s failed", job.kind, job.id, job.session_key)
+            await self.metrics.count("errors", f"job_{job.kind}")
+        await self.queue.complete(job)
+
+    async def _dispatch(self, job: Job) -> None:
+        if job.kind == "turn":
+            await self._turn(job)
+        elif job.kind == "side":
+            await self._side(job)
+        elif job.kind == "notice":
+            await self._send(Address.model_validate(job.payload["address"]), job.payload["text"])
+        elif job.kind == "status":
+            await self._status(job)
+        else:
+            log.warning("unknown job kind %r (%s)", job.kind, job.id)
+
+    async def _turn(self, job: Job) -> None:
+        await self.turns.run(job)
+
+    async def _side(self, job: Job) -> None:
+        address = Address.model_validate(job.payload["address"])
+        question = str(job.payload.get("question", ""))
+        started = time.monotonic()
+        key = job.session_key
+        entries = [*await self.sessions.history(key), *await self.sessions.inbox(key)]
+        live = await self.sessions.live(key) if await self.sessions.is_running(key) else None
+        transcript = side_question.render_transcript(
+            entries,
+            message_cap=self.settings.side_message_cap,
+            budget=self.settings.side_transcript_budget,
+            live_reply=live,
+        )
+        call = ModelCall(
+            self.settings.side_model,
+            side_question.build_side_messages(transcript, question),
+            self.settings.side_timeout,
+            max_tokens=self.settings.side_max_tokens,
+            temperature=self.settings.side_temperature,
+        )
+        marker = side_question.answer_marker(question)
+        try:
+            answer, _ = await self.models.complete(call)
+            body, outcome = answer.strip() or "_(the side model returned an empty answer)_", "ok"
+        except ModelError as exc:
+            body, outcome = f"⚠️ The side question failed: {exc.user_text} ({exc}).", "failed"
+        await self._send(address, f"{marker}\n\n{body}")
+        await self.metrics.count("side", outcome)
+        log.info("side question in %s %s in %.2fs", key, outcome, time.monotonic() - started)
+
+    async def _status(self, job: Job) -> None:
+        key = job.session_key
+        entries = await self.sessions.history(key)
+        queued = len(await self.sessions.inbox(key))
+        compiled = MessageCompiler(key, self.settings.system_prompt).compile(
+            TurnContext(key, entries, None)
+        )
+        tokens = self.models.count_tokens(self.settings.model, compiled.messages)
+        running = "a reply is being written" if await self.sessions.is_running(key) else "idle"
+        text = (
+            f"Model: `{self.settings.model}` (side questions: `{self.settings.side_model}`)\n"
+            f"This conversation: {len(entries)} messages, about {tokens:,} tokens; "
+            f"{queued} queued; {running}."
+        )
+        await self._send(Address.model_validate(job.payload["address"]), text)
+
+    async def _send(self, address: Address, text: str) -> None:
+        sender = self.senders[address.platform]
+        try:
+            await deliver(sender, address, text, self.budget)
+        except PlatformError as exc:
+            log.error("could not send to %s: %s", address.chat_key, exc)
+            await self.metrics.count("errors", "delivery")

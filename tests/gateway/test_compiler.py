@@ -1,0 +1,68 @@
+"""MessageCompiler in full mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext
+from gateway.errors import ContextMismatch
+
+KEY = "slack:T1:C1:171.1"
+
+
+def user(text: str, name: str = "Alice", group: bool = True) -> dict[str, object]:
+    return {"id": text, "role": "user", "text": text, "speaker": {"id": "U1", "name": name},
+            "group": group}
+
+
+def test_full_mode_is_system_then_history_then_one_reminder_on_the_last_user_message() -> None:
+    entries = [user("hi"), {"id": "a", "role": "assistant", "text": "hello"}, user("next", "Bob")]
+    target = ReplyTarget("Bob", "U2", "slack channel C1, thread 171.1")
+    context = TurnContext(KEY, entries, target, injections=["note one"], group=True)
+    request = MessageCompiler(KEY, "be nice").compile(context)
+    messages = request.messages
+    assert request.mode == "full"
+    assert messages[0] == {"role": "system", "content": "be nice"}
+    assert messages[1] == {"role": "user", "content": "Alice: hi"}
+    assert messages[2] == {"role": "assistant", "content": "hello"}
+    assert messages[3]["content"] == (
+        "Bob: next\n\n<system-reminder>\nThis reply goes to Bob (id U2) in slack channel C1, "
+        "thread 171.1.\n\nnote one\n</system-reminder>")
+    joined = "".join(str(m["content"]) for m in messages)
+    assert joined.count("<system-reminder>") == 1
+
+
+def test_dm_messages_carry_no_speaker_prefix() -> None:
+    request = MessageCompiler(KEY, "s").compile(TurnContext(KEY, [user("hi", group=False)], None))
+    assert request.messages[1] == {"role": "user", "content": "hi"}
+
+
+def test_history_part_is_stable_between_turns() -> None:
+    first = [user("hi"), {"id": "a", "role": "assistant", "text": "hello"}, user("q2")]
+    compiler = MessageCompiler(KEY, "s")
+    one = compiler.compile(TurnContext(KEY, first, None, injections=["x"], group=True))
+    two = compiler.compile(TurnContext(KEY, [*first, {"id": "b", "role": "assistant",
+                                                      "text": "ok"}, user("q3")], None,
+                                       injections=["y"], group=True))
+    assert one.messages[:3] == two.messages[:3]  # the reminder moved on; the prefix did not
+
+
+def test_tool_calls_and_results_have_their_place() -> None:
+    entries = [user("run it"),
+               {"id": "a", "role": "assistant", "text": "",
+                "tool_calls": [{"id": "c1", "name": "shell", "arguments": "{\"cmd\": \"ls\"}"}]},
+               {"id": "t", "role": "tool", "tool_call_id": "c1", "text": "file.txt"}]
+    messages = MessageCompiler(KEY, "s").compile(TurnContext(KEY, entries, None)).messages
+    assert messages[2]["tool_calls"][0]["function"]["name"] == "shell"
+    assert messages[3] == {"role": "tool", "tool_call_id": "c1", "content": "file.txt"}
+
+
+def test_attachments_are_named_in_the_user_text() -> None:
+    entry = {**user("look", group=False), "attachments": [{"kind": "image", "name": "cat.png"}]}
+    messages = MessageCompiler(KEY, "s").compile(TurnContext(KEY, [entry], None)).messages
+    assert messages[1]["content"] == "look\n[attachment: image cat.png]"
+
+
+def test_a_context_of_another_session_is_refused() -> None:
+    with pytest.raises(ContextMismatch, match="other"):
+        MessageCompiler(KEY, "s").compile(TurnContext("slack:T1:other", [user("x")], None))

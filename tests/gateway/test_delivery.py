@@ -1,0 +1,170 @@
+"""Splitting, streamed edits, rate limits and the shared send budget."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.delivery import ReplyStream, SendBudget, deliver, split_markdown
+from gateway.model import Address
+from tests.gateway.recording_sender import RecordingSender
+
+ADDRESS = Address(platform="test", workspace="w", channel="c")
+
+
+def utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def balanced(piece: str) -> bool:
+    return sum(1 for line in piece.split("\n") if line.strip().startswith("```")) % 2 == 0
+
+
+def test_short_text_is_one_piece() -> None:
+    assert split_markdown("hello", 10) == ["hello"]
+
+
+def test_split_prefers_paragraphs_then_lines_then_words() -> None:
+    text = "a" * 40 + "\n\n" + "b" * 40
+    assert split_markdown(text, 60) == ["a" * 40, "b" * 40]
+    text = "a" * 40 + "\n" + "b" * 40
+    assert split_markdown(text, 60) == ["a" * 40, "b" * 40]
+    text = " ".join(["word"] * 30)
+    pieces = split_markdown(text, 50)
+    assert all(len(p) <= 50 for p in pieces)
+    assert " ".join(pieces) == text
+
+
+def test_unbreakable_text_is_cut_hard() -> None:
+    pieces = split_markdown("x" * 250, 100)
+    assert pieces == ["x" * 100, "x" * 100, "x" * 50]
+
+
+def test_code_block_cut_is_closed_and_reopened() -> None:
+    code = "\n".join(f"line {i} = {i * i}" for i in range(200))
+    text = f"Intro paragraph.\n\n```python\n{code}\n```\n\nOutro."
+    pieces = split_markdown(text, 500)
+    assert len(pieces) > 3
+    assert all(len(p) <= 500 and balanced(p) for p in pieces)
+    assert pieces[1].startswith("```python\n")
+    rejoined = "".join(pieces).replace("```\n```python\n", "\n").replace("\n``````python", "")
+    for i in range(200):
+        assert f"line {i} = {i * i}" in rejoined
+
+
+def test_measure_in_utf16_never_splits_a_surrogate_pair() -> None:
+    text = "😀" * 3000  # 2 UTF-16 units each
+    pieces = split_markdown(text, 4096, utf16)
+    assert all(utf16(p) <= 4096 for p in pieces)
+    assert "".join(pieces) == text
+    assert all("\ud83d" not in p for p in pieces)
+
+
+async def test_stream_posts_once_then_edits_and_delivers_the_final_text() -> None:
+    sender = RecordingSender(edit_interval=0.05)
+    ids: list[list[str]] = []
+
+    async def on_ids(new: list[str]) -> None:
+        ids.append(list(new))
+
+    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream.start()
+    for word in ["Hello", " there", ",", " friend"]:
+        stream.feed(word)
+        await asyncio.sleep(0.03)
+    await stream.finish("Hello there, friend")
+    sends = [c for c in sender.calls if c.op == "send"]
+    assert len(sends) == 1
+    assert sender.messages["1"] == "Hello there, friend"
+    assert sender.calls[-1].final
+    edits = [c for c in sender.calls if c.op == "edit"]
+    gaps = [b.at - a.at for a, b in zip(sender.calls, sender.calls[1:], strict=False)]
+    assert all(gap >= 0.045 for gap in gaps[:-1]) or len(edits) <= 1
+    assert ids == [["1"]]
+    assert sender.thinking_calls[0] is True and sender.thinking_calls[-1] is False
+
+
+async def test_rerun_edits_known_messages_instead_of_posting() -> None:
+    sender = RecordingSender()
+
+    async def on_ids(new: list[str]) -> None:
+        return None
+
+    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=["41"], on_ids=on_ids)
+    stream.start()
+    await stream.finish("second run's answer")
+    assert [c.op for c in sender.calls] == ["edit"]
+    assert sender.calls[0].message_id == "41"
+
+
+async def test_long_reply_continues_in_more_messages() -> None:
+    sender = RecordingSender(max_length=100)
+
+    async def on_ids(new: list[str]) -> None:
+        return None
+
+    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream.start()
+    text = "\n\n".join(f"Paragraph {i}: " + "words " * 10 for i in range(6))
+    await stream.finish(text)
+    assert len(stream.ids) >= 4
+    shown = "\n\n".join(sender.messages[i] for i in stream.ids)
+    assert shown.split() == text.split()
+
+
+async def test_rate_limit_mid_stream_drops_edits_and_still_delivers_the_final_text() -> None:
+    sender = RecordingSender(edit_interval=0.01)
+
+    async def on_ids(new: list[str]) -> None:
+        return None
+
+    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream.start()
+    stream.feed("first")
+    await sender.wait_for(lambda: sender.messages)
+    sender.rate_limit_next.append(0.5)
+    limited_at = time.monotonic()
+    for piece in [" two", " three", " four"]:
+        stream.feed(piece)
+        await asyncio.sleep(0.05)
+    await stream.finish("first two three four five")
+    after = [c for c in sender.calls if c.at > limited_at and c.op != "429"]
+    assert after, "the final text never arrived"
+    assert all(c.at - limited_at >= 0.49 for c in after), "a call went out during the wait"
+    assert sender.messages["1"] == "first two three four five"
+
+
+async def test_deliver_posts_each_piece_final(redis_client: aioredis.Redis) -> None:
+    sender = RecordingSender(max_length=50)
+    ids = await deliver(sender, ADDRESS, "word " * 40, SendBudget(redis_client))
+    assert len(ids) >= 4 and all(c.final for c in sender.calls)
+
+
+async def test_send_budget_is_shared_between_workers(redis_client: aioredis.Redis) -> None:
+    one, two = SendBudget(redis_client), SendBudget(redis_client)
+    assert await one.acquire("tg:chat", 1.0) == 0
+    wait = await two.acquire("tg:chat", 1.0)
+    assert 0.5 < wait <= 1.0
+    await two.ban("tg:other", 5.0)
+    assert await one.acquire("tg:other", 1.0) > 4.0
+
+
+async def test_budget_paces_final_sends_across_streams(redis_client: aioredis.Redis) -> None:
+    sender = RecordingSender(chat_interval=0.2)
+    budget = SendBudget(redis_client)
+    started = time.monotonic()
+    await asyncio.gather(deliver(sender, ADDRESS, "one", budget),
+                         deliver(sender, ADDRESS, "two", budget),
+                         deliver(sender, ADDRESS, "three", budget))
+    times = sorted(c.at for c in sender.calls)
+    assert times[2] - started >= 0.39
+    assert all(b - a >= 0.19 for a, b in zip(times, times[1:], strict=False))
+
+
+@pytest.mark.parametrize("limit", [30, 64, 200])
+def test_every_piece_fits_for_many_limits(limit: int) -> None:
+    text = ("Some *markdown* text with `code` and\n\n```js\nconst x = 1;\n" * 20) + "```"
+    assert all(len(p) <= limit for p in split_markdown(text, limit))
