@@ -57,6 +57,8 @@ class GatewayClient(discord.AutoShardedClient):
     def __init__(self, ingest: Ingest, *, auto_thread: bool, command_guilds: Sequence[int],
                  shard_count: int | None, shard_ids: Sequence[int] | None,
                  pin_gateway: bool, on_state: StateListener) -> None:
+        # The gateway never joins voice; without this discord.py warns that voice is off.
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         super().__init__(
             intents=intents(), shard_count=shard_count,
             shard_ids=list(shard_ids) if shard_ids is not None else None,
@@ -72,7 +74,7 @@ class GatewayClient(discord.AutoShardedClient):
         self._on_state = on_state
         self._no_thread_channels: set[int] = set()
         self.tree = app_commands.CommandTree(self)
-        self.tree.add_command(btw_command(self.on_btw), guilds=self.command_guilds or None)
+        self.tree.add_command(btw_command(self.on_btw), guilds=self.command_guilds)
 
     async def setup_hook(self) -> None:
         """Before the shards connect: settle the shard count, register `/btw`."""

@@ -1,0 +1,245 @@
+"""The real discord.py client connecting to the fake gateway and REST API, feeding a real Ingest."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from adapters.discord import PLATFORM
+from adapters.discord.platform import INTENT_REFUSED, DiscordPlatform, shard_plan
+from gateway.config import Settings
+from gateway.errors import ConfigError
+from gateway.health import Health
+from gateway.ingest import Ingest, Outcome
+from gateway.model import Inbound
+from gateway.store import Keys
+from tests.fakes.discord_api import FakeDiscord, FakeGuild
+
+GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
+# A guild whose id lands on shard 1 of 2: (id >> 22) % 2 == 1.
+GUILD_B, CHANNEL_B = str(1 << 22 | 7), "1300000000000000002"
+INTENTS = (1 << 0) | (1 << 9) | (1 << 12) | (1 << 15)
+
+
+class RecordingIngest(Ingest):
+    """The real Ingest, remembering what the adapter handed it."""
+
+    def __init__(self, settings: Settings, redis: Redis) -> None:
+        super().__init__(settings, redis)
+        self.seen: list[tuple[Inbound, Outcome]] = []
+
+    async def receive(self, inbound: Inbound) -> Outcome:
+        outcome = await super().receive(inbound)
+        self.seen.append((inbound, outcome))
+        return outcome
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    guilds = (FakeGuild(GUILD, channels=(CHANNEL,)), FakeGuild(GUILD_B, channels=(CHANNEL_B,)))
+    async with FakeDiscord(guilds=guilds) as server:
+        yield server
+
+
+class Gateway:
+    """`DiscordPlatform.connect` running in a task, with its Ingest and Health."""
+
+    def __init__(self, fake: FakeDiscord, redis: Redis, **settings: Any) -> None:
+        self.settings = Settings(
+            DISCORD_BOT_TOKEN=fake.token, DISCORD_API_URL=fake.api_url,
+            DISCORD_GATEWAY_URL=fake.gateway_url, DISCORD_ALLOW_ALL=True, **settings,
+        )
+        self.platform = PLATFORM(self.settings, redis)
+        self.ingest = RecordingIngest(self.settings, redis)
+        self.health = Health(redis, "discord")
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Gateway:
+        self.platform.validate("connect")
+        await self.platform.startup()
+        self.task = asyncio.create_task(self.platform.connect(self.ingest, self.health))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.platform.shutdown()
+
+    async def until(self, fake: FakeDiscord, condition: Callable[[], Any]) -> Any:
+        """Wait for `condition`, failing at once if the connection ended."""
+        def met() -> Any:
+            if self.task is not None and self.task.done():
+                self.task.result()
+                raise AssertionError("the gateway connection ended")
+            return condition()
+        return await fake.wait_for(met)
+
+    async def seen(self, fake: FakeDiscord, count: int = 1) -> list[tuple[Inbound, Outcome]]:
+        await self.until(fake, lambda: len(self.ingest.seen) >= count)
+        return self.ingest.seen
+
+    async def ready(self, fake: FakeDiscord) -> None:
+        await self.until(fake, lambda: self.health.up)
+
+
+def only(fake: FakeDiscord, predicate: Callable[[Any], bool]) -> list[Any]:
+    return [c for c in fake.calls if predicate(c)]
+
+
+async def test_connects_with_the_intents_registers_btw_and_reports_health(
+        fake: FakeDiscord, redis_client: Redis) -> None:
+    async with Gateway(fake, redis_client) as gateway:
+        await gateway.ready(fake)
+        identify = fake.identifies[0]
+        assert identify["intents"] == INTENTS and identify["shard"] == [0, 1]
+        commands = await fake.wait_for(lambda: fake.commands.get("global"))
+        assert [c["name"] for c in commands] == ["btw"]
+        assert commands[0]["options"][0]["name"] == "question"
+        report = json.loads(await redis_client.get(Keys.health("discord")) or "{}")
+        assert report["up"] is True and "1 of 1 shards" in report["detail"]
+    assert gateway.health.up is False
+
+
+async def test_messages_reach_ingest_and_noise_does_not(fake: FakeDiscord,
+                                                        redis_client: Redis) -> None:
+    alice, other_bot = fake.user("42"), fake.user("99", "otherbot", bot=True)
+    async with Gateway(fake, redis_client) as gateway:
+        await gateway.ready(fake)
+        noise = [
+            fake.message(CHANNEL, f"<@{fake.bot['id']}> hi", other_bot, guild_id=GUILD,
+                         mentions=(fake.bot,)),
+            fake.message(CHANNEL, "I am the bot", fake.bot, guild_id=GUILD),
+            fake.message(CHANNEL, "", alice, guild_id=GUILD, kind=7),
+        ]
+        for message in noise:
+            await fake.dispatch("MESSAGE_CREATE", message)
+        mention = fake.message(CHANNEL, f"<@{fake.bot['id']}> hello there", alice,
+                               guild_id=GUILD, mentions=(fake.bot,))
+        await fake.dispatch("MESSAGE_CREATE", mention)
+        await fake.dispatch("MESSAGE_CREATE", fake.message("555", "a dm", alice))
+        seen = await gateway.seen(fake, 2)
+    (first, outcome), (dm, _) = seen[0], seen[1]
+    assert first.message_id == mention["id"] and first.text == "hello there"
+    assert first.mentions_bot and outcome == Outcome.QUEUED
+    assert dm.is_dm and dm.text == "a dm"
+    assert len(seen) == 2
+
+
+async def test_the_btw_command_is_deferred_at_once_and_handed_over(fake: FakeDiscord,
+                                                                  redis_client: Redis) -> None:
+    async with Gateway(fake, redis_client) as gateway:
+        await gateway.ready(fake)
+        interaction = fake.interaction(CHANNEL, "what did we decide?", fake.user("42"),
+                                       guild_id=GUILD)
+        started = asyncio.get_running_loop().time()
+        await fake.dispatch("INTERACTION_CREATE", interaction)
+        seen = await gateway.seen(fake)
+        callback = fake.callbacks[interaction["token"]]
+    assert callback["type"] == 5  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE
+    assert not (callback.get("data") or {}).get("flags")  # visible in the channel
+    assert asyncio.get_running_loop().time() - started < 3
+    inbound, outcome = seen[0]
+    assert inbound.text == "/btw what did we decide?" and outcome == Outcome.SIDE
+    assert inbound.side_reply.token == interaction["token"]
+    assert inbound.event_id == interaction["id"]
+
+
+async def test_commands_go_to_the_listed_guilds_only(fake: FakeDiscord,
+                                                     redis_client: Redis) -> None:
+    async with Gateway(fake, redis_client, DISCORD_COMMAND_GUILDS=f"{GUILD},{GUILD_B}") as gw:
+        await gw.ready(fake)
+        await fake.wait_for(lambda: GUILD in fake.commands and GUILD_B in fake.commands)
+    assert "global" not in fake.commands
+    assert [c["name"] for c in fake.commands[GUILD]] == ["btw"]
+
+
+async def test_auto_thread_opens_a_thread_that_becomes_the_session(fake: FakeDiscord,
+                                                                   redis_client: Redis) -> None:
+    alice = fake.user("42")
+    async with Gateway(fake, redis_client, DISCORD_AUTO_THREAD=True) as gateway:
+        await gateway.ready(fake)
+        mention = fake.message(CHANNEL, f"<@{fake.bot['id']}> plan the launch", alice,
+                               guild_id=GUILD, mentions=(fake.bot,))
+        await fake.dispatch("MESSAGE_CREATE", mention)
+        inbound, _ = (await gateway.seen(fake))[0]
+        follow_up = fake.message(mention["id"], "and the budget?", alice, guild_id=GUILD)
+        await fake.dispatch("MESSAGE_CREATE", follow_up)
+        later, _ = (await gateway.seen(fake, 2))[1]
+    created = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages/{mention['id']}/threads")
+    assert created and created[0].body["name"] == "plan the launch"
+    assert inbound.channel == mention["id"] and inbound.reply.channel == mention["id"]
+    assert later.channel == mention["id"] and later.follows_thread
+
+
+async def test_auto_thread_falls_back_to_a_reply_and_logs_once(
+        fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture) -> None:
+    fake.forbid_threads = True
+    alice = fake.user("42")
+    caplog.set_level(logging.WARNING, logger="adapters.discord.client")
+    async with Gateway(fake, redis_client, DISCORD_AUTO_THREAD=True) as gateway:
+        await gateway.ready(fake)
+        for text in ("first", "second"):
+            await fake.dispatch("MESSAGE_CREATE", fake.message(
+                CHANNEL, f"<@{fake.bot['id']}> {text}", alice, guild_id=GUILD,
+                mentions=(fake.bot,)))
+        seen = await gateway.seen(fake, 2)
+    assert all(inbound.channel == CHANNEL for inbound, _ in seen)
+    assert all(inbound.reply.reply_to == inbound.message_id for inbound, _ in seen)
+    warnings = [r for r in caplog.records if "Create Public Threads" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+async def test_a_refused_message_content_intent_ends_with_the_clear_line(
+        fake: FakeDiscord, redis_client: Redis) -> None:
+    fake.message_content_enabled = False
+    gateway = Gateway(fake, redis_client)
+    with pytest.raises(ConfigError) as caught:
+        await asyncio.wait_for(gateway.platform.connect(gateway.ingest, gateway.health), 20)
+    assert str(caught.value) == INTENT_REFUSED
+    assert "Message Content" in INTENT_REFUSED and "developer portal" in INTENT_REFUSED
+
+
+async def test_a_process_runs_only_its_shards(fake: FakeDiscord, redis_client: Redis) -> None:
+    async with Gateway(fake, redis_client, DISCORD_SHARD_COUNT=2,
+                       DISCORD_SHARD_IDS="1") as gateway:
+        await gateway.ready(fake)
+        assert [i["shard"] for i in fake.identifies] == [[1, 2]]
+        client_guilds = await fake.wait_for(lambda: gateway.health.detail)
+    assert "shards 1 of 2" in client_guilds
+
+
+async def test_a_dropped_connection_resumes(fake: FakeDiscord, redis_client: Redis) -> None:
+    async with Gateway(fake, redis_client) as gateway:
+        await gateway.ready(fake)
+        await fake.close_sessions(4000)
+        await fake.wait_for(lambda: fake.resumes, within=20)
+        await gateway.ready(fake)
+        await fake.dispatch("MESSAGE_CREATE", fake.message("555", "still there?",
+                                                           fake.user("42")))
+        seen = await gateway.seen(fake)
+    assert fake.resumes[0]["session_id"] == "session-1"
+    assert seen[0][0].text == "still there?"
+
+
+def test_shard_settings_are_checked() -> None:
+    assert shard_plan(None, None) == (None, None)
+    assert shard_plan(4, "0,2-3") == (4, [0, 2, 3])
+    for count, ids in ((None, "0"), (2, "2"), (2, "x")):
+        with pytest.raises(ConfigError):
+            shard_plan(count, ids)
+
+
+def test_validate_names_the_missing_token(redis_client: Redis) -> None:
+    platform = DiscordPlatform(Settings(DISCORD_BOT_TOKEN=None), redis_client)
+    with pytest.raises(ConfigError, match="DISCORD_BOT_TOKEN"):
+        platform.validate("send")
+    platform.validate("http")
