@@ -59,10 +59,18 @@ class Poller:
             await self._confirm()
 
     async def _delete_webhook(self) -> None:
-        try:
-            await self.bot.delete_webhook(drop_pending_updates=False)
-        except InvalidToken:
-            raise PlatformError("Telegram refused TELEGRAM_BOT_TOKEN") from None
+        while True:
+            try:
+                await self.bot.delete_webhook(drop_pending_updates=False)
+                break
+            except InvalidToken:
+                raise PlatformError("Telegram refused TELEGRAM_BOT_TOKEN") from None
+            except RetryAfter as exc:
+                await self._wait(retry_after_seconds(exc), "Telegram asked to wait")
+            except TelegramError as exc:
+                await self._wait(self._backoff(), f"deleteWebhook: {exc.message}")
+        self._failures = 0
+        await self.health.report(True, "polling")
         log.info("telegram: deleted any webhook so that long polling can receive updates "
                  "(pending updates are kept); set the webhook again to go back to `gateway web`")
 

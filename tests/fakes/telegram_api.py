@@ -146,6 +146,7 @@ class FakeTelegram:
         self._bans: dict[int, float] = {}
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
+        self._stopping = False
         self.port = 0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -162,6 +163,7 @@ class FakeTelegram:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
+        self._stopping = True
         async with self._changed:
             self._changed.notify_all()
         if self._runner is not None:
@@ -366,7 +368,7 @@ class FakeTelegram:
             # Telegram forgets every update below the offset: they count as confirmed.
             self._updates = [u for u in self._updates if u["update_id"] >= offset]
         deadline = time.monotonic() + float(params.get("timeout") or 0)
-        while not self._updates and time.monotonic() < deadline:
+        while not self._updates and not self._stopping and time.monotonic() < deadline:
             async with self._changed:
                 try:
                     await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())

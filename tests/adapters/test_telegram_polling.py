@@ -1,0 +1,125 @@
+"""Long polling in-process: webhook deleted first, updates ingested, offsets confirm them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from adapters.telegram import PLATFORM, TelegramPlatform
+from gateway.config import load_settings
+from gateway.health import Health
+from gateway.ingest import Ingest
+from gateway.session import SessionStore
+from gateway.store import Keys
+from tests.fakes.telegram_api import FakeTelegram, running
+
+ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
+
+
+def private_message(message_id: int, text: str) -> dict[str, Any]:
+    return {"message": {"message_id": message_id, "date": 1700000000, "from": ALICE,
+                        "text": text, "chat": {"id": 42, "type": "private"}}}
+
+
+async def inbox_texts(redis: aioredis.Redis) -> list[str]:
+    store = SessionStore(redis)
+    key = "telegram:123456:42"
+    return [str(e["text"]) for e in await store.history(key) + await store.inbox(key)]
+
+
+async def until(condition: Any, within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never became true"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with running() as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def polling_context(fake: FakeTelegram, redis: aioredis.Redis
+                          ) -> AsyncIterator[TelegramPlatform]:
+    """`gateway telegram`'s calls in-process: validate, startup, connect until cancelled."""
+    fake.webhook_url = "https://old.example/telegram/webhook"
+    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url,
+                             TELEGRAM_ALLOW_ALL=True)
+    telegram = PLATFORM(settings, redis)
+    telegram.validate("connect")
+    await telegram.startup()
+    health = Health(redis, "telegram-polling")
+    task = asyncio.create_task(telegram.connect(Ingest(settings, redis), health))
+    try:
+        yield telegram
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await telegram.shutdown()
+
+
+@pytest.fixture
+async def polling(fake: FakeTelegram, redis_client: aioredis.Redis
+                  ) -> AsyncIterator[TelegramPlatform]:
+    async with polling_context(fake, redis_client) as telegram:
+        yield telegram
+
+
+async def test_webhook_is_deleted_first_and_said_so(fake: FakeTelegram,
+                                                    redis_client: aioredis.Redis,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="adapters.telegram.polling"):
+        async with polling_context(fake, redis_client):
+            await fake.wait_for(lambda: fake.calls_to("getUpdates", ok_only=True))
+    methods = [c.method for c in fake.calls]
+    assert methods.index("deleteWebhook") < methods.index("getUpdates")
+    assert fake.webhook_url is None
+    assert any("deleted any webhook" in r.getMessage() for r in caplog.records)
+
+
+async def test_updates_are_ingested_once_and_confirmed(fake: FakeTelegram,
+                                                       redis_client: aioredis.Redis,
+                                                       polling: TelegramPlatform) -> None:
+    first = fake.queue_update(private_message(1, "one"))
+    fake.queue_update(private_message(2, "two"))
+    await until(lambda: _has(redis_client, ["one", "two"]))
+    # The next getUpdates confirms both: its offset is past the last update.
+    await fake.wait_for(lambda: any(c.params.get("offset") == first + 2
+                                    for c in fake.calls_to("getUpdates")))
+    fake.queue_update({"update_id": first, **private_message(1, "one")})  # Telegram re-sends
+    fake.queue_update(private_message(3, "three"))
+    await until(lambda: _has(redis_client, ["one", "two", "three"]))
+    assert await inbox_texts(redis_client) == ["one", "two", "three"]
+
+
+async def test_health_is_reported_up(fake: FakeTelegram, redis_client: aioredis.Redis,
+                                     polling: TelegramPlatform) -> None:
+    async def reported() -> bool:
+        raw = await redis_client.get(Keys.health("telegram-polling"))
+        return raw is not None and json.loads(raw)["up"] is True
+
+    await until(reported)
+
+
+async def test_a_flood_wait_on_getupdates_is_waited_out(fake: FakeTelegram,
+                                                        redis_client: aioredis.Redis) -> None:
+    fake.fail_next("getUpdates", status=429, retry_after=1)
+    async with polling_context(fake, redis_client):
+        fake.queue_update(private_message(4, "after the wait"))
+        await until(lambda: _has(redis_client, ["after the wait"]))
+    refused, answered = (c for c in fake.calls_to("getUpdates")[:2])
+    assert refused.status == 429 and answered.at - refused.at >= 0.95
+
+
+async def _has(redis: aioredis.Redis, texts: list[str]) -> bool:
+    return await inbox_texts(redis) == texts

@@ -1,0 +1,142 @@
+"""POST /telegram/webhook in-process: the secret check, body handling, ingest into real Redis."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from starlette.applications import Starlette
+
+from adapters.telegram import PLATFORM, TelegramPlatform
+from gateway.config import load_settings
+from gateway.errors import ConfigError
+from gateway.ingest import Ingest
+from gateway.session import SessionStore
+from tests.fakes.telegram_api import FakeTelegram, running
+
+SECRET = "s3cret_Token-1"
+ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
+
+
+def private_update(update_id: int, text: str = "hello") -> dict[str, Any]:
+    return {"update_id": update_id, "message": {
+        "message_id": update_id + 100, "date": 1700000000, "from": ALICE, "text": text,
+        "chat": {"id": 42, "type": "private", "first_name": "Alice"}}}
+
+
+async def stored_texts(redis: aioredis.Redis, session_key: str) -> list[str]:
+    store = SessionStore(redis)
+    entries = await store.history(session_key) + await store.inbox(session_key)
+    return [str(entry["text"]) for entry in entries]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with running() as server:
+        yield server
+
+
+@pytest.fixture
+async def platform(fake: FakeTelegram, redis_client: aioredis.Redis
+                   ) -> AsyncIterator[TelegramPlatform]:
+    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_WEBHOOK_SECRET=SECRET,
+                             TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True)
+    telegram = PLATFORM(settings, redis_client)
+    await telegram.startup()
+    yield telegram
+    await telegram.shutdown()
+
+
+@pytest.fixture
+async def client(platform: TelegramPlatform, redis_client: aioredis.Redis
+                 ) -> AsyncIterator[httpx.AsyncClient]:
+    app = Starlette(routes=list(platform.routes(Ingest(platform.settings, redis_client))))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        yield http
+
+
+def post(client: httpx.AsyncClient, body: bytes | dict[str, Any], *, secret: str | None = SECRET,
+         content_type: str = "application/json") -> Any:
+    headers = {"content-type": content_type}
+    if secret is not None:
+        headers["X-Telegram-Bot-Api-Secret-Token"] = secret
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post("/telegram/webhook", content=content, headers=headers)
+
+
+async def test_startup_registers_the_commands(fake: FakeTelegram,
+                                              platform: TelegramPlatform) -> None:
+    assert [c["command"] for c in fake.commands] == ["btw", "reset", "stop", "status", "help"]
+
+
+@pytest.mark.parametrize("secret", [None, "", "wrong", SECRET + "x"])
+async def test_missing_or_wrong_secret_is_401_and_changes_nothing(
+        client: httpx.AsyncClient, redis_client: aioredis.Redis, secret: str | None) -> None:
+    response = await post(client, private_update(1), secret=secret)
+    assert response.status_code == 401
+    assert await redis_client.dbsize() == 0
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
+async def test_update_is_ingested(client: httpx.AsyncClient, redis_client: aioredis.Redis,
+                                  content_type: str) -> None:
+    response = await post(client, private_update(5, "hi bot"), content_type=content_type)
+    assert response.status_code == 200
+    assert await stored_texts(redis_client, "telegram:123456:42") == ["hi bot"]
+
+
+async def test_the_same_update_twice_is_stored_once(client: httpx.AsyncClient,
+                                                    redis_client: aioredis.Redis) -> None:
+    for _ in range(2):
+        assert (await post(client, private_update(6, "once"))).status_code == 200
+    assert await stored_texts(redis_client, "telegram:123456:42") == ["once"]
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'{"message": {}}',
+                                  b'{"update_id": "x"}'])
+async def test_malformed_body_is_400_logged_once(client: httpx.AsyncClient,
+                                                 redis_client: aioredis.Redis,
+                                                 caplog: pytest.LogCaptureFixture,
+                                                 body: bytes) -> None:
+    with caplog.at_level(logging.WARNING, logger="adapters.telegram.webhook"):
+        response = await post(client, body)
+    assert response.status_code == 400
+    lines = [r for r in caplog.records if r.name == "adapters.telegram.webhook"]
+    assert len(lines) == 1 and "\n" not in lines[0].getMessage()
+    assert await redis_client.dbsize() == 0
+
+
+async def test_other_content_types_are_refused(client: httpx.AsyncClient) -> None:
+    response = await post(client, private_update(7), content_type="text/plain")
+    assert response.status_code == 415
+
+
+async def test_updates_that_are_not_messages_are_acknowledged(client: httpx.AsyncClient,
+                                                              redis_client: aioredis.Redis
+                                                              ) -> None:
+    edited = {"update_id": 8, "edited_message": private_update(8)["message"]}
+    assert (await post(client, edited)).status_code == 200
+    assert await stored_texts(redis_client, "telegram:123456:42") == []
+
+
+def test_webhook_mode_needs_the_secret(redis_client: aioredis.Redis) -> None:
+    settings = load_settings(TELEGRAM_BOT_TOKEN="1:x")
+    telegram = PLATFORM(settings, redis_client)
+    assert not telegram.uses_http()
+    with pytest.raises(ConfigError, match="TELEGRAM_WEBHOOK_SECRET"):
+        telegram.validate("http")
+    telegram.validate("connect")
+    telegram.validate("send")
+
+
+def test_everything_needs_the_token(redis_client: aioredis.Redis) -> None:
+    telegram = PLATFORM(load_settings(TELEGRAM_WEBHOOK_SECRET=SECRET), redis_client)
+    assert not telegram.uses_http()
+    with pytest.raises(ConfigError, match="TELEGRAM_BOT_TOKEN"):
+        telegram.validate("send")
