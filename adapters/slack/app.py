@@ -1,0 +1,113 @@
+"""The slack-bolt AsyncApp: events and the `/btw` command, turned into ingest calls.
+
+The same app serves HTTP (`POST /slack/events`, bolt's own v0 signature check
+stays on) and Socket Mode. Listeners run before the acknowledgement is sent
+(`process_before_response`): ingest is a few Redis round trips, so Slack still
+gets its answer well within 3 s, and an event Redis could not take gets a 5xx,
+which makes Slack deliver it again instead of losing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.inbound import PLATFORM, BotIdentity, btw_inbound, to_inbound, wanted
+from adapters.slack.mrkdwn import escape
+from adapters.slack.names import UserNames
+from adapters.slack.sender import platform_error
+
+if TYPE_CHECKING:
+    from gateway.ingest import Ingest
+
+log = logging.getLogger(__name__)
+
+Ack = Callable[..., Awaitable[Any]]
+NO_SESSION = ("There is no conversation in this channel yet: mention me first, "
+              "then `/btw` asks about it.")
+BTW_USAGE = ("Usage: `/btw <question>` asks a side question about this channel's "
+             "latest conversation.")
+
+
+class Listeners:
+    """What the bolt app does with each kind of request."""
+
+    def __init__(self, ingest: Ingest, client: AsyncWebClient, names: UserNames,
+                 identity: Callable[[], Awaitable[BotIdentity]]) -> None:
+        self.ingest = ingest
+        self.client = client
+        self.names = names
+        self.identity = identity
+
+    async def on_message(self, body: dict[str, Any]) -> None:
+        """`app_mention` and `message` events (channels, groups, DMs, threads)."""
+        bot = await self.identity()
+        user = wanted(body, bot)
+        if user is None:
+            return
+        inbound = to_inbound(body, bot, await self.names.get(user))
+        if inbound is None:
+            return
+        outcome = await self.ingest.receive(inbound)
+        log.debug("slack event %s -> %s", inbound.event_id, outcome)
+
+    async def on_btw(self, ack: Ack, command: dict[str, Any]) -> None:
+        """The native `/btw`: a side question about the channel's latest session."""
+        question = (command.get("text") or "").strip()
+        if not question:
+            await ack(text=BTW_USAGE, response_type="ephemeral")
+            return
+        channel = str(command["channel_id"])
+        channel_key = f"{PLATFORM}:{command.get('team_id') or ''}:{channel}"
+        session_key = await self.ingest.latest_session(channel_key)
+        if session_key is None:
+            await ack(text=NO_SESSION, response_type="ephemeral")
+            return
+        await ack()
+        user = str(command["user_id"])
+        quote_ts = await self._post_quote(channel, user, question)
+        inbound = btw_inbound(command, session_key, quote_ts, await self.names.get(user))
+        outcome = await self.ingest.receive(inbound)
+        log.debug("slack /btw %s -> %s", inbound.event_id, outcome)
+
+    async def _post_quote(self, channel: str, user: str, question: str) -> str:
+        quoted = "\n".join(f"> {escape(line)}" for line in question.splitlines())
+        try:
+            posted = await self.client.chat_postMessage(
+                channel=channel, text=f"<@{user}> asked /btw:\n{quoted}")
+        except SlackApiError as exc:
+            raise platform_error(exc, "chat.postMessage") from None
+        return str(posted["ts"])
+
+
+async def _ignore() -> None:
+    """Events the gateway subscribes to implicitly (joins, reactions...): acknowledged only."""
+
+
+def build_app(client: AsyncWebClient, listeners: Listeners, *,
+              signing_secret: str | None) -> AsyncApp:
+    """The bolt app; `signing_secret` None means Socket Mode (no HTTP signature to check)."""
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        request_verification_enabled=signing_secret is not None,
+        process_before_response=True,
+        logger=logging.getLogger("adapters.slack.bolt"),
+    )
+    app.event("app_mention")(listeners.on_message)
+    app.event("message")(listeners.on_message)
+    app.command("/btw")(listeners.on_btw)
+    # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.
+    app.event(re.compile(".*"))(_ignore)
+    app.action(re.compile(".*"))(_ack_only)
+    return app
+
+
+async def _ack_only(ack: Ack) -> None:
+    await ack()

@@ -1,0 +1,64 @@
+"""Speakers' display names from users.info, cached in Redis so each web process asks rarely."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.store import Keys
+
+log = logging.getLogger(__name__)
+
+NAME_TTL = 24 * 3600
+# A user the API cannot resolve is retried after a short while, not a day.
+UNKNOWN_TTL = 300
+
+
+def display_name(user: Mapping[str, Any]) -> str | None:
+    """Slack's own preference: the profile display name, then the real name, then the handle."""
+    profile = user.get("profile") or {}
+    for candidate in (profile.get("display_name"), profile.get("real_name"),
+                      user.get("real_name"), user.get("name")):
+        if isinstance(candidate, str) and candidate.strip():
+            return candidate.strip()
+    return None
+
+
+class UserNames:
+    """`await names.get(user_id)` -> a display name (the user id when Slack will not say)."""
+
+    def __init__(self, redis: Redis, client: AsyncWebClient) -> None:
+        self.redis = redis
+        self.client = client
+
+    async def get(self, user_id: str) -> str:
+        key = Keys.user_name("slack", user_id)
+        try:
+            cached = await self.redis.get(key)
+        except RedisError:
+            cached = None
+        if cached:
+            return str(cached)
+        name, ttl = await self._lookup(user_id)
+        try:
+            await self.redis.set(key, name, ex=ttl)
+        except RedisError:
+            log.warning("could not cache the name of %s", user_id)
+        return name
+
+    async def _lookup(self, user_id: str) -> tuple[str, int]:
+        try:
+            response = await self.client.users_info(user=user_id)
+        except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("users.info for %s failed: %s", user_id, type(exc).__name__)
+            return user_id, UNKNOWN_TTL
+        user = response.get("user") or {}
+        name = display_name(user) if isinstance(user, Mapping) else None
+        return (name, NAME_TTL) if name else (user_id, UNKNOWN_TTL)

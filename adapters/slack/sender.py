@@ -1,0 +1,140 @@
+"""Replies to Slack: one Web API call per Sender method, through slack-sdk's AsyncWebClient.
+
+The core does the pacing (edit interval, coalescing on 429, splitting), so no
+slack-sdk retry handler for rate limits is installed here: a 429 becomes
+`RateLimited(retry_after)` at once and the core decides what to send next.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.base import Limits
+from adapters.slack.mrkdwn import to_mrkdwn
+from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.model import Address
+
+log = logging.getLogger(__name__)
+
+# Slack accepts 40,000 characters but renders long messages badly past about
+# 4,000 (and truncates blocks there); the core splits below this.
+MAX_LENGTH = 3900
+THINKING_REACTION = "eyes"
+THINKING_STATUS = "is thinking…"
+_REJECTED = frozenset({"msg_too_long", "no_text", "invalid_blocks", "invalid_arguments",
+                       "rich_text_too_long"})
+# setStatus errors that mean the app lacks the assistant feature (not just this thread).
+_NO_ASSISTANT = frozenset({"missing_scope", "not_allowed_token_type", "no_permission",
+                           "access_denied", "method_deprecated", "unknown_method",
+                           "feature_not_enabled", "team_not_allowed"})
+
+
+def web_client(token: str, base_url: str) -> AsyncWebClient:
+    """An AsyncWebClient on `SLACK_API_URL`, without rate-limit retries (the core paces)."""
+    return AsyncWebClient(token=token, base_url=_with_slash(base_url))
+
+
+def _with_slash(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
+def platform_error(exc: SlackApiError, method: str) -> PlatformError:
+    """Map a Slack API error to the gateway's tree (never includes the token)."""
+    response = exc.response
+    error = str(response.get("error", "unknown_error")) if isinstance(response.data, dict) else ""
+    if response.status_code == 429 or error == "ratelimited":
+        return RateLimited(_retry_after(response.headers))
+    if error in _REJECTED:
+        return MessageRejected(f"Slack refused {method}: {error}")
+    return PlatformError(f"Slack {method} failed: {error or response.status_code}")
+
+
+def _retry_after(headers: Any) -> float:
+    try:
+        return float(headers.get("Retry-After", 1))
+    except (TypeError, ValueError):
+        return 1.0
+
+
+class SlackSender:
+    """The Sender workers use for Slack."""
+
+    platform = "slack"
+
+    def __init__(self, client: AsyncWebClient, edit_interval: float) -> None:
+        self.client = client
+        self.edit_interval = edit_interval
+        self.assistant_status = True  # until Slack says the app has no assistant feature
+        self._status_set: set[tuple[str, str]] = set()
+
+    def limits(self, address: Address) -> Limits:
+        return Limits(max_length=MAX_LENGTH, edit_interval=self.edit_interval)
+
+    def measure(self, markdown: str) -> int:
+        return len(to_mrkdwn(markdown))
+
+    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+        result = await self._call("chat.postMessage", self.client.chat_postMessage,
+                                  channel=address.channel, thread_ts=address.thread,
+                                  text=to_mrkdwn(markdown) or " ", unfurl_links=False)
+        return str(result["ts"])
+
+    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+        await self._call("chat.update", self.client.chat_update, channel=address.channel,
+                         ts=message_id, text=to_mrkdwn(markdown) or " ")
+
+    async def thinking(self, address: Address, on: bool) -> None:
+        """An assistant-thread status where the app has the feature, else an `eyes` reaction."""
+        key = (address.channel, address.thread or "")
+        if address.thread and (self.assistant_status or key in self._status_set):
+            if await self._set_status(address, THINKING_STATUS if on else ""):
+                if on:
+                    self._status_set.add(key)
+                else:
+                    self._status_set.discard(key)
+                return
+        if address.reply_to:
+            await self._react(address, on)
+
+    async def aclose(self) -> None:
+        """Nothing to release: slack-sdk opens a session per request unless given one."""
+
+    async def _set_status(self, address: Address, status: str) -> bool:
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=address.channel, thread_ts=address.thread or "", status=status)
+        except SlackApiError as exc:
+            error = platform_error(exc, "assistant.threads.setStatus")
+            if isinstance(error, RateLimited):
+                raise error from None
+            code = exc.response.get("error") if isinstance(exc.response.data, dict) else None
+            if code in _NO_ASSISTANT:
+                log.info("assistant status unavailable (%s); using the %s reaction instead",
+                         code, THINKING_REACTION)
+                self.assistant_status = False
+            return False
+        return True
+
+    async def _react(self, address: Address, on: bool) -> None:
+        method = self.client.reactions_add if on else self.client.reactions_remove
+        api_method = "reactions.add" if on else "reactions.remove"
+        try:
+            await self._call(api_method, method, channel=address.channel,
+                             timestamp=address.reply_to, name=THINKING_REACTION)
+        except PlatformError as exc:
+            # Already there / already gone is the state we wanted.
+            if "already_reacted" not in str(exc) and "no_reaction" not in str(exc):
+                raise
+
+    async def _call(self, api_method: str, method: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(**{k: v for k, v in kwargs.items() if v is not None})
+        except SlackApiError as exc:
+            raise platform_error(exc, api_method) from None
+        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise PlatformError(f"Slack {api_method} failed: {type(exc).__name__}") from None

@@ -1,0 +1,146 @@
+"""Socket Mode, held by a supervisor that notices a dead connection and says so.
+
+slack-sdk's client reconnects by itself at a fixed interval and its state is
+invisible from outside, so a gateway built on it alone can lose its socket and
+keep reporting healthy. Here the supervisor owns reconnection: it asks
+apps.connections.open for a URL, connects, watches `is_connected()` (closed
+socket, failed ping-pong), reports to `Health` on every change and every few
+seconds, and reconnects with capped exponential backoff and jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+import aiohttp
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+
+from gateway.health import REPORT_TTL, Health
+
+log = logging.getLogger(__name__)
+
+
+class ConnectFailed(Exception):
+    """One connection attempt failed (the reason is safe to show: no token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before reconnect attempt `n` (0-based): base·2ⁿ capped, with jitter."""
+
+    base: float = 1.0
+    cap: float = 60.0
+
+    def delay(self, attempt: int) -> float:
+        ceiling = min(self.cap, self.base * (2 ** min(attempt, 30)))
+        return ceiling * random.uniform(0.5, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How often to ping Slack, to check the connection, and how long one connect may take."""
+
+    ping_interval: float = 10.0
+    check_interval: float = 1.0
+    connect_timeout: float = 20.0
+    renew_interval: float = REPORT_TTL / 3
+
+
+class SocketSupervisor:
+    """Runs one Socket Mode connection for `app` until cancelled."""
+
+    def __init__(self, app: AsyncApp, app_token: str, health: Health, *,
+                 timing: Timing | None = None, backoff: Backoff | None = None) -> None:
+        self.app = app
+        self.app_token = app_token
+        self.health = health
+        self.timing = timing or Timing()
+        self.backoff = backoff or Backoff()
+        self.connects = 0
+
+    async def run(self) -> None:
+        attempt = 0
+        try:
+            while True:
+                handler = self._handler()
+                try:
+                    await self._open(handler)
+                except ConnectFailed as exc:
+                    await self._close(handler)
+                    delay = self.backoff.delay(attempt)
+                    attempt += 1
+                    log.warning("Socket Mode connect failed (%s); retrying in %.1fs", exc, delay)
+                    await self._wait(delay, f"cannot connect: {exc}")
+                    continue
+                attempt = 0
+                self.connects += 1
+                log.info("Socket Mode connected")
+                try:
+                    await self._watch(handler)
+                finally:
+                    await self._close(handler)
+                log.warning("Socket Mode connection lost; reconnecting")
+                await self.health.report(False, "connection lost; reconnecting")
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.health.report(False, "stopped"))
+
+    def _handler(self) -> AsyncSocketModeHandler:
+        handler = AsyncSocketModeHandler(self.app, self.app_token,
+                                         ping_interval=self.timing.ping_interval)
+        # The supervisor reconnects (with backoff, visible in health); the SDK's own
+        # fixed-interval reconnect would fight it.
+        handler.client.default_auto_reconnect_enabled = False
+        handler.client.auto_reconnect_enabled = False
+        return handler
+
+    async def _open(self, handler: AsyncSocketModeHandler) -> None:
+        client = handler.client
+        try:
+            opened = await client.web_client.apps_connections_open(app_token=self.app_token)
+        except SlackApiError as exc:
+            raise ConnectFailed(f"apps.connections.open: {exc.response.get('error')}") from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise ConnectFailed(f"apps.connections.open: {type(exc).__name__}") from None
+        client.wss_uri = str(opened["url"])
+        try:
+            # The SDK's connect() retries a failing websocket forever; bound it.
+            await asyncio.wait_for(client.connect(), self.timing.connect_timeout)
+        except TimeoutError:
+            raise ConnectFailed("websocket did not open in time") from None
+        if not await client.is_connected():
+            raise ConnectFailed("websocket closed at once")
+        await self.health.report(True, "connected")
+
+    async def _watch(self, handler: AsyncSocketModeHandler) -> None:
+        """Return once the connection has been down for two checks in a row."""
+        renewed = time.monotonic()
+        misses = 0
+        while misses < 2:
+            await asyncio.sleep(self.timing.check_interval)
+            misses = 0 if await handler.client.is_connected() else misses + 1
+            if misses == 0 and time.monotonic() - renewed >= self.timing.renew_interval:
+                await self.health.report(True, "connected")
+                renewed = time.monotonic()
+
+    async def _wait(self, delay: float, detail: str) -> None:
+        """Sleep `delay` seconds, keeping the "down" report alive meanwhile."""
+        deadline = time.monotonic() + delay
+        while True:
+            await self.health.report(False, detail)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, self.timing.renew_interval))
+
+    @staticmethod
+    async def _close(handler: AsyncSocketModeHandler) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(handler.close_async())

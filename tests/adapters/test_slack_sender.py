@@ -1,0 +1,126 @@
+"""SlackSender: the real slack-sdk client against the loopback fake of the Web API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from adapters.slack.sender import MAX_LENGTH, SlackSender, web_client
+from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.model import Address
+from tests.fakes.slack_api import FakeSlack
+
+TOKEN = "xoxb-test-token"
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    with FakeSlack() as fake:
+        yield fake
+
+
+@pytest.fixture
+def sender(slack: FakeSlack) -> SlackSender:
+    return SlackSender(web_client(TOKEN, slack.api_url), edit_interval=1.5)
+
+
+THREAD = Address(platform="slack", workspace="T1", channel="C1", thread="100.1", reply_to="100.2")
+DM = Address(platform="slack", workspace="T1", channel="D1", reply_to="300.1")
+
+
+async def test_send_posts_rendered_mrkdwn_into_the_thread(slack: FakeSlack,
+                                                          sender: SlackSender) -> None:
+    ts = await sender.send(THREAD, "**Hi** <there>", final=False)
+    call = slack.calls_to("chat.postMessage")[0]
+    assert call.token == TOKEN
+    assert call.args["channel"] == "C1" and call.args["thread_ts"] == "100.1"
+    assert call.args["text"] == "*Hi* &lt;there&gt;"
+    assert slack.messages[ts].thread_ts == "100.1"
+
+
+async def test_a_dm_reply_goes_to_the_top_level(slack: FakeSlack, sender: SlackSender) -> None:
+    await sender.send(DM, "hello", final=True)
+    assert "thread_ts" not in slack.calls_to("chat.postMessage")[0].args
+
+
+async def test_edit_updates_the_message_and_identical_text_is_fine(slack: FakeSlack,
+                                                                   sender: SlackSender) -> None:
+    ts = await sender.send(THREAD, "draft", final=False)
+    await sender.edit(THREAD, ts, "final _text_", final=True)
+    await sender.edit(THREAD, ts, "final _text_", final=True)
+    assert slack.messages[ts].text == "final _text_"
+    assert [c.args["ts"] for c in slack.calls_to("chat.update")] == [ts, ts]
+
+
+async def test_429_is_rate_limited_with_retry_after_and_no_sdk_retry(slack: FakeSlack,
+                                                                     sender: SlackSender) -> None:
+    ts = await sender.send(THREAD, "draft", final=False)
+    slack.fail_next("chat.update", retry_after=7)
+    with pytest.raises(RateLimited) as caught:
+        await sender.edit(THREAD, ts, "more", final=False)
+    assert caught.value.retry_after == 7
+    # One call: the core coalesces and retries, slack-sdk must not retry on its own.
+    assert len(slack.calls_to("chat.update")) == 1
+
+
+async def test_refused_content_and_other_failures(slack: FakeSlack, sender: SlackSender) -> None:
+    slack.fail_next("chat.postMessage", "msg_too_long")
+    with pytest.raises(MessageRejected):
+        await sender.send(THREAD, "x", final=True)
+    with pytest.raises(PlatformError, match="message_not_found"):
+        await sender.edit(THREAD, "999.9", "x", final=True)
+
+
+async def test_errors_never_show_the_token(slack: FakeSlack, sender: SlackSender) -> None:
+    slack.fail_next("chat.postMessage", "invalid_auth")
+    with pytest.raises(PlatformError) as caught:
+        await sender.send(THREAD, "x", final=True)
+    assert TOKEN not in str(caught.value)
+
+
+async def test_unreachable_slack_is_a_platform_error() -> None:
+    sender = SlackSender(web_client(TOKEN, "http://127.0.0.1:9/api/"), edit_interval=1)
+    with pytest.raises(PlatformError):
+        await sender.send(THREAD, "x", final=True)
+
+
+def test_limits_and_measure(sender: SlackSender) -> None:
+    limits = sender.limits(THREAD)
+    assert limits.max_length == MAX_LENGTH < 4000
+    assert limits.edit_interval == 1.5
+    # Measured on the rendered text: escaping makes `<` count as four characters.
+    assert sender.measure("**a** <") == len("*a* &lt;")
+
+
+async def test_thinking_falls_back_to_the_eyes_reaction(slack: FakeSlack,
+                                                        sender: SlackSender) -> None:
+    await sender.thinking(THREAD, True)
+    assert ("C1", "100.2", "eyes") in slack.reactions
+    await sender.thinking(THREAD, False)
+    assert not slack.reactions
+    # The app has no assistant feature: remembered, so the status is not tried again.
+    await sender.thinking(THREAD, True)
+    assert len(slack.calls_to("assistant.threads.setStatus")) == 1
+    assert not sender.assistant_status
+
+
+async def test_thinking_uses_the_assistant_status_where_the_app_has_it(slack: FakeSlack,
+                                                                       sender: SlackSender) -> None:
+    slack.assistant_enabled = True
+    await sender.thinking(THREAD, True)
+    await sender.thinking(THREAD, False)
+    statuses = [c.args["status"] for c in slack.calls_to("assistant.threads.setStatus")]
+    assert statuses[0] and statuses[1] == ""
+    assert slack.calls_to("assistant.threads.setStatus")[0].args["thread_ts"] == "100.1"
+    assert not slack.calls_to("reactions.add")
+
+
+async def test_thinking_in_a_top_level_dm_reacts(slack: FakeSlack, sender: SlackSender) -> None:
+    slack.assistant_enabled = True
+    await sender.thinking(DM, True)
+    assert ("D1", "300.1", "eyes") in slack.reactions
+    await sender.thinking(DM, True)  # already reacted is not an error
+    await sender.thinking(DM, False)
+    await sender.thinking(DM, False)  # already gone is not an error either
+    assert not slack.reactions

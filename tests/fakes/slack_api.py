@@ -1,0 +1,340 @@
+"""A loopback fake of the Slack Web API and of Socket Mode, driven by the real slack-sdk.
+
+`SLACK_API_URL` (slack-sdk's `base_url`) points at `http://127.0.0.1:<port>/api/`.
+It answers the methods the gateway uses (auth.test, chat.postMessage,
+chat.update, chat.postEphemeral, users.info, reactions.add / reactions.remove,
+assistant.threads.setStatus, apps.connections.open) the way Slack does where
+the gateway depends on it: `ok: false` with Slack's error codes, a 429 with
+`Retry-After` when rate limiting, messages kept so an edit can be checked
+against the final text. Every call is recorded (answered or refused).
+
+Socket Mode: apps.connections.open hands out a websocket URL on the same
+server; `push()` sends an envelope to the live connection and `acks` records
+the acknowledgements. `drop_connections()` closes every socket (Slack
+restarting), `black_hole` stops answering pings and envelopes (a half-open
+connection), `refuse_connections` makes apps.connections.open fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+BOT_USER_ID = "UBOT"
+BOT_ID = "BBOT"
+TEAM_ID = "T0001"
+MAX_TEXT = 40_000
+
+
+@dataclass
+class Call:
+    """One request the fake received."""
+
+    method: str
+    args: dict[str, Any]
+    token: str | None
+    at: float = field(default_factory=time.monotonic)
+    status: int = 200
+    error: str | None = None
+
+
+@dataclass
+class Message:
+    channel: str
+    ts: str
+    text: str
+    thread_ts: str | None = None
+    edits: int = 0
+
+
+@dataclass
+class _Failure:
+    error: str
+    status: int
+    retry_after: float | None
+    times: int
+
+
+class FakeSlack:
+    """The fake server; use as a context manager or `start()` / `stop()`."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = 0
+        self.calls: list[Call] = []
+        self.messages: dict[str, Message] = {}
+        self.reactions: set[tuple[str, str, str]] = set()
+        self.users: dict[str, dict[str, Any]] = {}
+        self.assistant_enabled = False
+        self.refuse_connections = False
+        self.black_hole = False
+        self.acks: list[dict[str, Any]] = []
+        self.connections_opened = 0
+        self._failures: dict[str, list[_Failure]] = {}
+        self._ts = itertools.count(1)
+        self._envelopes = itertools.count(1)
+        self._sockets: list[web.WebSocketResponse] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.host}:{self.port}/api/"
+
+    def start(self) -> FakeSlack:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="fake-slack", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), loop).result(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+        self._loop = self._thread = None
+
+    def __enter__(self) -> FakeSlack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _serve(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/link/", self._socket)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def _shutdown(self) -> None:
+        for socket in list(self._sockets):
+            await socket.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- scripting ---------------------------------------------------------
+
+    def add_user(self, user_id: str, display_name: str, real_name: str = "") -> None:
+        self.users[user_id] = {"display_name": display_name, "real_name": real_name or display_name}
+
+    def fail_next(self, method: str, error: str = "ratelimited", *, status: int = 200,
+                  retry_after: float | None = None, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` with `error` (429 + Retry-After if given)."""
+        if retry_after is not None:
+            status = 429
+        with self._lock:
+            self._failures.setdefault(method, []).append(
+                _Failure(error, status, retry_after, times))
+
+    def calls_to(self, method: str) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.method == method]
+
+    def answered(self, method: str) -> list[Call]:
+        return [c for c in self.calls_to(method) if c.error is None]
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Poll `condition` until it holds; AssertionError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met in {timeout}s; calls: "
+                                     f"{[(c.method, c.error) for c in self.calls]}")
+            time.sleep(0.02)
+
+    def thread_messages(self, channel: str, thread_ts: str) -> list[Message]:
+        with self._lock:
+            return [m for m in self.messages.values()
+                    if m.channel == channel and m.thread_ts == thread_ts]
+
+    # -- Socket Mode ---------------------------------------------------------
+
+    def push(self, body: dict[str, Any], kind: str = "events_api") -> str:
+        """Send one envelope to the newest live connection; returns its envelope id."""
+        envelope_id = f"env-{next(self._envelopes)}"
+        envelope = {"envelope_id": envelope_id, "type": kind, "payload": body,
+                    "accepts_response_payload": kind != "events_api",
+                    "retry_attempt": 0, "retry_reason": ""}
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(self._send(envelope), self._loop).result(timeout=10)
+        return envelope_id
+
+    async def _send(self, envelope: dict[str, Any]) -> None:
+        live = [s for s in self._sockets if not s.closed]
+        if not live:
+            raise AssertionError("no live Socket Mode connection")
+        await live[-1].send_str(json.dumps(envelope))
+
+    def drop_connections(self) -> None:
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(self._drop(), self._loop).result(timeout=10)
+
+    async def _drop(self) -> None:
+        for socket in list(self._sockets):
+            await socket.close()
+
+    @property
+    def live_connections(self) -> int:
+        return sum(1 for s in self._sockets if not s.closed)
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        # autoping off: pings are answered by hand, so a black hole can ignore them.
+        socket = web.WebSocketResponse(autoping=False)
+        await socket.prepare(request)
+        self._sockets.append(socket)
+        await socket.send_str(json.dumps({"type": "hello", "num_connections": 1,
+                                          "connection_info": {"app_id": "A0001"}}))
+        async for message in socket:
+            if self.black_hole:
+                continue
+            if message.type == WSMsgType.PING:
+                await socket.pong(message.data)
+            elif message.type == WSMsgType.TEXT:
+                with self._lock:
+                    self.acks.append(json.loads(message.data))
+        self._sockets.remove(socket)
+        return socket
+
+    # -- Web API -------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args: dict[str, Any] = dict(request.query)
+        if request.content_type == "application/json":
+            args.update(await request.json())
+        elif request.can_read_body:
+            args.update(dict(await request.post()))
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth else args.pop("token", None)
+        call = Call(method, args, token)
+        with self._lock:
+            self.calls.append(call)
+            failure = self._take_failure(method)
+        if failure is not None:
+            return self._refuse(call, failure.error, failure.status, failure.retry_after)
+        if not token:
+            return self._refuse(call, "not_authed")
+        handler = getattr(self, "_" + method.replace(".", "_"), None)
+        if handler is None:
+            return self._refuse(call, "unknown_method", 404)
+        result: dict[str, Any] | str = handler(args, token)
+        if isinstance(result, str):
+            return self._refuse(call, result)
+        return web.json_response({"ok": True, **result})
+
+    def _take_failure(self, method: str) -> _Failure | None:
+        queue = self._failures.get(method)
+        if not queue:
+            return None
+        failure = queue[0]
+        failure.times -= 1
+        if failure.times <= 0:
+            queue.pop(0)
+        return failure
+
+    def _refuse(self, call: Call, error: str, status: int = 200,
+                retry_after: float | None = None) -> web.Response:
+        call.status, call.error = status, error
+        headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
+        body: dict[str, Any] = {"ok": False, "error": error}
+        if error == "missing_scope":
+            body["needed"] = "assistant:write"
+        return web.json_response(body, status=status, headers=headers)
+
+    def _new_ts(self) -> str:
+        return f"1700000000.{next(self._ts):06d}"
+
+    def _auth_test(self, args: dict[str, Any], token: str) -> dict[str, Any]:
+        return {"url": "https://test.slack.com/", "team": "Test", "user": "gateway",
+                "team_id": TEAM_ID, "user_id": BOT_USER_ID, "bot_id": BOT_ID}
+
+    def _chat_postMessage(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        channel, text = args.get("channel"), args.get("text")
+        if not channel:
+            return "channel_not_found"
+        if not text:
+            return "no_text"
+        if len(text) > MAX_TEXT:
+            return "msg_too_long"
+        ts = self._new_ts()
+        thread = args.get("thread_ts") or None
+        with self._lock:
+            self.messages[ts] = Message(channel, ts, text, thread)
+        return {"channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
+
+    def _chat_update(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        message = self.messages.get(str(args.get("ts")))
+        if message is None or message.channel != args.get("channel"):
+            return "message_not_found"
+        text = args.get("text") or ""
+        if len(text) > MAX_TEXT:
+            return "msg_too_long"
+        with self._lock:
+            message.text, message.edits = text, message.edits + 1
+        return {"channel": message.channel, "ts": message.ts, "text": text}
+
+    def _chat_postEphemeral(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        if not args.get("user") or not args.get("channel"):
+            return "user_not_in_channel"
+        return {"message_ts": self._new_ts()}
+
+    def _users_info(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        user_id = str(args.get("user"))
+        profile = self.users.get(user_id)
+        if profile is None:
+            return "user_not_found"
+        return {"user": {"id": user_id, "name": profile["display_name"].lower(),
+                         "real_name": profile["real_name"], "profile": dict(profile)}}
+
+    def _reactions_add(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
+        with self._lock:
+            if key in self.reactions:
+                return "already_reacted"
+            self.reactions.add(key)
+        return {}
+
+    def _reactions_remove(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
+        with self._lock:
+            if key not in self.reactions:
+                return "no_reaction"
+            self.reactions.discard(key)
+        return {}
+
+    def _assistant_threads_setStatus(self, args: dict[str, Any],
+                                     token: str) -> dict[str, Any] | str:
+        if not self.assistant_enabled:
+            return "missing_scope"
+        return {}
+
+    def _apps_connections_open(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        if not token.startswith("xapp-"):
+            return "not_allowed_token_type"
+        if self.refuse_connections:
+            return "internal_error"
+        self.connections_opened += 1
+        return {"url": f"ws://{self.host}:{self.port}/link/?ticket={self.connections_opened}"}
