@@ -20,7 +20,7 @@ from adapters.slack.app import Listeners, build_app
 from adapters.slack.inbound import BotIdentity
 from adapters.slack.names import UserNames
 from adapters.slack.sender import SlackSender, platform_error, web_client
-from adapters.slack.socket import SocketSupervisor
+from adapters.slack.socket import Backoff, SocketSupervisor, Timing
 from gateway.errors import ConfigError, PlatformError
 
 if TYPE_CHECKING:
@@ -40,6 +40,9 @@ class SlackPlatform(Platform):
     """Slack over the Events API (`gateway web`) or Socket Mode (`gateway slack`)."""
 
     name = "slack"
+    # Socket Mode pacing; tests shorten it to watch a reconnect in well under a second.
+    socket_timing = Timing()
+    socket_backoff = Backoff()
 
     def __init__(self, settings: Settings, redis: Redis) -> None:
         super().__init__(settings, redis)
@@ -121,7 +124,9 @@ class SlackPlatform(Platform):
             raise ConfigError(NEEDS_APP_TOKEN)
         await health.report(False, "connecting")
         app = build_app(self.client, self.listeners(ingest), signing_secret=None)
-        await SocketSupervisor(app, app_token.get_secret_value(), health).run()
+        supervisor = SocketSupervisor(app, app_token.get_secret_value(), health,
+                                      timing=self.socket_timing, backoff=self.socket_backoff)
+        await supervisor.run()
 
     async def shutdown(self) -> None:
         """slack-sdk opens an HTTP session per call: nothing is held open here."""

@@ -11,13 +11,13 @@ seconds, and reconnects with capped exponential backoff and jitter.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
 from dataclasses import dataclass
 
 import aiohttp
+from redis.exceptions import RedisError
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -69,28 +69,39 @@ class SocketSupervisor:
         attempt = 0
         try:
             while True:
-                handler = self._handler()
-                try:
-                    await self._open(handler)
-                except ConnectFailed as exc:
-                    await self._close(handler)
-                    delay = self.backoff.delay(attempt)
-                    attempt += 1
-                    log.warning("Socket Mode connect failed (%s); retrying in %.1fs", exc, delay)
-                    await self._wait(delay, f"cannot connect: {exc}")
+                failure = await self._session()
+                if failure is None:
+                    attempt = 0
+                    log.warning("Socket Mode connection lost; reconnecting")
+                    await self.health.report(False, "connection lost; reconnecting")
                     continue
-                attempt = 0
-                self.connects += 1
-                log.info("Socket Mode connected")
-                try:
-                    await self._watch(handler)
-                finally:
-                    await self._close(handler)
-                log.warning("Socket Mode connection lost; reconnecting")
-                await self.health.report(False, "connection lost; reconnecting")
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                log.warning("Socket Mode connect failed (%s); retrying in %.1fs", failure, delay)
+                await self._wait(delay, f"cannot connect: {failure}")
         finally:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.health.report(False, "stopped"))
+            await self._report_stopped()
+
+    async def _session(self) -> str | None:
+        """Connect and hold one connection until it dies; the reason when it never opened."""
+        handler = self._handler()
+        try:
+            try:
+                await self._open(handler)
+            except ConnectFailed as exc:
+                return str(exc)
+            self.connects += 1
+            log.info("Socket Mode connected")
+            await self._watch(handler)
+            return None
+        finally:
+            await self._close(handler)
+
+    async def _report_stopped(self) -> None:
+        try:
+            await asyncio.shield(self.health.report(False, "stopped"))
+        except (RedisError, OSError, asyncio.CancelledError) as exc:
+            log.debug("could not report the stop: %s", type(exc).__name__)
 
     def _handler(self) -> AsyncSocketModeHandler:
         handler = AsyncSocketModeHandler(self.app, self.app_token,
@@ -142,5 +153,8 @@ class SocketSupervisor:
 
     @staticmethod
     async def _close(handler: AsyncSocketModeHandler) -> None:
-        with contextlib.suppress(Exception):
+        # Shielded: a cancelled supervisor must still release the socket and its session.
+        try:
             await asyncio.shield(handler.close_async())
+        except (aiohttp.ClientError, OSError, RuntimeError, asyncio.CancelledError) as exc:
+            log.debug("closing the Socket Mode client: %s", type(exc).__name__)
