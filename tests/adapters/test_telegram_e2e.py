@@ -28,6 +28,10 @@ from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, Message, running
 
+# Each test starts its own gateway processes, and a worker's first turn imports litellm
+# (about 10 s on a cold machine): more room than the suite's default per-test timeout.
+pytestmark = pytest.mark.timeout(150)
+
 _update_ids = itertools.count(1)
 ALICE_CHAT = 42
 
@@ -79,6 +83,7 @@ async def test_private_message_is_answered(web: Gateway, fake: FakeTelegram,
     assert reply.text.startswith("fake reply to: hello there")
     assert reply.reply_to is None and reply.thread_id is None
     assert [c["command"] for c in fake.commands] == ["btw", "reset", "stop", "status", "help"]
+    assert fake.token not in web.output()
 
 
 async def test_group_message_needs_a_mention(web: Gateway, fake: FakeTelegram,
@@ -111,7 +116,7 @@ async def test_the_same_update_twice_gets_one_reply(web: Gateway, fake: FakeTele
     await deliver(web, message("and now something else"))
     await answered(fake, ALICE_CHAT, contains="something else")
     assert len(bot_messages(fake, ALICE_CHAT)) == 2
-    assert sum("only once please" in request_text(r) for r in llm.requests[:1]) == 1
+    assert len(llm.requests) == 2  # one turn per distinct message, none for the retry
 
 
 async def test_wrong_or_missing_secret_is_401_and_no_model_call(
