@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import discord
 from discord import app_commands
@@ -24,6 +25,12 @@ from gateway.model import Inbound
 log = logging.getLogger(__name__)
 
 THREAD_NAME_LENGTH = 90
+# No message cache (the gateway looks nothing up), no member lists, no pings by default.
+_CLIENT_OPTIONS: dict[str, Any] = {
+    "max_messages": None, "chunk_guilds_at_startup": False,
+    "member_cache_flags": discord.MemberCacheFlags.none(),
+    "allowed_mentions": discord.AllowedMentions.none(),
+}
 StateListener = Callable[[], Awaitable[None]]
 
 
@@ -59,13 +66,11 @@ class GatewayClient(discord.AutoShardedClient):
                  pin_gateway: bool, on_state: StateListener) -> None:
         # The gateway never joins voice; without this discord.py warns that voice is off.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
-        super().__init__(
-            intents=intents(), shard_count=shard_count,
-            shard_ids=list(shard_ids) if shard_ids is not None else None,
-            max_messages=None, chunk_guilds_at_startup=False,
-            member_cache_flags=discord.MemberCacheFlags.none(),
-            allowed_mentions=discord.AllowedMentions.none(),
-        )
+        if shard_ids is not None:  # discord.py takes the list only when there is one
+            super().__init__(intents=intents(), shard_count=shard_count, shard_ids=list(shard_ids),
+                             **_CLIENT_OPTIONS)
+        else:
+            super().__init__(intents=intents(), shard_count=shard_count, **_CLIENT_OPTIONS)
         self.ingest = ingest
         self.auto_thread = auto_thread
         self.command_guilds = [discord.Object(id=g) for g in command_guilds]

@@ -14,13 +14,13 @@ from adapters.base import Mode, Platform
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, platform_error
 from gateway.errors import ConfigError, GatewayError, PlatformError
+from gateway.health import Health
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from adapters.discord.client import GatewayClient
     from gateway.config import Settings
-    from gateway.health import Health
     from gateway.ingest import Ingest
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ class DiscordPlatform(Platform):
 
         self.validate("connect")
         count, ids = shard_plan(self.settings.discord_shard_count, self.settings.discord_shard_ids)
+        if ids is not None:  # several processes share the bot: one report each
+            health = Health(health.redis, f"{health.component}-shards-{'_'.join(map(str, ids))}")
         client: GatewayClient
 
         async def report() -> None:

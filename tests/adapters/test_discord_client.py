@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,8 +16,8 @@ from redis.asyncio import Redis
 from adapters.discord import PLATFORM
 from adapters.discord.platform import INTENT_REFUSED, DiscordPlatform, shard_plan
 from gateway.config import Settings
-from gateway.errors import ConfigError
-from gateway.health import Health
+from gateway.errors import ConfigError, PlatformError
+from gateway.health import Health, read_all
 from gateway.ingest import Ingest, Outcome
 from gateway.model import Inbound
 from gateway.store import Keys
@@ -59,7 +60,9 @@ class Gateway:
         self.platform = PLATFORM(self.settings, redis)
         self.ingest = RecordingIngest(self.settings, redis)
         self.health = Health(redis, "discord")
+        self.redis = redis
         self.task: asyncio.Task[None] | None = None
+        self._reports: dict[str, dict[str, Any]] = {}
 
     async def __aenter__(self) -> Gateway:
         self.platform.validate("connect")
@@ -74,21 +77,33 @@ class Gateway:
             await self.task
         await self.platform.shutdown()
 
-    async def until(self, fake: FakeDiscord, condition: Callable[[], Any]) -> Any:
-        """Wait for `condition`, failing at once if the connection ended."""
-        def met() -> Any:
+    async def until(self, fake: FakeDiscord, condition: Callable[[], Any],
+                    within: float = 15.0) -> Any:
+        """Poll `condition` (with `reports` fresh), failing at once if the connection ended."""
+        deadline = time.monotonic() + within
+        while True:
             if self.task is not None and self.task.done():
                 self.task.result()
                 raise AssertionError("the gateway connection ended")
-            return condition()
-        return await fake.wait_for(met)
+            self._reports = await read_all(self.redis)
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met before the deadline")
+            await asyncio.sleep(0.02)
 
     async def seen(self, fake: FakeDiscord, count: int = 1) -> list[tuple[Inbound, Outcome]]:
         await self.until(fake, lambda: len(self.ingest.seen) >= count)
         return self.ingest.seen
 
     async def ready(self, fake: FakeDiscord) -> None:
-        await self.until(fake, lambda: self.health.up)
+        await self.until(fake, lambda: self.reports.get("discord", {}).get("up"))
+
+    @property
+    def reports(self) -> dict[str, dict[str, Any]]:
+        """The health reports in Redis, as /healthz shows them (refreshed by `until`)."""
+        return self._reports
 
 
 def only(fake: FakeDiscord, predicate: Callable[[Any], bool]) -> list[Any]:
@@ -104,9 +119,9 @@ async def test_connects_with_the_intents_registers_btw_and_reports_health(
         commands = await fake.wait_for(lambda: fake.commands.get("global"))
         assert [c["name"] for c in commands] == ["btw"]
         assert commands[0]["options"][0]["name"] == "question"
-        report = json.loads(await redis_client.get(Keys.health("discord")) or "{}")
-        assert report["up"] is True and "1 of 1 shards" in report["detail"]
-    assert gateway.health.up is False
+        assert "1 of 1 shards" in str(gateway.reports["discord"]["detail"])
+    report = json.loads(await redis_client.get(Keys.health("discord")) or "{}")
+    assert report["up"] is False
 
 
 async def test_messages_reach_ingest_and_noise_does_not(fake: FakeDiscord,
@@ -209,19 +224,24 @@ async def test_a_refused_message_content_intent_ends_with_the_clear_line(
 
 
 async def test_a_process_runs_only_its_shards(fake: FakeDiscord, redis_client: Redis) -> None:
-    async with Gateway(fake, redis_client, DISCORD_SHARD_COUNT=2,
-                       DISCORD_SHARD_IDS="1") as gateway:
-        await gateway.ready(fake)
+    async with Gateway(fake, redis_client, DISCORD_SHARD_COUNT=2, DISCORD_SHARD_IDS="1") as gw:
+        await gw.until(fake, lambda: fake.identifies)
         assert [i["shard"] for i in fake.identifies] == [[1, 2]]
-        client_guilds = await fake.wait_for(lambda: gateway.health.detail)
-    assert "shards 1 of 2" in client_guilds
+        report = await gw.until(fake, lambda: gw.reports.get("discord-shards-1", {}).get("up"))
+        await fake.dispatch("MESSAGE_CREATE", fake.message(
+            CHANNEL_B, f"<@{fake.bot['id']}> on shard one", fake.user("42"), guild_id=GUILD_B,
+            mentions=(fake.bot,)))
+        (inbound, _), = await gw.seen(fake)
+    assert report is True
+    assert inbound.workspace == GUILD_B
 
 
 async def test_a_dropped_connection_resumes(fake: FakeDiscord, redis_client: Redis) -> None:
     async with Gateway(fake, redis_client) as gateway:
         await gateway.ready(fake)
         await fake.close_sessions(4000)
-        await fake.wait_for(lambda: fake.resumes, within=20)
+        await gateway.until(fake, lambda: not gateway.reports["discord"]["up"])
+        await gateway.until(fake, lambda: fake.resumes, within=20)
         await gateway.ready(fake)
         await fake.dispatch("MESSAGE_CREATE", fake.message("555", "still there?",
                                                            fake.user("42")))
@@ -243,3 +263,14 @@ def test_validate_names_the_missing_token(redis_client: Redis) -> None:
     with pytest.raises(ConfigError, match="DISCORD_BOT_TOKEN"):
         platform.validate("send")
     platform.validate("http")
+
+
+async def test_doctor_checks_the_token_over_rest(fake: FakeDiscord, redis_client: Redis) -> None:
+    settings = Settings(DISCORD_BOT_TOKEN=fake.token, DISCORD_API_URL=fake.api_url)
+    detail = await DiscordPlatform(settings, redis_client).doctor()
+    assert "gatewaybot" in detail and fake.application_id in detail
+
+    wrong = Settings(DISCORD_BOT_TOKEN="wrong-token", DISCORD_API_URL=fake.api_url)
+    with pytest.raises(PlatformError) as caught:
+        await DiscordPlatform(wrong, redis_client).doctor()
+    assert "wrong-token" not in str(caught.value)

@@ -138,6 +138,10 @@ class FakeDiscord:
         header, which discord.py reads as a Cloudflare ban and does not retry."""
         self._limits.append(_RateLimit(method, re.compile(path_regex), retry_after, times, via))
 
+    def limits_left(self) -> int:
+        """How many scripted 429s have not been answered yet."""
+        return sum(limit.remaining for limit in self._limits)
+
     def user(self, user_id: str, name: str = "alice", *, bot: bool = False) -> dict[str, Any]:
         return {"id": user_id, "username": name, "global_name": name.title(),
                 "discriminator": "0", "avatar": None, "bot": bot}
@@ -193,6 +197,22 @@ class FakeDiscord:
             payload["user"] = user
         self._interactions[payload["token"]] = payload
         return payload
+
+    def add_thread(self, guild_id: str, parent_id: str, *, owner_id: str = "42") -> str:
+        """A public thread under `parent_id` that the gateway will announce in GUILD_CREATE."""
+        thread_id = self.snowflake()
+        self.guilds[guild_id].threads.append(self._thread(thread_id, guild_id, parent_id,
+                                                          owner_id, "a thread", 1440))
+        return thread_id
+
+    def _thread(self, thread_id: str, guild_id: str, parent_id: str, owner_id: str, name: str,
+                archive_after: int) -> dict[str, Any]:
+        return {"id": thread_id, "guild_id": guild_id, "parent_id": parent_id,
+                "owner_id": owner_id, "name": name, "type": 11, "message_count": 0,
+                "member_count": 1, "rate_limit_per_user": 0, "total_message_sent": 0,
+                "flags": 0, "thread_metadata": {
+                    "archived": False, "auto_archive_duration": archive_after,
+                    "archive_timestamp": "2026-01-01T00:00:00+00:00", "locked": False}}
 
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
         """Send a DISPATCH to every identified gateway session."""
@@ -436,14 +456,8 @@ class FakeDiscord:
         guild_id = self._guild_of(channel_id)
         if self.forbid_threads or guild_id is None:
             return _error(403, 50013, "Missing Permissions")
-        thread = {"id": message_id, "guild_id": guild_id, "parent_id": channel_id,
-                  "owner_id": self.bot["id"], "name": body["name"], "type": 11,
-                  "message_count": 0, "member_count": 1, "rate_limit_per_user": 0,
-                  "thread_metadata": {"archived": False, "auto_archive_duration":
-                                      body.get("auto_archive_duration", 1440),
-                                      "archive_timestamp": "2026-01-01T00:00:00+00:00",
-                                      "locked": False},
-                  "total_message_sent": 0, "flags": 0}
+        thread = self._thread(message_id, guild_id, channel_id, self.bot["id"], body["name"],
+                              body.get("auto_archive_duration", 1440))
         self.guilds[guild_id].threads.append(thread)
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return _json(thread, status=201)
