@@ -14,10 +14,12 @@ webhook first (pending updates are kept) and says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from redis.exceptions import RedisError
 from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
 
@@ -70,7 +72,7 @@ class Poller:
             except TelegramError as exc:
                 await self._wait(self._backoff(), f"deleteWebhook: {exc.message}")
         self._failures = 0
-        await self.health.report(True, "polling")
+        await self._report(True, "polling")
         log.info("telegram: deleted any webhook so that long polling can receive updates "
                  "(pending updates are kept); set the webhook again to go back to `gateway web`")
 
@@ -94,7 +96,7 @@ class Poller:
             await self._wait(self._backoff(), f"{type(exc).__name__}: {exc.message}")
             return ()
         self._failures = 0
-        await self.health.report(True, "polling")
+        await self._report(True, "polling")
         return updates
 
     async def _deliver(self, updates: Sequence[Update]) -> None:
@@ -103,7 +105,7 @@ class Poller:
             if inbound is not None:
                 try:
                     await self.ingest.receive(inbound)
-                except GatewayError as exc:
+                except (GatewayError, RedisError) as exc:
                     # Not confirmed: the next getUpdates returns it again.
                     await self._wait(self._backoff(), f"ingest failed: {exc}")
                     return
@@ -124,5 +126,10 @@ class Poller:
 
     async def _wait(self, seconds: float, reason: str) -> None:
         log.warning("telegram polling: %s; retrying in %.1fs", reason, seconds)
-        await self.health.report(False, reason[:200])
+        await self._report(False, reason[:200])
         await asyncio.sleep(seconds)
+
+    async def _report(self, up: bool, detail: str) -> None:
+        # With Redis down there is nowhere to report to; the last report expires and reads "down".
+        with contextlib.suppress(RedisError):
+            await self.health.report(up, detail)

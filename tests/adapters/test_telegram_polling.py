@@ -7,17 +7,22 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from adapters.telegram import PLATFORM, TelegramPlatform
+from adapters.telegram.client import BotClient
+from adapters.telegram.inbound import to_inbound
+from adapters.telegram.polling import Poller
 from gateway.config import load_settings
 from gateway.health import Health
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
 from gateway.store import Keys
+from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running
 
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
@@ -123,3 +128,27 @@ async def test_a_flood_wait_on_getupdates_is_waited_out(fake: FakeTelegram,
 
 async def _has(redis: aioredis.Redis, texts: list[str]) -> bool:
     return await inbox_texts(redis) == texts
+
+
+async def test_an_update_is_not_confirmed_while_ingest_fails(fake: FakeTelegram,
+                                                            redis_client: aioredis.Redis) -> None:
+    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url,
+                             TELEGRAM_ALLOW_ALL=True)
+    client = BotClient.build(fake.token, fake.base_url)
+    dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    convert = partial(to_inbound, bot_id=fake.bot_id, bot_username=fake.username)
+    poller = Poller(client.bot, Ingest(settings, dead), Health(redis_client, "telegram-polling"),
+                    convert, poll_timeout=1)
+    update_id = fake.queue_update(private_message(9, "kept for later"))
+    task = asyncio.create_task(poller.run())
+    try:
+        # Fetched, not stored, so asked for again from the same offset: nothing is lost.
+        await fake.wait_for(lambda: len(fake.calls_to("getUpdates", ok_only=True)) >= 2)
+        assert poller.offset is None and not task.done()
+        assert update_id in fake.pending_updates
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.aclose()
+        await dead.aclose()

@@ -209,6 +209,11 @@ class FakeTelegram:
 
     # -- reading what happened ------------------------------------------------------------
 
+    @property
+    def pending_updates(self) -> list[int]:
+        """Ids of the updates Telegram still holds (not yet confirmed by an offset)."""
+        return [int(u["update_id"]) for u in self._updates]
+
     def calls_to(self, method: str, *, ok_only: bool = False) -> list[Call]:
         return [c for c in self.calls if c.method == method and (c.status == 200 or not ok_only)]
 
