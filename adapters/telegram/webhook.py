@@ -16,11 +16,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from telegram import Update
 
+from gateway.errors import GatewayError
 from gateway.model import Inbound
 
 if TYPE_CHECKING:
@@ -57,7 +59,13 @@ def webhook_route(secret: str, ingest: Ingest, convert: Callable[[], Convert | N
             return PlainTextResponse("malformed update", status_code=400)
         inbound = converter(update)
         if inbound is not None:
-            await ingest.receive(inbound)
+            try:
+                await ingest.receive(inbound)
+            except (GatewayError, RedisError) as exc:
+                # Telegram delivers the update again later; ingest dedupes it then.
+                log.warning("telegram webhook: update %s not stored (%s), answered 503",
+                            update.update_id, exc)
+                return PlainTextResponse("try again", status_code=503)
         return JSONResponse({"ok": True})
 
     return Route(PATH, endpoint, methods=["POST"])

@@ -17,6 +17,7 @@ from gateway.config import load_settings
 from gateway.errors import ConfigError
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
+from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running
 
 SECRET = "s3cret_Token-1"
@@ -140,3 +141,14 @@ def test_everything_needs_the_token(redis_client: aioredis.Redis) -> None:
     assert not telegram.uses_http()
     with pytest.raises(ConfigError, match="TELEGRAM_BOT_TOKEN"):
         telegram.validate("send")
+
+
+async def test_update_that_cannot_be_stored_is_503_so_telegram_retries(
+        platform: TelegramPlatform) -> None:
+    dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    app = Starlette(routes=list(platform.routes(Ingest(platform.settings, dead))))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        response = await post(http, private_update(9))
+    await dead.aclose()
+    assert response.status_code == 503
