@@ -18,6 +18,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord.inbound import interaction_inbound, payload_of, to_inbound
+from adapters.discord.sender import quiet_library_logs
 from gateway.errors import GatewayError
 from gateway.ingest import Ingest
 from gateway.model import Inbound
@@ -66,6 +67,7 @@ class GatewayClient(discord.AutoShardedClient):
                  pin_gateway: bool, on_state: StateListener) -> None:
         # The gateway never joins voice; without this discord.py warns that voice is off.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+        quiet_library_logs()
         if shard_ids is not None:  # discord.py takes the list only when there is one
             super().__init__(intents=intents(), shard_count=shard_count, shard_ids=list(shard_ids),
                              **_CLIENT_OPTIONS)

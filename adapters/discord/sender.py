@@ -37,6 +37,18 @@ MAX_LENGTH = 2000
 TYPING_INTERVAL = 8.0  # Discord shows "is typing" for about 10 s after each call
 MAX_LIBRARY_WAIT = 30.0  # discord.py's smallest allowed max_ratelimit_timeout
 _REJECTED_CODES = frozenset({50006, 50035})  # empty message, invalid form body
+# At DEBUG these discord.py loggers print request URLs and gateway payloads, which hold
+# interaction tokens and message text; the gateway keeps them at INFO or above.
+_CHATTY_LOGGERS = ("discord.http", "discord.webhook.async_", "discord.gateway")
+
+
+def quiet_library_logs() -> None:
+    """Keep discord.py's payload-dumping loggers at INFO, even under GATEWAY_LOG_LEVEL=DEBUG
+    (a level set on them on purpose is left alone)."""
+    for name in _CHATTY_LOGGERS:
+        library = logging.getLogger(name)
+        if library.level == logging.NOTSET:
+            library.setLevel(logging.INFO)
 
 
 class DiscordSender:
@@ -45,6 +57,7 @@ class DiscordSender:
     platform = "discord"
 
     def __init__(self, token: str, *, edit_interval: float) -> None:
+        quiet_library_logs()
         self._token = token
         self._edit_interval = edit_interval
         self._http: HTTPClient | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -146,3 +147,15 @@ async def test_an_interaction_reply_is_a_followup_on_the_webhook(fake: FakeDisco
     assert fake.messages[message_id]["content"] == "the answer"
     assert fake.messages[message_id]["channel_id"] == CHANNEL
     assert not fake.calls_to("POST", rf"/channels/{CHANNEL}/typing")
+
+
+async def test_interaction_tokens_stay_out_of_debug_logs(
+        fake: FakeDiscord, sender: DiscordSender, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    interaction = fake.interaction(CHANNEL, "q", fake.user("42"), guild_id=GUILD)
+    fake.callbacks[interaction["token"]] = {"type": 5}
+    address = channel(side=True).model_copy(update={"token": interaction["token"]})
+    await sender.send(address, "answer", final=True)
+    ours = "\n".join(r.getMessage() for r in caplog.records
+                     if r.name.startswith(("discord", "adapters")))
+    assert interaction["token"] not in ours and fake.token not in ours
