@@ -90,6 +90,18 @@ async def _ignore() -> None:
     """Events the gateway subscribes to implicitly (joins, reactions...): acknowledged only."""
 
 
+class _TokenFromEnvironment(logging.Filter):
+    """bolt reads SLACK_BOT_TOKEN itself and warns that the client's token wins: it is the
+    same token, so the warning is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+BOLT_LOG = logging.getLogger("adapters.slack.bolt")
+BOLT_LOG.addFilter(_TokenFromEnvironment())
+
+
 def build_app(client: AsyncWebClient, listeners: Listeners, *,
               signing_secret: str | None) -> AsyncApp:
     """The bolt app; `signing_secret` None means Socket Mode (no HTTP signature to check)."""
@@ -98,7 +110,7 @@ def build_app(client: AsyncWebClient, listeners: Listeners, *,
         signing_secret=signing_secret,
         request_verification_enabled=signing_secret is not None,
         process_before_response=True,
-        logger=logging.getLogger("adapters.slack.bolt"),
+        logger=BOLT_LOG,
     )
     app.event("app_mention")(listeners.on_message)
     app.event("message")(listeners.on_message)

@@ -79,9 +79,8 @@ def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> 
     raw_text = event.get("text") or ""
     workspace = str(body.get("team_id") or event.get("team") or bot.team_id or "")
     session_thread = thread_ts if is_dm else (thread_ts or ts)
-    base = {"platform": PLATFORM, "workspace": workspace, "channel": channel}
     return Inbound(
-        **base,
+        platform=PLATFORM, workspace=workspace, channel=channel,
         thread=session_thread,
         message_id=ts,
         event_id=str(body.get("event_id") or f"{channel}:{ts}"),
@@ -91,8 +90,8 @@ def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> 
         mentions_bot=event.get("type") == "app_mention" or bool(bot.mention().search(raw_text)),
         follows_thread=bool(thread_ts) and thread_ts != ts,
         attachments=_attachments(event),
-        reply=Address(**base, thread=session_thread, reply_to=ts),
-        side_reply=Address(**base, thread=thread_ts or ts, reply_to=ts, side=True),
+        reply=_address(workspace, channel, session_thread, reply_to=ts),
+        side_reply=_address(workspace, channel, thread_ts or ts, reply_to=ts, side=True),
     )
 
 
@@ -104,11 +103,10 @@ def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,
     into the thread of the bot's message quoting the question (`quote_ts`).
     """
     channel = str(command["channel_id"])
-    base = {"platform": PLATFORM, "workspace": str(command.get("team_id") or ""),
-            "channel": channel}
+    workspace = str(command.get("team_id") or "")
     thread = session_thread(session_key)
     return Inbound(
-        **base,
+        platform=PLATFORM, workspace=workspace, channel=channel,
         thread=thread,
         message_id=quote_ts,
         event_id=str(command.get("trigger_id") or f"btw:{channel}:{quote_ts}"),
@@ -116,9 +114,15 @@ def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,
         text=f"/btw {(command.get('text') or '').strip()}",
         is_dm=channel.startswith("D") or command.get("channel_name") == "directmessage",
         mentions_bot=True,
-        reply=Address(**base, thread=thread),
-        side_reply=Address(**base, thread=quote_ts, reply_to=quote_ts, side=True),
+        reply=_address(workspace, channel, thread),
+        side_reply=_address(workspace, channel, quote_ts, reply_to=quote_ts, side=True),
     )
+
+
+def _address(workspace: str, channel: str, thread: str | None, *, reply_to: str | None = None,
+             side: bool = False) -> Address:
+    return Address(platform=PLATFORM, workspace=workspace, channel=channel, thread=thread,
+                   reply_to=reply_to, side=side)
 
 
 def session_thread(session_key: str) -> str | None:

@@ -17,7 +17,7 @@ also keeps the model from writing live mentions such as `<!here>`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
@@ -71,7 +71,7 @@ def _blocks(lines: list[str]) -> Iterator[str]:
         index += 1
 
 
-def _code_block(lines: list[str], start: int, marker: str) -> Iterator[str]:
+def _code_block(lines: list[str], start: int, marker: str) -> Generator[str, None, int]:
     """Yield a fenced block as Slack code; an unclosed fence (a reply still streaming) is closed."""
     yield "```"
     index = start + 1
@@ -92,7 +92,7 @@ def _is_table_start(lines: list[str], index: int) -> bool:
     )
 
 
-def _table(lines: list[str], start: int) -> Iterator[str]:
+def _table(lines: list[str], start: int) -> Generator[str, None, int]:
     """Slack has no tables; a code block keeps the columns readable."""
     yield "```"
     yield escape(lines[start])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +21,10 @@ log = logging.getLogger(__name__)
 NAME_TTL = 24 * 3600
 # A user the API cannot resolve is retried after a short while, not a day.
 UNKNOWN_TTL = 300
+# In front of Redis, each process keeps recent names briefly: a busy thread then costs
+# no Redis round trip per message, and a renamed user shows within minutes.
+LOCAL_TTL = 300.0
+LOCAL_SIZE = 10_000
 
 
 def display_name(user: Mapping[str, Any]) -> str | None:
@@ -37,8 +43,17 @@ class UserNames:
     def __init__(self, redis: Redis, client: AsyncWebClient) -> None:
         self.redis = redis
         self.client = client
+        self._local: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
     async def get(self, user_id: str) -> str:
+        local = self._local.get(user_id)
+        if local is not None and local[0] > time.monotonic():
+            return local[1]
+        name = await self._shared(user_id)
+        self._remember(user_id, name)
+        return name
+
+    async def _shared(self, user_id: str) -> str:
         key = Keys.user_name("slack", user_id)
         try:
             cached = await self.redis.get(key)
@@ -52,6 +67,12 @@ class UserNames:
         except RedisError:
             log.warning("could not cache the name of %s", user_id)
         return name
+
+    def _remember(self, user_id: str, name: str) -> None:
+        self._local[user_id] = (time.monotonic() + LOCAL_TTL, name)
+        self._local.move_to_end(user_id)
+        while len(self._local) > LOCAL_SIZE:
+            self._local.popitem(last=False)
 
     async def _lookup(self, user_id: str) -> tuple[str, int]:
         try:

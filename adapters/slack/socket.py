@@ -40,7 +40,7 @@ class Backoff:
 
     def delay(self, attempt: int) -> float:
         ceiling = min(self.cap, self.base * (2 ** min(attempt, 30)))
-        return ceiling * random.uniform(0.5, 1.0)
+        return float(ceiling * random.uniform(0.5, 1.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,8 @@ class SocketSupervisor:
         client.wss_uri = str(opened["url"])
         try:
             # The SDK's connect() retries a failing websocket forever; bound it.
-            await asyncio.wait_for(client.connect(), self.timing.connect_timeout)
+            connecting = client.connect()  # type: ignore[no-untyped-call]
+            await asyncio.wait_for(connecting, self.timing.connect_timeout)
         except TimeoutError:
             raise ConnectFailed("websocket did not open in time") from None
         if not await client.is_connected():
@@ -155,6 +156,6 @@ class SocketSupervisor:
     async def _close(handler: AsyncSocketModeHandler) -> None:
         # Shielded: a cancelled supervisor must still release the socket and its session.
         try:
-            await asyncio.shield(handler.close_async())
+            await asyncio.shield(handler.close_async())  # type: ignore[no-untyped-call]
         except (aiohttp.ClientError, OSError, RuntimeError, asyncio.CancelledError) as exc:
             log.debug("closing the Socket Mode client: %s", type(exc).__name__)

@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -19,7 +19,7 @@ from slack_sdk.signature import Clock, SignatureVerifier
 
 from adapters.slack import SlackPlatform
 from adapters.slack.app import NO_SESSION
-from gateway.config import Settings
+from gateway.config import load_settings
 from gateway.ingest import Ingest
 from gateway.store import Keys
 from gateway.web import create_app
@@ -83,14 +83,15 @@ class Web:
             body, content_type="application/x-www-form-urlencoded"))
 
     async def jobs(self) -> list[dict[str, Any]]:
-        entries = await self.redis.xrange(Keys.jobs("slack"))
+        raw = await self.redis.xrange(Keys.jobs("slack"))
+        entries = cast(list[tuple[str, dict[str, str]]], raw)
         return [{**fields, "payload": json.loads(fields.get("payload") or "{}")}
                 for _, fields in entries]
 
 
 @pytest.fixture
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
-    settings = Settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
+    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
                         SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url)
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)

@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 import pytest
@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from adapters.slack import SlackPlatform
 from adapters.slack.app import NO_SESSION
 from adapters.slack.socket import Backoff, Timing
-from gateway.config import Settings
+from gateway.config import load_settings
 from gateway.health import Health
 from gateway.ingest import Ingest
 from gateway.store import Keys
@@ -76,12 +76,14 @@ class Socket:
         return bool(report and not report["up"])
 
     async def jobs(self) -> list[dict[str, str]]:
-        return [fields for _, fields in await self.redis.xrange(Keys.jobs("slack"))]
+        raw = await self.redis.xrange(Keys.jobs("slack"))
+        entries = cast(list[tuple[str, dict[str, str]]], raw)
+        return [fields for _, fields in entries]
 
 
 @pytest.fixture
 async def socket(slack: FakeSlack, redis_url: str) -> AsyncIterator[Socket]:
-    settings = Settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
+    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
                         SLACK_APP_TOKEN=APP_TOKEN, SLACK_API_URL=slack.api_url)
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)
