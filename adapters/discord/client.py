@@ -136,15 +136,16 @@ class GatewayClient(discord.AutoShardedClient):
     async def on_message(self, message: discord.Message) -> None:
         if self.user is None:
             return
-        bot_id = str(self.user.id)
+        role = message.guild.self_role if message.guild else None
+        facts: dict[str, Any] = {"bot_id": str(self.user.id),
+                                 "bot_role_id": str(role.id) if role else None}
         payload = payload_of(message)
         in_thread = isinstance(message.channel, discord.Thread)
-        inbound = to_inbound(payload, bot_id=bot_id, in_thread=in_thread)
+        inbound = to_inbound(payload, in_thread=in_thread, **facts)
         if inbound is not None and self._opens_thread(message, inbound):
             thread_id = await self._start_thread(message, inbound)
             if thread_id is not None:
-                inbound = to_inbound(payload, bot_id=bot_id, in_thread=False,
-                                     session_channel=thread_id)
+                inbound = to_inbound(payload, in_thread=False, session_channel=thread_id, **facts)
         if inbound is not None:
             await self._receive(inbound)
 

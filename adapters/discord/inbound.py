@@ -38,6 +38,7 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
         "author": {"id": str(author.id), "username": author.name,
                    "global_name": author.global_name, "bot": author.bot},
         "mentions": [{"id": str(user.id)} for user in message.mentions],
+        "mention_roles": [str(role_id) for role_id in message.raw_role_mentions],
         "attachments": [{"url": a.url, "filename": a.filename, "content_type": a.content_type}
                         for a in message.attachments],
         "referenced_message": None,
@@ -52,13 +53,16 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
 
 
 def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
-               session_channel: str | None = None) -> Inbound | None:
+               session_channel: str | None = None,
+               bot_role_id: str | None = None) -> Inbound | None:
     """The Inbound for one MESSAGE_CREATE body, or None when it is not for the gateway.
 
     Dropped: the bot's own messages, other bots, webhooks, system messages.
     `in_thread` says the channel is a thread (the payload does not carry the
     channel's type); `session_channel`, when set, is a thread the adapter just
     created from this message, which becomes the session and takes the reply.
+    `bot_role_id` is the bot's own role in the guild: people often pick it from
+    the mention list instead of the bot user, and mean the bot all the same.
     """
     author = payload["author"]
     if author["id"] == bot_id or author.get("bot") or payload.get("webhook_id"):
@@ -69,6 +73,8 @@ def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
     channel = session_channel or str(payload["channel_id"])
     message_id = str(payload["id"])
     mentions_bot = any(str(user["id"]) == bot_id for user in payload.get("mentions") or ())
+    mentions_bot = mentions_bot or (bot_role_id is not None
+                                    and bot_role_id in (payload.get("mention_roles") or ()))
     referenced = payload.get("referenced_message") or {}
     replies_to_bot = str((referenced.get("author") or {}).get("id", "")) == bot_id
     workspace = str(guild_id) if guild_id else DM_WORKSPACE
@@ -80,7 +86,7 @@ def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
     return Inbound(
         platform=PLATFORM, workspace=workspace, channel=channel, message_id=message_id,
         event_id=message_id, speaker=_speaker(author),
-        text=strip_mention(payload["content"], bot_id),
+        text=strip_mention(payload["content"], bot_id, bot_role_id),
         is_dm=guild_id is None, mentions_bot=mentions_bot, replies_to_bot=replies_to_bot,
         reply_to=_reference_id(payload),
         follows_thread=in_thread or session_channel is not None,
@@ -109,9 +115,11 @@ def interaction_inbound(*, interaction_id: str, token: str, channel_id: str,
     )
 
 
-def strip_mention(text: str, bot_id: str) -> str:
-    """Remove the bot's own `<@id>` / `<@!id>` mentions and the spaces they leave."""
+def strip_mention(text: str, bot_id: str, bot_role_id: str | None = None) -> str:
+    """Remove the bot's own `<@id>` / `<@!id>` (and role `<@&id>`) mentions and their spaces."""
     stripped = re.sub(rf"<@!?{re.escape(bot_id)}>", " ", text)
+    if bot_role_id:
+        stripped = stripped.replace(f"<@&{bot_role_id}>", " ")
     return re.sub(r"[ \t]{2,}", " ", stripped).strip()
 
 

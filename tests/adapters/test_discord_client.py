@@ -141,12 +141,14 @@ async def test_messages_reach_ingest_and_noise_does_not(fake: FakeDiscord,
                                guild_id=GUILD, mentions=(fake.bot,))
         await fake.dispatch("MESSAGE_CREATE", mention)
         await fake.dispatch("MESSAGE_CREATE", fake.message("555", "a dm", alice))
-        seen = await gateway.seen(fake, 2)
-    (first, outcome), (dm, _) = seen[0], seen[1]
+        await fake.dispatch("MESSAGE_CREATE", fake.role_mention(CHANNEL, GUILD, "via role", alice))
+        seen = await gateway.seen(fake, 3)
+    (first, outcome), (dm, _), (by_role, _) = seen[0], seen[1], seen[2]
+    assert by_role.mentions_bot and by_role.text == "via role"
     assert first.message_id == mention["id"] and first.text == "hello there"
     assert first.mentions_bot and outcome == Outcome.QUEUED
     assert dm.is_dm and dm.text == "a dm"
-    assert len(seen) == 2
+    assert len(seen) == 3
 
 
 async def test_the_btw_command_is_deferred_at_once_and_handed_over(fake: FakeDiscord,

@@ -111,6 +111,15 @@ def test_the_btw_command_carries_the_interaction_token_on_both_addresses() -> No
     assert inbound.session_key == f"discord:{GUILD}:{CHANNEL}"
 
 
+def test_a_mention_of_the_bots_role_counts_as_a_mention() -> None:
+    message = fake.role_mention(CHANNEL, GUILD, "hello", alice)
+    role = fake.bot_role_id(GUILD)
+    inbound = to_inbound(message, bot_id=BOT, in_thread=False, bot_role_id=role)
+    assert inbound is not None and inbound.mentions_bot and inbound.text == "hello"
+    unknown = to_inbound(message, bot_id=BOT, in_thread=False, bot_role_id=None)
+    assert unknown is not None and not unknown.mentions_bot
+
+
 def test_strip_mention_leaves_other_mentions() -> None:
     assert strip_mention(f"<@{BOT}> ask <@42>", BOT) == "ask <@42>"
 

@@ -138,6 +138,11 @@ class FakeDiscord:
         header, which discord.py reads as a Cloudflare ban and does not retry."""
         self._limits.append(_RateLimit(method, re.compile(path_regex), retry_after, times, via))
 
+    @staticmethod
+    def bot_role_id(guild_id: str) -> str:
+        """The id of the role Discord gives the bot in a guild (its managed role)."""
+        return str(int(guild_id) + 1)
+
     def limits_left(self) -> int:
         """How many scripted 429s have not been answered yet."""
         return sum(limit.remaining for limit in self._limits)
@@ -170,6 +175,14 @@ class FakeDiscord:
         if webhook_id:
             payload["webhook_id"] = webhook_id
         return payload
+
+    def role_mention(self, channel_id: str, guild_id: str, text: str,
+                     author: dict[str, Any]) -> dict[str, Any]:
+        """A message that mentions the bot's managed role instead of the bot user."""
+        role = self.bot_role_id(guild_id)
+        message = self.message(channel_id, f"<@&{role}> {text}", author, guild_id=guild_id)
+        message["mention_roles"] = [role]
+        return message
 
     def interaction(self, channel_id: str, question: str, user: dict[str, Any], *,
                     guild_id: str | None = None, channel_type: int = 0) -> dict[str, Any]:
@@ -311,10 +324,12 @@ class FakeDiscord:
         everyone = {"id": guild.id, "name": "@everyone", "permissions": "2248473465835073",
                     "position": 0, "color": 0, "hoist": False, "managed": False,
                     "mentionable": False, "flags": 0}
+        bot_role = {**everyone, "id": self.bot_role_id(guild.id), "name": "gatewaybot",
+                    "managed": True, "position": 1, "tags": {"bot_id": self.bot["id"]}}
         return {"id": guild.id, "name": guild.name, "owner_id": "1", "unavailable": False,
                 "member_count": 2, "large": False, "channels": channels,
-                "threads": guild.threads, "roles": [everyone], "emojis": [], "stickers": [],
-                "features": [], "members": [], "voice_states": [], "presences": [],
+                "threads": guild.threads, "roles": [everyone, bot_role], "emojis": [],
+                "stickers": [], "features": [], "members": [], "voice_states": [], "presences": [],
                 "stage_instances": [], "guild_scheduled_events": [], "soundboard_sounds": [],
                 "joined_at": "2025-01-01T00:00:00+00:00", "premium_tier": 0,
                 "preferred_locale": "en-US", "verification_level": 0,
