@@ -205,6 +205,7 @@ class FakeLLM:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._list_models)
+        app.router.add_get("/_fake/requests", self._recorded)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -244,9 +245,7 @@ class FakeLLM:
                 raise TimeoutError(f"{len(found)} of {n} requests arrived in {timeout}s")
             time.sleep(0.005)
 
-    # Named like wait_for_requests' argument on purpose; it bounds a poll, not an await.
-    async def await_requests(self, n: int, timeout: float = 10.0, *,  # noqa: ASYNC109
-                             model: str | None = None,
+    async def await_requests(self, n: int, timeout: float = 10.0, *, model: str | None = None,
                              path: str | None = None) -> list[ReceivedRequest]:
         """`wait_for_requests` for async tests: polls without blocking the event loop."""
         deadline = time.monotonic() + timeout
@@ -438,6 +437,16 @@ class FakeLLM:
             400, f"Previous response with id '{previous}' not found.",
             "previous_response_not_found", "previous_response_id"), status=400))
 
+    async def _recorded(self, request: web.Request) -> web.Response:
+        """The recorded requests, for a test or benchmark whose fake runs in a subprocess.
+
+        The stamps are `time.monotonic()`, which on Linux is one clock for every
+        process of the machine.
+        """
+        return web.json_response([
+            {"path": req.path, "status": req.status, "received_at": req.received_at,
+             "finished_at": req.finished_at, "body": dict(req)} for req in self.requests])
+
     async def _list_models(self, request: web.Request) -> web.Response:
         names = ["fake-model", *self._models]
         return web.json_response({"object": "list", "data": [
@@ -472,6 +481,16 @@ class FakeLLM:
 
 
 
+def _model_option(text: str) -> tuple[str, float, float | None]:
+    """`NAME=DELAY[,DURATION]`: a model's first-token delay and, optionally, its stream time."""
+    name, _, timing = text.partition("=")
+    delay, _, duration = timing.partition(",")
+    try:
+        return name, float(delay or 0), float(duration) if duration else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=DELAY[,DURATION], got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve until SIGINT/SIGTERM, after printing the api_base on stdout."""
     parser = argparse.ArgumentParser(description="Loopback OpenAI-compatible fake model server")
@@ -479,10 +498,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before the first token")
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds between tokens")
     parser.add_argument("--reply", default=None, help="fixed reply text")
+    parser.add_argument("--model", type=_model_option, action="append", default=[],
+                        metavar="NAME=DELAY[,DURATION]", help="one model's own pacing")
     args = parser.parse_args(argv)
     server = FakeLLM(port=args.port)
     server.reply, server.first_token_delay = args.reply, args.delay
     server.token_delay = args.token_delay
+    for name, delay, duration in args.model:
+        server.set_model_behaviour(name, reply=args.reply, delay=delay, duration=duration)
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())

@@ -205,7 +205,8 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_runs_as_a_script() -> None:
-    command = [sys.executable, "-m", "tests.fakes.llm_server", "--delay", "0"]
+    command = [sys.executable, "-m", "tests.fakes.llm_server", "--delay", "0",
+               "--model", "side-model=0.2"]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None
@@ -213,6 +214,13 @@ def test_runs_as_a_script() -> None:
             assert api_base.startswith("http://127.0.0.1:")
             answer = post(api_base + "/chat/completions", {"model": "m", "messages": user("yo")})
             assert answer["choices"][0]["message"]["content"] == "fake reply to: yo"
+            started = time.monotonic()
+            post(api_base + "/chat/completions", {"model": "side-model", "messages": user("q")})
+            assert time.monotonic() - started >= 0.2
+            with urllib.request.urlopen(api_base.removesuffix("/v1") + "/_fake/requests") as got:
+                recorded = json.load(got)
+            assert [r["body"]["model"] for r in recorded] == ["m", "side-model"]
+            assert recorded[1]["finished_at"] - recorded[1]["received_at"] >= 0.2
         finally:
             process.terminate()
         assert process.wait(timeout=10) == 0
