@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+import aiohttp
 import discord
 
 from adapters.base import Mode, Platform
@@ -91,6 +92,10 @@ class DiscordPlatform(Platform):
             raise ConfigError(INTENT_REFUSED) from None
         except discord.LoginFailure:
             raise ConfigError("DISCORD_BOT_TOKEN was refused by Discord (401)") from None
+        except discord.HTTPException as exc:  # logging in failed; later drops are retried
+            raise platform_error(exc) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise PlatformError(f"Discord could not be reached: {type(exc).__name__}") from None
         finally:
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):

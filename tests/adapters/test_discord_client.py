@@ -137,6 +137,9 @@ async def test_messages_reach_ingest_and_noise_does_not(fake: FakeDiscord,
         ]
         for message in noise:
             await fake.dispatch("MESSAGE_CREATE", message)
+        edited = fake.message(CHANNEL, f"<@{fake.bot['id']}> edited", alice, guild_id=GUILD,
+                              mentions=(fake.bot,))
+        await fake.dispatch("MESSAGE_UPDATE", {**edited, "edited_timestamp": edited["timestamp"]})
         mention = fake.message(CHANNEL, f"<@{fake.bot['id']}> hello there", alice,
                                guild_id=GUILD, mentions=(fake.bot,))
         await fake.dispatch("MESSAGE_CREATE", mention)
@@ -276,3 +279,11 @@ async def test_doctor_checks_the_token_over_rest(fake: FakeDiscord, redis_client
     with pytest.raises(PlatformError) as caught:
         await DiscordPlatform(wrong, redis_client).doctor()
     assert "wrong-token" not in str(caught.value)
+
+
+async def test_an_unreachable_discord_is_one_platform_error(redis_client: Redis) -> None:
+    settings = Settings(DISCORD_BOT_TOKEN="t", DISCORD_API_URL="http://127.0.0.1:9/api/v10",
+                        DISCORD_GATEWAY_URL="ws://127.0.0.1:9/")
+    platform = DiscordPlatform(settings, redis_client)
+    with pytest.raises(PlatformError, match="could not be reached"):
+        await platform.connect(Ingest(settings, redis_client), Health(redis_client, "discord"))
