@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.adapters.slack_helpers import (
+    APP_TOKEN,
     Processes,
     command_bytes,
     environment,
@@ -26,6 +27,9 @@ from tests.adapters.slack_helpers import (
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, FakeSlack, Message
+
+# Each test starts fresh processes; a worker's first turn includes litellm's cold import.
+pytestmark = pytest.mark.timeout(150)
 
 
 @pytest.fixture
@@ -172,3 +176,19 @@ async def test_a_429_while_streaming_still_ends_with_the_full_text(
     refused = [c for c in slack.calls_to("chat.update") if c.status == 429]
     assert len(refused) == 1
     assert len(slack.thread_messages("C1", top["ts"])) == 1
+
+
+async def test_socket_mode_gateway_slack_and_worker_answer_a_mention(
+        tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack) -> None:
+    env = environment(redis_url, llm.api_base, slack.api_url, free_port(),
+                      SLACK_APP_TOKEN=APP_TOKEN)
+    del env["SLACK_SIGNING_SECRET"]  # Socket Mode needs none
+    async with gateway(tmp_path, env, "slack", "worker") as processes:
+        try:
+            slack.wait_for(lambda: slack.live_connections == 1, timeout=30)
+        except AssertionError:
+            raise AssertionError(processes.output()) from None
+        top = mention("hello over the socket")
+        envelope = slack.push(event_body(top))
+        answered(slack, "C1", top["ts"], "hello over the socket")
+        assert any(ack.get("envelope_id") == envelope for ack in slack.acks)
