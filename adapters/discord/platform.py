@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -87,15 +87,8 @@ class DiscordPlatform(Platform):
         renewing = asyncio.create_task(_renew(report))
         try:
             await health.report(False, "connecting")
-            await client.start(self._token())
-        except discord.PrivilegedIntentsRequired:
-            raise ConfigError(INTENT_REFUSED) from None
-        except discord.LoginFailure:
-            raise ConfigError("DISCORD_BOT_TOKEN was refused by Discord (401)") from None
-        except discord.HTTPException as exc:  # logging in failed; later drops are retried
-            raise platform_error(exc) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise PlatformError(f"Discord could not be reached: {type(exc).__name__}") from None
+            with _fatal_errors():
+                await client.start(self._token())
         finally:
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -127,6 +120,21 @@ class DiscordPlatform(Platform):
         if token is None:
             raise ConfigError("DISCORD_BOT_TOKEN is required")
         return token.get_secret_value()
+
+
+@contextlib.contextmanager
+def _fatal_errors() -> Iterator[None]:
+    """The errors that end discord.py's connection, as the gateway's (it retries the rest)."""
+    try:
+        yield
+    except discord.PrivilegedIntentsRequired:
+        raise ConfigError(INTENT_REFUSED) from None
+    except discord.LoginFailure:
+        raise ConfigError("DISCORD_BOT_TOKEN was refused by Discord (401)") from None
+    except discord.HTTPException as exc:  # logging in failed
+        raise platform_error(exc) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise PlatformError(f"Discord could not be reached: {type(exc).__name__}") from None
 
 
 async def _renew(report: Callable[[], Awaitable[None]]) -> None:
