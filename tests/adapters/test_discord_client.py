@@ -53,10 +53,10 @@ class Gateway:
     """`DiscordPlatform.connect` running in a task, with its Ingest and Health."""
 
     def __init__(self, fake: FakeDiscord, redis: Redis, **settings: Any) -> None:
-        self.settings = Settings(
-            DISCORD_BOT_TOKEN=fake.token, DISCORD_API_URL=fake.api_url,
-            DISCORD_GATEWAY_URL=fake.gateway_url, DISCORD_ALLOW_ALL=True, **settings,
-        )
+        self.settings = Settings(**{
+            "DISCORD_BOT_TOKEN": fake.token, "DISCORD_API_URL": fake.api_url,
+            "DISCORD_GATEWAY_URL": fake.gateway_url, "DISCORD_ALLOW_ALL": True, **settings,
+        })
         self.platform = PLATFORM(self.settings, redis)
         self.ingest = RecordingIngest(self.settings, redis)
         self.health = Health(redis, "discord")
@@ -287,3 +287,11 @@ async def test_an_unreachable_discord_is_one_platform_error(redis_client: Redis)
     platform = DiscordPlatform(settings, redis_client)
     with pytest.raises(PlatformError, match="could not be reached"):
         await platform.connect(Ingest(settings, redis_client), Health(redis_client, "discord"))
+
+
+async def test_without_a_gateway_url_the_one_discord_names_is_used(
+        fake: FakeDiscord, redis_client: Redis) -> None:
+    async with Gateway(fake, redis_client, DISCORD_GATEWAY_URL=None) as gateway:
+        await gateway.ready(fake)
+    assert fake.calls_to("GET", r"/gateway/bot")
+    assert gateway.settings.discord_gateway_url is None
