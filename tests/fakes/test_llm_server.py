@@ -84,16 +84,19 @@ async def test_delays_pace_the_stream(llm: FakeLLM) -> None:
     async for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             arrivals.append(time.monotonic() - started)
-    assert arrivals[0] >= 0.3
-    assert arrivals[-1] - arrivals[0] >= 0.2
-    assert llm.requests[0].duration is not None and llm.requests[0].duration >= 0.5
+    assert len(arrivals) == 3
+    # Bounds the server guarantees whatever the client's own scheduling jitter:
+    # nothing before the first-token delay, the last not before both gaps more.
+    assert arrivals[0] >= 0.29
+    assert arrivals[-1] >= 0.49
+    assert llm.requests[0].duration is not None and llm.requests[0].duration >= 0.49
 
 
 async def test_per_model_behaviour(llm: FakeLLM) -> None:
     llm.set_model_behaviour("openai/side-model", reply="side answer", delay=0.2)
     started = time.monotonic()
     side = await chat(llm, "q", model="openai/side-model")
-    assert time.monotonic() - started >= 0.2
+    assert time.monotonic() - started >= 0.19
     main = await chat(llm, "q")
     assert side.choices[0].message.content == "side answer"
     assert main.choices[0].message.content == "fake reply to: q"
@@ -216,11 +219,11 @@ def test_runs_as_a_script() -> None:
             assert answer["choices"][0]["message"]["content"] == "fake reply to: yo"
             started = time.monotonic()
             post(api_base + "/chat/completions", {"model": "side-model", "messages": user("q")})
-            assert time.monotonic() - started >= 0.2
+            assert time.monotonic() - started >= 0.19
             with urllib.request.urlopen(api_base.removesuffix("/v1") + "/_fake/requests") as got:
                 recorded = json.load(got)
             assert [r["body"]["model"] for r in recorded] == ["m", "side-model"]
-            assert recorded[1]["finished_at"] - recorded[1]["received_at"] >= 0.2
+            assert recorded[1]["finished_at"] - recorded[1]["received_at"] >= 0.19
         finally:
             process.terminate()
         assert process.wait(timeout=10) == 0
