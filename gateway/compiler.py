@@ -64,16 +64,46 @@ class MessageCompiler:
                 f"compiler for {self.session_key!r} was given the context of "
                 f"{context.session_key!r}"
             )
-        history = self.history_view(context)
+        mode: Mode = "full"
+        delta = self.delta_entries(context)
+        if delta is None:
+            history = self.history_view(context)
+        else:
+            mode, history = "delta", self._messages(delta, context.group)
         block = reminders.combine(self.reminder_texts(context))
         messages = [{"role": "system", "content": self.system_prompt}, *history]
         if block is not None:
             messages = reminders.append_block(messages, block)
-        return CompiledRequest(messages, "full", block, len(history))
+        return CompiledRequest(messages, mode, block, len(history))
 
     def history_view(self, context: TurnContext) -> list[Message]:
-        """The history as provider messages, compression segments applied."""
-        return [m for entry in context.entries if (m := entry_message(entry, context.group))]
+        """The history as provider messages, compression segments applied.
+
+        The last segment's summary stands for everything up to its last entry
+        (each summary is written on top of the one before, so it covers every
+        earlier segment too), as one user-role message: several providers
+        reject a system message in the middle of a conversation.
+        """
+        segment, entries = split_view(context.entries, context.segments)
+        messages = [summary_message(segment)] if segment is not None else []
+        return messages + self._messages(entries, context.group)
+
+    def delta_entries(self, context: TurnContext) -> Sequence[Entry] | None:
+        """The entries after the cursor, for a provider that holds the rest; None for full mode.
+
+        The cursor is an entry id checked against the current view: when that
+        entry is not in it (compressed away, or another conversation since a
+        reset), the provider's state cannot be trusted and the turn goes in full.
+        """
+        if context.cursor is None:
+            return None
+        _, entries = split_view(context.entries, context.segments)
+        position = _position(entries, context.cursor)
+        return None if position is None else entries[position + 1 :]
+
+    @staticmethod
+    def _messages(entries: Sequence[Entry], group: bool) -> list[Message]:
+        return [m for entry in entries if (m := entry_message(entry, group))]
 
     def reminder_texts(self, context: TurnContext) -> list[str]:
         texts: list[str] = []
@@ -85,6 +115,40 @@ class MessageCompiler:
             )
         texts.extend(context.injections)
         return texts
+
+
+SUMMARY_HEADER = "[Summary of the earlier conversation, standing in for its first {count} messages]"
+
+
+def split_view(
+    entries: Sequence[Entry], segments: Sequence[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, Sequence[Entry]]:
+    """The segment that stands for the oldest part, and the entries after it.
+
+    `entries` may be the whole history or only its part after the last
+    segment (what a turn loads); entries up to the segment's last one are
+    dropped either way.
+    """
+    if not segments:
+        return None, entries
+    segment = segments[-1]
+    position = _position(entries, str(segment.get("last_id", "")))
+    return segment, entries if position is None else entries[position + 1 :]
+
+
+def summary_message(segment: dict[str, Any]) -> Message:
+    """A segment as it appears in the view: one user message marked as a summary."""
+    count = int(segment.get("last_index", -1)) + 1
+    header = SUMMARY_HEADER.format(count=count)
+    return {"role": "user", "content": f"{header}\n\n{segment.get('summary', '')}"}
+
+
+def _position(entries: Sequence[Entry], entry_id: str) -> int | None:
+    # From the end: the entry looked for (a cursor, a segment's end) is usually recent.
+    for index in range(len(entries) - 1, -1, -1):
+        if entries[index].get("id") == entry_id:
+            return index
+    return None
 
 
 def entry_message(entry: Entry, group: bool) -> Message | None:

@@ -25,7 +25,9 @@ from gateway.errors import (
     ModelRejected,
     ModelTimeout,
     ModelUnavailable,
+    ProviderStateLost,
 )
+from gateway.providers import means_state_lost, to_responses_input
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -52,6 +54,14 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ResponseChain:
+    """A stateful provider's chain: the response a call continues, and the one it made."""
+
+    previous_id: str | None = None
+    response_id: str | None = None
 
 
 _litellm: ModuleType | None = None
@@ -105,6 +115,19 @@ class Models:
         async for piece in self._read_stream(pieces, call, usage):
             yield piece
 
+    async def stream_response(
+        self, call: ModelCall, usage: Usage, chain: ResponseChain
+    ) -> AsyncIterator[str]:
+        """A turn through the Responses API, continuing `chain.previous_id` when set.
+
+        `chain.response_id` is filled in with the new response's id. A provider
+        that no longer holds the previous response raises ProviderStateLost
+        (never retried here: the caller resends the turn in full).
+        """
+        opened = await self._with_retries(lambda: self._open_response_stream(call, chain))
+        async for piece in self._read_response_stream(opened, call, usage, chain):
+            yield piece
+
     async def complete(self, call: ModelCall) -> tuple[str, Usage]:
         """One non-streamed answer (side questions, summaries)."""
         usage = Usage()
@@ -143,6 +166,56 @@ class Models:
             return await asyncio.wait_for(litellm.acompletion(**kwargs), call.timeout)
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
             raise self._map(exc) from exc
+
+    async def _aresponses(self, call: ModelCall, chain: ResponseChain) -> Any:
+        litellm = load_litellm()
+        instructions, items = to_responses_input(call.messages)
+        kwargs: dict[str, Any] = {
+            "model": call.model,
+            "input": items,
+            "stream": True,
+            "timeout": call.timeout,
+            "api_base": self.api_base,
+            "api_key": self.api_key,
+        }
+        if instructions is not None:
+            kwargs["instructions"] = instructions
+        if chain.previous_id:
+            kwargs["previous_response_id"] = chain.previous_id
+        if call.max_tokens is not None:
+            kwargs["max_output_tokens"] = call.max_tokens
+        if call.temperature is not None:
+            kwargs["temperature"] = call.temperature
+        try:
+            return await asyncio.wait_for(litellm.aresponses(**kwargs), call.timeout)
+        except Exception as exc:  # litellm raises many types; each is mapped to our tree
+            raise self._map(exc) from exc
+
+    async def _open_response_stream(self, call: ModelCall, chain: ResponseChain) -> tuple[Any, Any]:
+        response = await self._aresponses(call, chain)
+        iterator = response.__aiter__()
+        try:
+            first = await asyncio.wait_for(iterator.__anext__(), call.timeout)
+        except StopAsyncIteration:
+            first = None
+        except Exception as exc:
+            raise self._map(exc) from exc
+        return first, iterator
+
+    async def _read_response_stream(
+        self, opened: tuple[Any, Any], call: ModelCall, usage: Usage, chain: ResponseChain
+    ) -> AsyncIterator[str]:
+        event, iterator = opened
+        while event is not None:
+            text = _response_event(event, usage, chain)
+            if text:
+                yield text
+            try:
+                event = await asyncio.wait_for(iterator.__anext__(), call.timeout)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                raise self._map(exc) from exc
 
     async def _open_stream(self, call: ModelCall) -> tuple[Any, Any]:
         """Open the stream and wait for its first chunk, so failures before it can retry."""
@@ -193,8 +266,11 @@ class Models:
             return ModelTimeout("the model did not answer in time")
         name = type(exc).__name__
         status = getattr(exc, "status_code", None)
-        detail = self._redact(str(getattr(exc, "message", "") or exc))[:200]
+        full_detail = self._redact(str(getattr(exc, "message", "") or exc))
+        detail = full_detail[:200]
         text = f"{name}{f' {status}' if status else ''}: {detail}"
+        if means_state_lost(full_detail):
+            return ProviderStateLost(text)
         if name == "Timeout" or "Timeout" in name:
             return ModelTimeout(text)
         if name == "RateLimitError" or status == 429:
@@ -220,6 +296,45 @@ def _chunk_text(chunk: Any) -> str:
         return ""
     delta = getattr(choices[0], "delta", None)
     return str(getattr(delta, "content", None) or "")
+
+
+def _response_event(event: Any, usage: Usage, chain: ResponseChain) -> str:
+    """The text of one Responses API stream event; records the id and usage it carries."""
+    kind = str(getattr(getattr(event, "type", ""), "value", getattr(event, "type", "")))
+    response = getattr(event, "response", None)
+    if response is not None and getattr(response, "id", None):
+        chain.response_id = str(response.id)
+    if kind == "response.output_text.delta":
+        return str(getattr(event, "delta", "") or "")
+    if kind == "response.completed":
+        _fill_response_usage(usage, getattr(response, "usage", None))
+    elif kind in {"response.failed", "response.incomplete", "error"}:
+        raise _response_failure(event, response)
+    return ""
+
+
+def _response_failure(event: Any, response: Any) -> ModelError:
+    error = getattr(response, "error", None) or event
+    message = str(getattr(error, "message", "") or getattr(error, "code", "") or "failed")
+    code = str(getattr(error, "code", "") or "")
+    text = f"response {code}: {message}"[:200]
+    if means_state_lost(f"{code} {message}"):
+        return ProviderStateLost(text)
+    return ModelUnavailable(text) if "server" in code else ModelRejected(text)
+
+
+def _fill_response_usage(usage: Usage, reported: Any) -> None:
+    if not reported:
+        return
+    if isinstance(reported, dict):
+        get = reported.get
+    else:
+
+        def get(name: str, default: Any = None) -> Any:
+            return getattr(reported, name, default)
+
+    usage.prompt_tokens = int(get("input_tokens", 0) or get("prompt_tokens", 0) or 0)
+    usage.completion_tokens = int(get("output_tokens", 0) or get("completion_tokens", 0) or 0)
 
 
 def _fill_usage(usage: Usage, reported: Any) -> None:

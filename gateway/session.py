@@ -79,6 +79,7 @@ if ARGV[4] ~= '' then
 end
 redis.call('HSET', KEYS[2], 'answered', redis.call('LLEN', KEYS[3]), 'updated', ARGV[5])
 redis.call('HINCRBY', KEYS[2], 'turns', 1)
+if #ARGV > 6 then redis.call('HSET', KEYS[2], unpack(ARGV, 7)) end
 redis.call('HDEL', KEYS[5], ARGV[6])
 redis.call('DEL', KEYS[1], KEYS[4], KEYS[6])
 return 1
@@ -142,6 +143,16 @@ def assistant_entry(text: str, turn_id: str, message_ids: list[str]) -> Entry:
         "platform_message_ids": message_ids,
         "at": time.time(),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryView:
+    """What a turn is compiled from: `entries` are the history from index `start` on."""
+
+    meta: dict[str, str]
+    segments: list[dict[str, Any]]  # the newest (at most two), oldest first
+    start: int
+    entries: list[Entry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,8 +262,19 @@ class SessionStore:
     async def release(self, session_key: str, token: str) -> None:
         await self._release(keys=[Keys.lease(session_key)], args=[token])
 
-    async def finish(self, session_key: str, token: str, claim: Claim, entry: Entry | None) -> bool:
-        """Record the turn (once) and release the lease; False when the lease was lost."""
+    async def finish(
+        self,
+        session_key: str,
+        token: str,
+        claim: Claim,
+        entry: Entry | None,
+        meta_fields: dict[str, str] | None = None,
+    ) -> bool:
+        """Record the turn (once) and release the lease; False when the lease was lost.
+
+        `meta_fields` are set in the same step (a stateful provider's chain:
+        its response id and the cursor), so they never outlive a lost turn.
+        """
         keys = [
             Keys.lease(session_key),
             Keys.meta(session_key),
@@ -263,7 +285,28 @@ class SessionStore:
         ]
         body = json.dumps(entry, ensure_ascii=False) if entry else ""
         args = [token, claim.epoch, claim.answered, body, time.time(), claim.turn_id]
+        for name, value in (meta_fields or {}).items():
+            args += [name, value]
         return bool(await self._finish(keys=keys, args=args))
+
+    async def view(self, session_key: str) -> HistoryView:
+        """The meta, the newest segments and the history after them, as one snapshot.
+
+        Entries before `history_start` are covered by a segment; a turn never
+        loads them, so its cost does not grow with the length of the history.
+        """
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(Keys.meta(session_key))
+            pipe.lrange(Keys.segments(session_key), -2, -1)
+            meta, raw_segments = await pipe.execute()
+        start = int(meta.get("history_start") or 0)
+        entries = await self.history(session_key, start)
+        return HistoryView(meta, [json.loads(s) for s in raw_segments], start, entries)
+
+    async def segments(self, session_key: str) -> list[dict[str, Any]]:
+        """Every compression segment of the session, oldest first."""
+        raw = await self.redis.lrange(Keys.segments(session_key), 0, -1)
+        return [json.loads(item) for item in raw]
 
     async def history(self, session_key: str, start: int = 0) -> list[Entry]:
         raw = await self.redis.lrange(Keys.history(session_key), start, -1)

@@ -6,20 +6,23 @@ import asyncio
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
 
 from redis.exceptions import RedisError
 
 from adapters.base import Sender
-from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext
+from gateway.compiler import CompiledRequest, MessageCompiler, ReplyTarget, TurnContext
+from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.delivery import ReplyStream, SendBudget
-from gateway.errors import ModelError, PlatformError
+from gateway.errors import ModelError, PlatformError, ProviderStateLost
 from gateway.jobs import Job, JobQueue
-from gateway.llm import ModelCall, Models, Usage
+from gateway.llm import ModelCall, Models, ResponseChain, Usage
 from gateway.metrics import Metrics
 from gateway.model import Address
-from gateway.session import Claim, Entry, SessionStore, assistant_entry
+from gateway.providers import is_stateful
+from gateway.session import Claim, Entry, HistoryView, SessionStore, assistant_entry
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,16 @@ class TurnResult:
     stopped: bool = False
 
 
+@dataclass
+class PreparedTurn:
+    """A turn's compiled request and what it was compiled from."""
+
+    compiler: MessageCompiler
+    context: TurnContext
+    request: CompiledRequest
+    view: HistoryView
+
+
 class TurnRunner:
     """Runs main turns; shared by all of one worker's concurrent jobs."""
 
@@ -65,6 +78,9 @@ class TurnRunner:
         self.senders, self.budget, self.metrics = senders, budget, metrics
         self.ttl = settings.lease_ttl
         self.running: dict[str, RunningTurn] = {}  # by session, for /stop
+        self.compressor = Compressor(settings, sessions.redis, models)
+        self.stateful = is_stateful(settings.model)
+        self.background: set[asyncio.Task[int]] = set()  # compressions after turns
 
     async def run(self, job: Job) -> None:
         key = job.session_key
@@ -109,8 +125,8 @@ class TurnRunner:
 
     async def _answer(self, key: str, token: str, claim: Claim, running: RunningTurn) -> None:
         started = time.monotonic()
-        entries = await self.sessions.history(key)
-        user = _last_user(entries[claim.answered :])
+        view = await self.sessions.view(key)
+        user = _last_user(view.entries[max(0, claim.answered - view.start) :])
         if user is None:
             await self.sessions.finish(key, token, claim, None)
             return
@@ -120,25 +136,20 @@ class TurnRunner:
             "turn %s %s started (%d new messages)",
             key,
             claim.turn_id,
-            len(entries) - claim.answered,
+            claim.length - claim.answered,
         )
         injections = await self.sessions.take_injections(key)
-        request = MessageCompiler(key, self.settings.system_prompt).compile(
-            TurnContext(
-                key, entries, _target(user, address), injections, group=bool(user.get("group"))
-            )
-        )
+        group = bool(user.get("group"))
         stream = await self._reply_stream(key, claim.turn_id, sender, address)
+        context = self._context(key, view, _target(user, address), injections, group)
+        prepared = await self._prepare(key, claim, context, view)
         usage = Usage()
-        call = ModelCall(
-            self.settings.model,
-            request.messages,
-            self.settings.model_timeout,
-            max_tokens=self.settings.max_tokens,
-        )
-        result = await self._generate(call, usage, stream, running)
+        result, chain = await self._call(key, prepared, usage, stream, running)
         entry = await self._deliver(stream, result, claim.turn_id, key)
-        recorded = await self.sessions.finish(key, token, claim, entry)
+        fields = _chain_fields(prepared, chain, result, entry)
+        recorded = await self.sessions.finish(key, token, claim, entry, fields)
+        if recorded:
+            self._compress_later(key, prepared, entry, group)
         outcome = _outcome(result, recorded)
         seconds = time.monotonic() - started
         await self.metrics.turn(
@@ -176,11 +187,116 @@ class TurnRunner:
         stream.start()
         return stream
 
+    def _context(
+        self,
+        key: str,
+        view: HistoryView,
+        target: ReplyTarget,
+        injections: list[str],
+        group: bool,
+    ) -> TurnContext:
+        segments = view.segments
+        return TurnContext(
+            key, view.entries, target, injections, group, segments, self._cursor(view)
+        )
+
+    def _cursor(self, view: HistoryView) -> str | None:
+        """The last entry a stateful provider has seen, when its chain fits this view."""
+        if not self.stateful or not view.meta.get("response_id"):
+            return None
+        if view.meta.get("chain_base", "") != _chain_base(view):
+            return None  # compressed since the chain started: resend the compressed view
+        return view.meta.get("cursor") or None
+
+    async def _prepare(
+        self, key: str, claim: Claim, context: TurnContext, view: HistoryView
+    ) -> PreparedTurn:
+        """Compile the turn; compress first (blocking) only when it would exceed the budget."""
+        compiler = MessageCompiler(key, self.settings.system_prompt)
+        request = compiler.compile(context)
+        tokens = self.compressor.tokens(view, context.group, request.reminder)
+        if tokens > self.compressor.budget:
+            log.info(
+                "%s is over its budget (%d > %d tokens); compressing first",
+                key,
+                tokens,
+                self.compressor.budget,
+            )
+            if await self.compressor.fit(key, context.group, request.reminder, claim.length):
+                view = await self.sessions.view(key)
+                context = replace(
+                    context,
+                    entries=view.entries,
+                    segments=view.segments,
+                    cursor=self._cursor(view),
+                )
+                request = compiler.compile(context)
+        return PreparedTurn(compiler, context, request, view)
+
+    async def _call(
+        self,
+        key: str,
+        prepared: PreparedTurn,
+        usage: Usage,
+        stream: ReplyStream,
+        running: RunningTurn,
+    ) -> tuple[TurnResult, ResponseChain | None]:
+        """Stream the reply; a lost provider chain is resent once in full, unseen by the user."""
+        chain = self._chain(prepared)
+        result = await self._generate(self._pieces(prepared, usage, chain), stream, running)
+        lost = isinstance(result.error, ProviderStateLost)
+        if chain is not None and chain.previous_id and lost and not result.text:
+            log.info("the provider lost the chain of %s; resending the turn in full", key)
+            prepared.context = replace(prepared.context, cursor=None)
+            prepared.request = prepared.compiler.compile(prepared.context)
+            chain = ResponseChain()
+            result = await self._generate(self._pieces(prepared, usage, chain), stream, running)
+        return result, chain
+
+    def _chain(self, prepared: PreparedTurn) -> ResponseChain | None:
+        if not self.stateful:
+            return None
+        delta = prepared.request.mode == "delta"
+        return ResponseChain(prepared.view.meta.get("response_id") if delta else None)
+
+    def _pieces(
+        self, prepared: PreparedTurn, usage: Usage, chain: ResponseChain | None
+    ) -> AsyncIterator[str]:
+        call = ModelCall(
+            self.settings.model,
+            prepared.request.messages,
+            self.settings.model_timeout,
+            max_tokens=self.settings.max_tokens,
+        )
+        if chain is None:
+            return self.models.stream(call, usage)
+        return self.models.stream_response(call, usage, chain)
+
+    def _compress_later(
+        self, key: str, prepared: PreparedTurn, entry: Entry | None, group: bool
+    ) -> None:
+        """Start a compression off the hot path once the history passed the threshold."""
+        tokens = self.compressor.tokens(prepared.view, group)
+        if entry is not None:
+            tokens += self.compressor.counter.entry(entry, group)
+        if tokens <= self.compressor.threshold:
+            return
+        task = asyncio.create_task(self.compressor.after_turn(key, group))
+        self.background.add(task)
+
+        def done(finished: asyncio.Task[int]) -> None:
+            self.background.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                error = finished.exception()
+                log.error("compressing %s after its turn failed: %r", key, error, exc_info=error)
+
+        task.add_done_callback(done)
+
     async def _generate(
-        self, call: ModelCall, usage: Usage, stream: ReplyStream, running: RunningTurn
+        self, pieces: AsyncIterator[str], stream: ReplyStream, running: RunningTurn
     ) -> TurnResult:
         async def consume() -> None:
-            async for piece in self.models.stream(call, usage):
+            async for piece in pieces:
                 stream.feed(piece)
 
         producing = asyncio.create_task(consume())
@@ -235,6 +351,25 @@ def _target(user: Entry, address: Address) -> ReplyTarget:
     if address.thread:
         place += f", thread {address.thread}"
     return ReplyTarget(str(speaker.get("name", "the user")), str(speaker.get("id", "")), place)
+
+
+def _chain_base(view: HistoryView) -> str:
+    return str(view.segments[-1].get("last_id", "")) if view.segments else ""
+
+
+def _chain_fields(
+    prepared: PreparedTurn, chain: ResponseChain | None, result: TurnResult, entry: Entry | None
+) -> dict[str, str] | None:
+    """The chain to continue next turn: set only when the provider holds this whole turn."""
+    if chain is None or not chain.response_id or entry is None:
+        return None
+    if result.error is not None or result.stopped:
+        return None  # the next turn resends these entries on the chain it had
+    return {
+        "response_id": chain.response_id,
+        "cursor": str(entry["id"]),
+        "chain_base": _chain_base(prepared.view),
+    }
 
 
 def _outcome(result: TurnResult, recorded: bool) -> str:

@@ -1,0 +1,400 @@
+"""Long conversations: the token budget, counting, and summarised segments.
+
+When a session's compiled view passes its budget, the oldest part of it (all
+but the newest entries, which stay verbatim) is summarised by the compression
+model into a *segment*: the ids and positions of its first and last entries,
+the summary, when and by which model. Segments are contiguous and never
+overlap: each starts right after the one before. Each summary is written on
+top of the previous one, so the newest segment stands for the whole
+compressed past and the view stays one summary plus a bounded tail however
+long the history grows.
+
+When the summariser fails, a *fallback* segment records how many messages
+were left out, so the turn still fits; the next compression that succeeds
+replaces it (it summarises the fallback's range again).
+
+One Redis lock per session (`SET NX PX` with a token) keeps two workers from
+compressing the same session at once; the segment is written only while the
+lock is still ours and the session was not reset meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway import side_question
+from gateway.compiler import entry_message, split_view, summary_message
+from gateway.config import Settings
+from gateway.errors import ModelError
+from gateway.llm import ModelCall, Models, load_litellm
+from gateway.providers import base_model
+from gateway.session import Entry, HistoryView, SessionStore
+from gateway.store import Keys
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET = 16_000  # tokens, for a model litellm has no window for
+WINDOW_SHARE = 0.6  # of the model's input window, when GATEWAY_TOKEN_BUDGET is unset
+THRESHOLD_SHARE = 0.8  # after a turn, compress once the view passes this share of the budget
+KEEP_MIN = 5  # newest entries that always stay verbatim
+KEEP_SHARE = 0.2  # ... or this share of the view's entries, whichever is more
+SUMMARY_MAX_TOKENS = 1024
+MAX_ROUNDS = 8  # compressions in a row before a turn goes ahead anyway
+LOCK_WAIT = 30.0  # seconds a turn waits for another worker's compression
+
+SUMMARY_INSTRUCTIONS = """\
+You compress the older part of a chat conversation into a summary that an \
+assistant will read in its place. Write the updated summary of everything so \
+far: the summary you are given (if any) plus the new part of the conversation.
+
+Keep, exactly as written: the names of people, projects, files and things; \
+every decision and who made it; numbers, amounts, dates, versions and ids; \
+open questions and requests not yet answered; errors and failures and what \
+was done about them. Drop greetings, small talk and repetition. Do not \
+invent anything and do not answer anyone. Write short Markdown bullet points, \
+grouped by topic, in the conversation's language."""
+
+_STORE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if (redis.call('HGET', KEYS[3], 'epoch') or '0') ~= ARGV[2] then return 0 end
+if ARGV[3] == '1' then redis.call('RPOP', KEYS[2]) end
+redis.call('RPUSH', KEYS[2], ARGV[4])
+redis.call('HSET', KEYS[3], 'history_start', ARGV[5])
+return 1
+"""
+
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class Outcome(StrEnum):
+    """What one compression attempt did."""
+
+    SUMMARISED = "summarised"
+    FALLBACK = "fallback"
+    NOTHING = "nothing"  # nothing left to compress (or it already fits)
+    BUSY = "busy"  # another worker holds the lock
+    LOST = "lost"  # the lock expired or the session was reset meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A summarised range of the history, stored as JSON in Keys.segments."""
+
+    first_id: str
+    last_id: str
+    first_index: int
+    last_index: int
+    summary: str
+    created_at: float
+    model: str
+    fallback: bool
+    messages: int  # entries of this segment's own range
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The range the next segment covers, and the segments it builds on."""
+
+    entries: list[Entry]
+    first_index: int
+    previous: dict[str, Any] | None  # the segment whose summary the new one extends
+    replaces: dict[str, Any] | None  # a fallback segment the new one takes the place of
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self.entries) - 1
+
+
+@lru_cache(maxsize=64)
+def _window(model: str) -> int | None:
+    try:
+        info = load_litellm().get_model_info(base_model(model))
+    except Exception:  # litellm raises plain Exception for a model it has no entry for
+        return None
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    return int(window) if window else None
+
+
+def token_budget(settings: Settings) -> int:
+    """GATEWAY_TOKEN_BUDGET, else 60% of the model's input window, else DEFAULT_BUDGET."""
+    if settings.token_budget:
+        return settings.token_budget
+    window = _window(settings.model)
+    return int(window * WINDOW_SHARE) if window else DEFAULT_BUDGET
+
+
+class TokenCounter:
+    """Token counts with the main model's tokenizer, cached per entry.
+
+    History entries never change once written, so each is counted once per
+    process; a turn's count costs a dictionary lookup per entry in its view.
+    """
+
+    def __init__(self, models: Models, model: str, capacity: int = 200_000) -> None:
+        self.models = models
+        self.model = base_model(model)
+        self.capacity = capacity
+        self._cache: OrderedDict[tuple[str, bool], int] = OrderedDict()
+
+    def text(self, text: str) -> int:
+        return self.models.count_tokens(self.model, [{"role": "user", "content": text}])
+
+    def message(self, message: dict[str, Any]) -> int:
+        return self.models.count_tokens(self.model, [message])
+
+    def entry(self, entry: Entry, group: bool) -> int:
+        key = (str(entry.get("id", "")), group)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        message = entry_message(entry, group)
+        count = self.message(message) if message is not None else 0
+        self._cache[key] = count
+        if len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return count
+
+    def view(
+        self,
+        system_prompt: str,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None = None,
+    ) -> int:
+        """Tokens of the full-mode request built from `view` (the reminder included)."""
+        segment, entries = split_view(view.entries, view.segments)
+        total = self._fixed(system_prompt, "system")
+        if segment is not None:
+            total += self._fixed(str(summary_message(segment)["content"]), "user")
+        total += sum(self.entry(entry, group) for entry in entries)
+        if reminder:
+            total += self.text(reminder)
+        return total
+
+    def _fixed(self, text: str, role: str) -> int:
+        # The system prompt and the current summary recur every turn: cache them by text.
+        key = (f"{role}:{hash(text)}", False)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = self.message({"role": role, "content": text})
+        return cached
+
+
+def plan_segment(view: HistoryView, limit: int) -> Plan | None:
+    """The next range to compress: the view's oldest entries beyond the newest kept verbatim.
+
+    At least KEEP_MIN (or KEEP_SHARE of the view) newest entries stay; only
+    entries before index `limit` are taken; the boundary never separates an
+    assistant's tool call from its results. A fallback segment at the end is
+    planned over again, so its messages get summarised after all.
+    """
+    _, entries = split_view(view.entries, view.segments)
+    first_index = view.start + len(view.entries) - len(entries)
+    keep = max(KEEP_MIN, math.ceil(len(entries) * KEEP_SHARE))
+    cut = min(len(entries) - keep, limit - first_index)
+    while cut > 0 and _splits_tool_call(entries, cut):
+        cut -= 1
+    if cut <= 0:
+        return None
+    last = view.segments[-1] if view.segments else None
+    if last is not None and last.get("fallback"):
+        previous = view.segments[-2] if len(view.segments) > 1 else None
+        return Plan(list(entries[:cut]), first_index, previous, last)
+    return Plan(list(entries[:cut]), first_index, last, None)
+
+
+def _splits_tool_call(entries: Sequence[Entry], cut: int) -> bool:
+    """True when a boundary before `entries[cut]` would part a tool call from its result."""
+    if cut < len(entries) and entries[cut].get("role") == "tool":
+        return True
+    return bool(entries[cut - 1].get("role") == "assistant" and entries[cut - 1].get("tool_calls"))
+
+
+class Compressor:
+    """Compresses sessions: before a turn when it must, after a turn when it should."""
+
+    def __init__(self, settings: Settings, redis: Redis, models: Models) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.models = models
+        self.sessions = SessionStore(redis)
+        self.counter = TokenCounter(models, settings.model)
+        self.budget = token_budget(settings)
+        self.threshold = int(self.budget * THRESHOLD_SHARE)
+        self.summary_tokens = max(64, min(SUMMARY_MAX_TOKENS, self.budget // 4))
+        self.lock_ttl = settings.model_timeout * (settings.model_retries + 1) + 30.0
+        self._store = redis.register_script(_STORE)
+        self._unlock = redis.register_script(_UNLOCK)
+
+    def tokens(self, view: HistoryView, group: bool, reminder: str | None = None) -> int:
+        return self.counter.view(self.settings.system_prompt, view, group, reminder)
+
+    async def fit(self, session_key: str, group: bool, reminder: str | None, limit: int) -> int:
+        """Before a turn: compress until the request fits the budget or nothing is left.
+
+        Waits for another worker's compression of the session rather than
+        racing it. Returns how many segments were written.
+        """
+        written = 0
+        deadline = time.monotonic() + LOCK_WAIT
+        for _ in range(MAX_ROUNDS * 4):
+            view = await self.sessions.view(session_key)
+            if self.tokens(view, group, reminder) <= self.budget or written >= MAX_ROUNDS:
+                break
+            outcome = await self.compress(session_key, limit)
+            if outcome is Outcome.BUSY and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                continue
+            if outcome not in (Outcome.SUMMARISED, Outcome.FALLBACK):
+                break
+            written += 1
+        return written
+
+    async def after_turn(self, session_key: str, group: bool) -> int:
+        """Off the hot path: compress while the view is past the threshold.
+
+        Another worker already compressing the session is left to it.
+        """
+        written = 0
+        while written < MAX_ROUNDS:
+            view = await self.sessions.view(session_key)
+            if self.tokens(view, group) <= self.threshold:
+                break
+            answered = int(view.meta.get("answered") or 0)
+            outcome = await self.compress(session_key, answered)
+            if outcome not in (Outcome.SUMMARISED, Outcome.FALLBACK):
+                break
+            written += 1
+        return written
+
+    async def compress(self, session_key: str, limit: int) -> Outcome:
+        """One segment, under the session's lock, planned from the state read under it."""
+        token = secrets.token_hex(8)
+        lock = Keys.compressing(session_key)
+        if not await self.redis.set(lock, token, nx=True, px=int(self.lock_ttl * 1000)):
+            return Outcome.BUSY
+        try:
+            view = await self.sessions.view(session_key)
+            plan = plan_segment(view, limit)
+            if plan is None:
+                return Outcome.NOTHING
+            segment = await self._segment(session_key, plan)
+            epoch = view.meta.get("epoch", "0")
+            if not await self._write(session_key, token, epoch, plan, segment):
+                log.info("compression of %s discarded: the session changed", session_key)
+                return Outcome.LOST
+            return Outcome.FALLBACK if segment.fallback else Outcome.SUMMARISED
+        finally:
+            await self._unlock(keys=[lock], args=[token])
+
+    async def _segment(self, session_key: str, plan: Plan) -> Segment:
+        entries = plan.entries
+        if plan.replaces is not None:
+            entries = await self.sessions.history(session_key, int(plan.replaces["first_index"]))
+            entries = entries[: plan.last_index - int(plan.replaces["first_index"]) + 1]
+        first_index = int(plan.replaces["first_index"]) if plan.replaces else plan.first_index
+        started = time.monotonic()
+        summary, fallback = await self._summarise(session_key, plan.previous, entries)
+        log.info(
+            "compressed %d messages of %s into a %s segment in %.2fs",
+            len(entries),
+            session_key,
+            "fallback" if fallback else "summary",
+            time.monotonic() - started,
+        )
+        return Segment(
+            first_id=str(entries[0].get("id", "")),
+            last_id=str(entries[-1].get("id", "")),
+            first_index=first_index,
+            last_index=plan.last_index,
+            summary=summary,
+            created_at=time.time(),
+            model="" if fallback else self.settings.compression_model,
+            fallback=fallback,
+            messages=len(entries),
+        )
+
+    async def _summarise(
+        self, session_key: str, previous: dict[str, Any] | None, entries: list[Entry]
+    ) -> tuple[str, bool]:
+        """(summary, is_fallback): the model's summary, or the note of what was left out."""
+        call = ModelCall(
+            self.settings.compression_model,
+            summary_request(previous, entries),
+            self.settings.model_timeout,
+            max_tokens=self.summary_tokens,
+            temperature=0.2,
+        )
+        try:
+            text, _ = await self.models.complete(call)
+        except ModelError as exc:
+            log.warning(
+                "summarising %s failed (%s); leaving messages out instead", session_key, exc
+            )
+            return fallback_summary(previous, len(entries)), True
+        if not text.strip():
+            log.warning(
+                "the summariser returned nothing for %s; leaving messages out instead", session_key
+            )
+            return fallback_summary(previous, len(entries)), True
+        return text.strip(), False
+
+    async def _write(
+        self, session_key: str, token: str, epoch: str, plan: Plan, segment: Segment
+    ) -> bool:
+        keys = [Keys.compressing(session_key), Keys.segments(session_key), Keys.meta(session_key)]
+        args = [
+            token,
+            epoch,
+            "1" if plan.replaces is not None else "0",
+            _json(segment.to_dict()),
+            segment.last_index + 1,
+        ]
+        return bool(await self._store(keys=keys, args=args))
+
+
+def summary_request(
+    previous: dict[str, Any] | None, entries: Sequence[Entry]
+) -> list[dict[str, str]]:
+    """The summariser's messages: the instructions, the summary so far, the new part."""
+    transcript = side_question.render_transcript(entries, message_cap=4000, budget=200_000)
+    earlier = str(previous.get("summary", "")).strip() if previous else ""
+    body = (
+        f"Summary so far:\n{earlier or '(none: this is the start of the conversation)'}\n\n"
+        f"New part of the conversation:\n{transcript}\n\nWrite the updated summary."
+    )
+    return [{"role": "system", "content": SUMMARY_INSTRUCTIONS}, {"role": "user", "content": body}]
+
+
+def fallback_summary(previous: dict[str, Any] | None, dropped: int) -> str:
+    """The text of a fallback segment: the last good summary, and what was left out."""
+    note = (
+        f"({dropped} earlier messages of this conversation were left out to stay within "
+        "the model's context window; they could not be summarised.)"
+    )
+    earlier = str(previous.get("summary", "")).strip() if previous else ""
+    return f"{earlier}\n\n{note}" if earlier else note
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False)
