@@ -11,11 +11,13 @@ worker through Redis, so two workers cannot together exceed it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from redis.asyncio import Redis
 
@@ -153,6 +155,14 @@ class SendBudget:
 # --- delivering ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """The outcome of a paced call: whether it went out, and what it returned."""
+
+    ok: bool
+    value: T | None = None
+
+
 class Channel:
     """One address on one platform, with its limits and pacing."""
 
@@ -179,17 +189,17 @@ class Channel:
                 return False
             await asyncio.sleep(min(delay, MAX_WAIT))
 
-    async def call(self, operation: Callable[[], Awaitable[T]], *, final: bool) -> T | None:
-        """Run one platform call within the pacing; None when an intermediate call was skipped."""
+    async def call(self, operation: Callable[[], Awaitable[T]], *, final: bool) -> Done[T]:
+        """Run one platform call within the pacing; `Done.ok` is False when it was skipped."""
         for _ in range(FINAL_ATTEMPTS if final else 1):
             if not await self.wait_turn(final=final):
-                return None
+                return Done(False)
             try:
-                return await operation()
+                return Done(True, await operation())
             except RateLimited as exc:
                 await self.rate_limited(exc.retry_after)
                 if not final:
-                    return None
+                    return Done(False)
         raise PlatformError(f"gave up on {self.address.chat_key} after {FINAL_ATTEMPTS} waits")
 
     async def rate_limited(self, retry_after: float) -> None:
@@ -206,12 +216,12 @@ async def deliver(
     channel = Channel(sender, address, budget)
     ids: list[str] = []
     for piece in channel.split(text):
-        message_id = await channel.call(
+        done = await channel.call(
             lambda p=piece: sender.send(address, p, final=True),  # type: ignore[misc]
             final=True,
         )
-        if message_id is not None:
-            ids.append(message_id)
+        if done.value is not None:
+            ids.append(done.value)
     return ids
 
 
@@ -240,6 +250,7 @@ class ReplyStream:
         self.text = ""
         self._on_ids, self._on_flush = on_ids, on_flush
         self._dirty = asyncio.Event()
+        self._closing = asyncio.Event()
         self._last_flush = 0.0
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -266,18 +277,26 @@ class ReplyStream:
         await self._thinking(False)
 
     async def _stop_tasks(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        # The helpers stop at their next step instead of being cancelled, so no
+        # platform or Redis call is ever cut off halfway.
+        self._closing.set()
+        self._dirty.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake up early when the stream is closing."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), max(seconds, 0.0))
+
     async def _pump(self) -> None:
         interval = self.channel.limits.edit_interval
-        while True:
+        while not self._closing.is_set():
             await self._dirty.wait()
             delay = max(self._last_flush + interval, self.channel.not_before) - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await self._pause(delay)
+            if self._closing.is_set():
+                return
             self._dirty.clear()
             try:
                 await self._flush(final=False)
@@ -297,19 +316,19 @@ class ReplyStream:
                     ),
                     final=final,
                 )
-                if done is None and not final:
+                if not done.ok:
                     self._dirty.set()
                     return
                 self.sent[index] = piece
             else:
-                message_id = await self.channel.call(
+                posted = await self.channel.call(
                     lambda p=piece: self.sender.send(self.address, p, final=final),  # type: ignore[misc]
                     final=final,
                 )
-                if message_id is None:
+                if not posted.ok or posted.value is None:
                     self._dirty.set()
                     return
-                self.ids.append(message_id)
+                self.ids.append(posted.value)
                 self.sent.append(piece)
                 await self._on_ids(self.ids)
         if self._on_flush is not None and not final:
@@ -317,11 +336,11 @@ class ReplyStream:
 
     async def _keep_thinking(self) -> None:
         interval = self.channel.limits.typing_interval
-        while not self.ids:
+        while not self.ids and not self._closing.is_set():
             await self._thinking(True)
             if interval is None:
                 return
-            await asyncio.sleep(interval)
+            await self._pause(interval)
 
     async def _thinking(self, on: bool) -> None:
         if time.monotonic() < self.channel.not_before:

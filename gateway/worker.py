@@ -24,7 +24,8 @@ from gateway.config import Settings
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import ModelError, PlatformError
 from gateway.jobs import Job, JobQueue
-from gateway.llm import ModelCall, Models
+from gateway.config import ECHO_MODEL
+from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.session import SessionStore
@@ -70,6 +71,17 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then let running jobs finish (unfinished ones stay pending)."""
         await self.queue.ensure_groups()
+        if any(
+            m != ECHO_MODEL
+            for m in (
+                self.settings.model,
+                self.settings.side_model,
+                self.settings.compression_model,
+            )
+        ):
+            # Seconds of import; paid before taking jobs, not inside the first turn
+            # (where it would stall every other session and their lease heartbeats).
+            load_litellm()
         loops = [
             asyncio.create_task(self._read_loop(stop)),
             asyncio.create_task(self._reclaim_loop(stop)),
