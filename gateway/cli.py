@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -132,31 +132,38 @@ def _stop_event() -> asyncio.Event:
 async def _serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
     import uvicorn
 
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # our own handlers set `stop`; uvicorn must not take them over
+
     config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        access_log=False,
+        app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
         lifespan="on",
     )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    server = Server(config)
     serving = asyncio.create_task(server.serve())
-    await _first(serving, asyncio.create_task(stop.wait()))
+    await _first(serving, asyncio.create_task(stop.wait()), cancel=False)
     server.should_exit = True
     await serving
 
 
-async def _first(*tasks: asyncio.Task[Any]) -> None:
-    """Wait for the first task to end; cancel the rest; re-raise a failure."""
+async def _first(*tasks: asyncio.Task[Any], cancel: bool = True) -> None:
+    """Wait for the first task to end; cancel the rest (unless told not to); re-raise a failure."""
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
+    if cancel:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     for task in done:
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
+
+
+def _raise_first_failure(results: Sequence[object]) -> None:
+    for result in results:
+        if isinstance(result, GatewayError):
+            raise result
 
 
 def _task(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -173,6 +180,8 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
     async with _redis(settings) as redis:
         platforms = _platforms(settings, redis, "send")
+        for platform in platforms:
+            platform.validate("http" if platform.uses_http() else "connect")
         use_console = args.console or not platforms
         senders: dict[str, Sender] = {p.name: p.sender() for p in platforms}
         if use_console:
@@ -186,19 +195,21 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         if http:
             app = create_app(redis, ingest, http, sorted(senders))
             tasks.append(_task(_serve_web(settings, app, stop)))
-        for platform in platforms:
-            if not platform.uses_http():
-                tasks.append(_task(_hold_connection(platform, ingest, redis)))
+        connections = [_task(_hold_connection(p, ingest, redis))
+                       for p in platforms if not p.uses_http()]
         if use_console:
             await worker.ready.wait()
             tasks.append(_task(_then_stop(console.run(ingest), stop)))
         try:
-            await _first(*tasks, _task(stop.wait()))
+            await _first(*tasks, *connections, _task(stop.wait()), cancel=False)
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            stop.set()  # the worker and web finish what they hold; connections just close
+            for connection in connections:
+                connection.cancel()
+            results = await asyncio.gather(*tasks, *connections, return_exceptions=True)
             for sender in senders.values():
                 await sender.aclose()
+        _raise_first_failure(results)
     return 0
 
 

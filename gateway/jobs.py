@@ -73,7 +73,7 @@ class JobQueue:
         """New jobs for this consumer, waiting up to `block_ms` for the first."""
         if count <= 0:
             return []
-        response = await self.redis.xreadgroup(
+        response: Any = await self.redis.xreadgroup(
             GROUP, self.consumer, {s: ">" for s in self.streams}, count=count, block=block_ms
         )
         return [

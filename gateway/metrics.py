@@ -7,6 +7,7 @@ text format through prometheus_client's own exposition code.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -51,7 +52,7 @@ class Metrics:
 
 async def snapshot(redis: Redis, platforms: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
     """The stored counters, and the job queue depth by platform."""
-    values: dict[str, str] = await redis.hgetall(Keys.METRICS)
+    values = cast(dict[str, str], await redis.hgetall(Keys.METRICS))
     depth: dict[str, int] = {}
     for platform in platforms:
         stream = Keys.jobs(platform)

@@ -14,7 +14,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -284,7 +284,9 @@ class SessionStore:
             Keys.turn_injections(session_key),
         ]
         body = json.dumps(entry, ensure_ascii=False) if entry else ""
-        args = [token, claim.epoch, claim.answered, body, time.time(), claim.turn_id]
+        args: list[str | int | float] = [
+            token, claim.epoch, claim.answered, body, time.time(), claim.turn_id,
+        ]
         for name, value in (meta_fields or {}).items():
             args += [name, value]
         return bool(await self._finish(keys=keys, args=args))
@@ -317,8 +319,7 @@ class SessionStore:
         return [json.loads(item) for item in raw]
 
     async def meta(self, session_key: str) -> dict[str, str]:
-        result: dict[str, str] = await self.redis.hgetall(Keys.meta(session_key))
-        return result
+        return cast(dict[str, str], await self.redis.hgetall(Keys.meta(session_key)))
 
     async def participated(self, session_key: str) -> bool:
         return bool(await self.redis.hexists(Keys.meta(session_key), "participated"))
@@ -338,8 +339,7 @@ class SessionStore:
         await self.redis.set(Keys.live(session_key), text, ex=600)
 
     async def live(self, session_key: str) -> str | None:
-        value: str | None = await self.redis.get(Keys.live(session_key))
-        return value
+        return cast(str | None, await self.redis.get(Keys.live(session_key)))
 
     async def inject(self, session_key: str, text: str) -> None:
         """Queue a text for the next turn's reminder block (consumed once)."""
@@ -368,4 +368,4 @@ class SessionStore:
 
     async def list_sessions(self, limit: int = 100) -> list[tuple[str, float]]:
         rows = await self.redis.zrevrange(Keys.SESSIONS, 0, limit - 1, withscores=True)
-        return [(str(key), float(score)) for key, score in rows]
+        return [(str(key), float(score)) for key, score in cast(list[tuple[str, float]], rows)]

@@ -20,11 +20,10 @@ from redis.exceptions import RedisError
 from adapters.base import Sender
 from gateway import side_question
 from gateway.compiler import MessageCompiler, TurnContext
-from gateway.config import Settings
+from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import ModelError, PlatformError
 from gateway.jobs import Job, JobQueue
-from gateway.config import ECHO_MODEL
 from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
 from gateway.model import Address

@@ -32,7 +32,8 @@ def test_wrapped_text_is_unwrapped() -> None:
 
 
 def test_wrapped_text_keeps_text_before_between_and_after_blocks() -> None:
-    text = "<system-reminder>\nA\n</system-reminder> between <system-reminder>B</system-reminder> after"
+    text = ("<system-reminder>\nA\n</system-reminder> between "
+            "<system-reminder>B</system-reminder> after")
     assert extract(text) == ["A", "between", "B", "after"]
     text = "before <system-reminder>\nA\n</system-reminder>"
     assert extract(text) == ["before", "A"]
