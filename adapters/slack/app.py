@@ -22,6 +22,7 @@ from adapters.slack.inbound import PLATFORM, BotIdentity, btw_inbound, to_inboun
 from adapters.slack.mrkdwn import escape
 from adapters.slack.names import UserNames
 from adapters.slack.sender import platform_error
+from gateway.errors import PlatformError
 
 if TYPE_CHECKING:
     from gateway.ingest import Ingest
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 Ack = Callable[..., Awaitable[Any]]
 NO_SESSION = ("There is no conversation in this channel yet: mention me first, "
               "then `/btw` asks about it.")
+CANNOT_POST = ("I could not post in this channel; invite me first (`/invite @gateway`), "
+               "or ask with `!btw <question>` in the conversation's thread.")
 BTW_USAGE = ("Usage: `/btw <question>` asks a side question about this channel's "
              "latest conversation.")
 
@@ -69,9 +72,16 @@ class Listeners:
         if session_key is None:
             await ack(text=NO_SESSION, response_type="ephemeral")
             return
-        await ack()
         user = str(command["user_id"])
-        quote_ts = await self._post_quote(channel, user, question)
+        # Posted before the ack (well within Slack's 3 s), so a refusal can still be
+        # answered in the ack itself.
+        try:
+            quote_ts = await self._post_quote(channel, user, question)
+        except PlatformError as exc:
+            log.warning("/btw in %s: could not post the question: %s", channel, exc)
+            await ack(text=CANNOT_POST, response_type="ephemeral")
+            return
+        await ack()
         inbound = btw_inbound(command, session_key, quote_ts, await self.names.get(user))
         outcome = await self.ingest.receive(inbound)
         log.debug("slack /btw %s -> %s", inbound.event_id, outcome)

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from slack_sdk.signature import Clock, SignatureVerifier
 
 from adapters.slack import SlackPlatform
-from adapters.slack.app import NO_SESSION
+from adapters.slack.app import CANNOT_POST, NO_SESSION
 from gateway.config import load_settings
 from gateway.ingest import Ingest
 from gateway.store import Keys
@@ -228,6 +228,14 @@ async def test_native_btw_quotes_the_question_and_answers_under_the_quote(
     assert side[0]["payload"]["question"] == "what did we decide?"
     assert side[0]["payload"]["address"]["thread"] == quote_ts
     assert side[0]["payload"]["address"]["side"] is True
+
+
+async def test_native_btw_where_the_bot_cannot_post_says_so(web: Web, slack: FakeSlack) -> None:
+    await web.event(mention("a conversation"))
+    slack.fail_next("chat.postMessage", "not_in_channel")
+    response = await web.command("anything?")
+    assert response.json() == {"text": CANNOT_POST, "response_type": "ephemeral"}
+    assert [job["kind"] for job in await web.jobs()] == ["turn"]
 
 
 async def test_bang_btw_in_a_thread_answers_in_that_thread(web: Web) -> None:
