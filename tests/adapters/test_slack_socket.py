@@ -89,7 +89,7 @@ async def socket(slack: FakeSlack, redis_url: str) -> AsyncIterator[Socket]:
     platform = SlackPlatform(settings, redis)
     platform.validate("connect")
     assert not platform.uses_http()
-    platform.socket_timing = Timing(ping_interval=0.3, check_interval=0.05, connect_timeout=2)
+    platform.socket_timing = Timing(ping_interval=1.0, check_interval=0.05, connect_timeout=5)
     platform.socket_backoff = Backoff(base=0.05, cap=0.3)
     await platform.startup()
     task = asyncio.create_task(platform.connect(Ingest(settings, redis), Health(redis, "slack")))
@@ -129,7 +129,8 @@ async def test_a_dropped_connection_shows_down_and_comes_back(socket: Socket,
     await socket.until(lambda: len(slack.calls_to("apps.connections.open")) >= refused + 2)
     slack.refuse_connections = False
     await socket.until(socket.is_up)
-    assert slack.connections_opened == 2 and slack.live_connections == 1
+    assert slack.connections_opened >= 2
+    await socket.until(lambda: slack.live_connections == 1)
     body = event_body(message("after the reconnect", channel="D1", channel_type="im"))
     envelope = slack.push(body)
     await socket.until(lambda: any(a.get("envelope_id") == envelope for a in slack.acks))
@@ -146,7 +147,7 @@ async def test_a_half_open_connection_is_noticed(socket: Socket, slack: FakeSlac
     slack.black_hole = False
     slack.refuse_connections = False
     await socket.until(socket.is_up)
-    assert slack.connections_opened == 2
+    assert slack.connections_opened >= 2
     await socket.until(lambda: slack.live_connections == 1)
 
 
