@@ -63,7 +63,7 @@ class Stack:
             "GATEWAY_API_KEY": "sk-test", "DISCORD_BOT_TOKEN": fake.token,
             "DISCORD_API_URL": fake.api_url, "DISCORD_GATEWAY_URL": fake.gateway_url,
             "GATEWAY_ALLOWED_USERS": f"discord:{ALICE}", "DISCORD_EDIT_INTERVAL": "0.2",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(Path.cwd()),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
         self.processes: list[Process] = []
 
