@@ -222,15 +222,16 @@ class TurnRunner:
                 tokens,
                 self.compressor.budget,
             )
-            if await self.compressor.fit(key, context.group, request.reminder, claim.length):
-                view = await self.sessions.view(key)
-                context = replace(
-                    context,
-                    entries=view.entries,
-                    segments=view.segments,
-                    cursor=self._cursor(view),
-                )
-                request = compiler.compile(context)
+            # Reload even when this worker wrote nothing: another one may have compressed.
+            await self.compressor.fit(key, context.group, request.reminder, claim.length)
+            view = await self.sessions.view(key)
+            context = replace(
+                context,
+                entries=view.entries,
+                segments=view.segments,
+                cursor=self._cursor(view),
+            )
+            request = compiler.compile(context)
         return PreparedTurn(compiler, context, request, view)
 
     async def _call(

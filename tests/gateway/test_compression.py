@@ -297,3 +297,26 @@ def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(
     routed = make_settings(redis_url, llm, GATEWAY_MODEL="openai/responses/gpt-4o")
     assert token_budget(routed) == int(128_000 * 0.6)
     assert token_budget(make_settings(redis_url, llm)) == DEFAULT_BUDGET
+
+
+async def test_a_turn_over_budget_waits_for_the_compression_already_running(
+        redis_url: str, llm: FakeLLM) -> None:
+    llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=1.0)
+    # 10 earlier turns: the first new turn fits (and starts a compression after it); the
+    # second would not fit, so it waits for that compression instead of making its own.
+    async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
+        await talk.preload([e for i in range(10) for e in (
+            user_entry(line(i), f"u{i}"), assistant_entry(f"noted {i * 7}", f"a{i}"))])
+        await talk.say("first turn")
+        await llm.await_requests(1, model=COMPRESSOR)
+        await talk.stop_worker(0)
+        await talk.start_worker()
+        await talk.say("second turn")
+        await talk.settled()
+        assert len(talk.compression_requests()) == 1
+        [compression] = talk.compression_requests()
+        second = talk.main_requests()[-1]
+        assert compression.finished_at is not None
+        assert second.received_at > compression.finished_at
+        assert fits(talk, second)
+        assert SUMMARY in content_of(second["messages"])
