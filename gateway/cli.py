@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import signal
 import sys
 import time
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequen
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from adapters.base import Mode, Platform, Sender
 from gateway import logs, store
@@ -187,9 +189,11 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         if use_console:
             senders["console"] = console.ConsoleSender()
         _banner(settings, platforms, use_console)
-        ingest = Ingest(settings, redis)
+        # A console's replies must reach this terminal: its jobs go to a stream of its own.
+        streams = {"console": store.Keys.jobs(f"console:{secrets.token_hex(4)}")}
+        ingest = Ingest(settings, redis, streams)
         stop = _stop_event()
-        worker = Worker(settings, redis, senders)
+        worker = Worker(settings, redis, senders, streams=streams)
         tasks = [_task(worker.run(stop))]
         http = [p for p in platforms if p.uses_http()]
         if http:
@@ -209,6 +213,8 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             results = await asyncio.gather(*tasks, *connections, return_exceptions=True)
             for sender in senders.values():
                 await sender.aclose()
+            with contextlib.suppress(GatewayError, RedisError, OSError):
+                await redis.delete(streams["console"])
         _raise_first_failure(results)
     return 0
 

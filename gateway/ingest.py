@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -46,10 +47,11 @@ def clean_text(text: str) -> str:
 class Ingest:
     """Turns a normalized message into session state and jobs."""
 
-    def __init__(self, settings: Settings, redis: Redis) -> None:
+    def __init__(self, settings: Settings, redis: Redis,
+                 streams: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.redis = redis
-        self.sessions = SessionStore(redis)
+        self.sessions = SessionStore(redis, streams)
 
     async def receive(self, inbound: Inbound) -> Outcome:
         if inbound.speaker.is_bot:

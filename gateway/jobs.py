@@ -12,7 +12,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,9 +55,11 @@ def consumer_name() -> str:
 class JobQueue:
     """Reading, reclaiming and completing jobs for one worker (one consumer)."""
 
-    def __init__(self, redis: Redis, platforms: Sequence[str], consumer: str | None = None) -> None:
+    def __init__(self, redis: Redis, platforms: Sequence[str], consumer: str | None = None,
+                 streams: Mapping[str, str] | None = None) -> None:
         self.redis = redis
-        self.streams = [Keys.jobs(p) for p in platforms]
+        routes = streams or {}
+        self.streams = [routes.get(p) or Keys.jobs(p) for p in platforms]
         self.consumer = consumer or consumer_name()
         self._complete = redis.register_script(_COMPLETE)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -177,8 +178,9 @@ class Claim:
 class SessionStore:
     """Every read and write of session state goes through here."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, streams: Mapping[str, str] | None = None) -> None:
         self.redis = redis
+        self.streams = dict(streams or {})
         self._ingest = redis.register_script(_INGEST)
         self._enqueue = redis.register_script(_ENQUEUE)
         self._claim = redis.register_script(_CLAIM)
@@ -200,12 +202,16 @@ class SessionStore:
             Keys.inbox(key),
             Keys.meta(key),
             Keys.queued(key),
-            Keys.jobs(inbound.platform),
+            self.stream(inbound.platform),
             Keys.SESSIONS,
             Keys.channel_sessions(inbound.channel_key),
         ]
         fresh, job = await self._ingest(keys=keys, args=[DEDUPE_TTL, entry, key, time.time()])
         return bool(fresh), job or None
+
+    def stream(self, platform: str) -> str:
+        """The job stream of a platform (a console routes to its own process's stream)."""
+        return self.streams.get(platform) or Keys.jobs(platform)
 
     async def first_delivery(self, inbound: Inbound) -> bool:
         """Mark the platform event as seen; False when it was seen before (a retry)."""
@@ -228,7 +234,7 @@ class SessionStore:
         """
         key = inbound.session_key
         now = time.time()
-        keys = [Keys.jobs(inbound.platform), Keys.meta(key), Keys.side_in_flight(key)]
+        keys = [self.stream(inbound.platform), Keys.meta(key), Keys.side_in_flight(key)]
         args = [
             "",
             kind,

@@ -45,13 +45,14 @@ class Worker:
         models: Models | None = None,
         *,
         concurrency: int | None = None,
+        streams: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.redis = redis
         self.senders = dict(senders)
         self.models = models or Models(settings)
-        self.sessions = SessionStore(redis)
-        self.queue = JobQueue(redis, sorted(self.senders))
+        self.sessions = SessionStore(redis, streams)
+        self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
         self.budget = SendBudget(redis)
         self.metrics = Metrics(redis)
         self.turns = TurnRunner(

@@ -1,0 +1,145 @@
+"""Crashes and outages: a worker killed mid-turn, Redis restarted under a running gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from adapters.telegram.inbound import to_inbound
+from gateway.ingest import Ingest
+from gateway.session import SessionStore
+from gateway.store import GROUP, Keys, find_redis_server
+from tests.adapters.telegram_helpers import Gateway, environment, gateway, message
+from tests.conftest import free_port
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.telegram_api import FakeTelegram, running
+from tests.gateway.helpers import settings
+from tests.gateway.test_cli import clean_env
+
+pytestmark = pytest.mark.timeout(240)
+REPLY = " ".join(f"word{i}" for i in range(40))
+
+
+async def until(condition: object, within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not await condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def workers_ready(processes: Gateway, count: int) -> bool:
+    text = processes.output()
+    return text.count("reading gw:jobs:telegram") >= count
+
+
+async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, llm: FakeLLM) -> None:
+    llm.reply = REPLY
+    llm.duration = 4.0
+    async with running() as fake:
+        env = environment(redis_url, llm, fake, free_port(), GATEWAY_LEASE_TTL="2",
+                          TELEGRAM_ALLOW_ALL="1")
+        async with gateway(tmp_path, env, "worker", "worker") as processes:
+            await until(lambda: workers_ready(processes, 2), 150, "both workers")
+            update = {"update_id": 1, **message("tell me a story")}
+            inbound = to_inbound(update, fake.bot_id, fake.username)
+            assert inbound is not None
+            ingest = Ingest(settings(redis_url, TELEGRAM_ALLOW_ALL="1"), redis_client)
+            await ingest.receive(inbound)
+
+            async def partial_reply_posted() -> bool:
+                return bool(fake.messages_in(42))
+
+            await until(partial_reply_posted, 30, "the first piece of the reply")
+            pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP,
+                                                        "-", "+", 10)
+            holder = pending[0]["consumer"]
+            os.kill(int(holder.split("-")[-2]), signal.SIGKILL)
+            sessions = SessionStore(redis_client)
+
+            async def recorded() -> bool:
+                history = await sessions.history(inbound.session_key)
+                return any(e["role"] == "assistant" for e in history)
+
+            await until(recorded, 60, "the turn to be finished by the other worker")
+            await until(lambda: _shows(fake, REPLY), 20, "the full reply on Telegram")
+            history = await sessions.history(inbound.session_key)
+    assert [e["role"] for e in history] == ["user", "assistant"]
+    assert history[1]["text"] == REPLY
+    sends = [c for c in fake.calls_to("sendMessage") if c.params.get("chat_id") == 42]
+    assert len(sends) == 1, "the replacement worker posted a second reply"
+    assert len(fake.messages_in(42)) == 1
+    assert len(llm.requests) == 2  # the killed turn's call and the re-run
+
+
+async def _shows(fake: FakeTelegram, text: str) -> bool:
+    return any(m.text == text for m in fake.messages_in(42))
+
+
+def test_redis_restarted_mid_run_loses_no_message(tmp_path: Path) -> None:
+    """A gateway keeps working across a Redis restart; what Redis acknowledged survives it."""
+    port = free_port()
+    data = tmp_path / "redis"
+    data.mkdir()
+    command = [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir",
+               str(data), "--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    env = clean_env(REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "run", "--console"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        _wait_port(port)
+        process.stdin.write("before the outage\n")
+        process.stdin.flush()
+        assert process.stdout.readline().startswith("bot: ")
+        server.terminate()
+        server.wait(timeout=10)
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        _wait_port(port)
+        process.stdin.write("after the outage\n")
+        process.stdin.close()
+        rest = process.stdout.read()
+        assert process.wait(timeout=60) == 0
+    finally:
+        for proc in (process, server):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+    assert rest.startswith("bot: ") and "after the outage" in rest
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        _wait_port(port)
+        shown = subprocess.run([sys.executable, "-m", "gateway.cli", "sessions", "show",
+                                "console:local:console", "--json"], capture_output=True,
+                               text=True, env=env, timeout=60, cwd=tmp_path)
+    finally:
+        server.kill()
+        server.wait()
+    texts = [e["text"] for e in json.loads(shown.stdout) if e["role"] == "user"]
+    assert texts == ["before the outage", "after the outage"]
+
+
+def _wait_port(port: int) -> None:
+    import socket
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
