@@ -138,7 +138,12 @@ def token_budget(settings: Settings) -> int:
     """GATEWAY_TOKEN_BUDGET, else 60% of the model's input window, else DEFAULT_BUDGET."""
     if settings.token_budget:
         return settings.token_budget
-    window = _window(settings.model)
+    return window_share(settings.model)
+
+
+def window_share(model: str) -> int:
+    """60% of `model`'s input window, or DEFAULT_BUDGET when litellm does not know it."""
+    window = _window(model)
     return int(window * WINDOW_SHARE) if window else DEFAULT_BUDGET
 
 
@@ -242,6 +247,8 @@ class Compressor:
         self.budget = token_budget(settings)
         self.threshold = int(self.budget * THRESHOLD_SHARE)
         self.summary_tokens = max(64, min(SUMMARY_MAX_TOKENS, self.budget // 4))
+        # What the summariser reads must fit its own window (about 3 characters a token).
+        self.transcript_chars = 3 * window_share(settings.compression_model)
         self.lock_ttl = settings.model_timeout * (settings.model_retries + 1) + 30.0
         self._store = redis.register_script(_STORE)
         self._unlock = redis.register_script(_UNLOCK)
@@ -340,7 +347,7 @@ class Compressor:
         """(summary, is_fallback): the model's summary, or the note of what was left out."""
         call = ModelCall(
             self.settings.compression_model,
-            summary_request(previous, entries),
+            summary_request(previous, entries, self.transcript_chars),
             self.settings.model_timeout,
             max_tokens=self.summary_tokens,
             temperature=0.2,
@@ -374,10 +381,14 @@ class Compressor:
 
 
 def summary_request(
-    previous: dict[str, Any] | None, entries: Sequence[Entry]
+    previous: dict[str, Any] | None, entries: Sequence[Entry], budget: int = 48_000
 ) -> list[dict[str, str]]:
-    """The summariser's messages: the instructions, the summary so far, the new part."""
-    transcript = side_question.render_transcript(entries, message_cap=4000, budget=200_000)
+    """The summariser's messages: the instructions, the summary so far, the new part.
+
+    The transcript keeps within `budget` characters (its newest part, with a
+    marker for what was left out), so the request fits the summariser.
+    """
+    transcript = side_question.render_transcript(entries, message_cap=4000, budget=budget)
     earlier = str(previous.get("summary", "")).strip() if previous else ""
     body = (
         f"Summary so far:\n{earlier or '(none: this is the start of the conversation)'}\n\n"
