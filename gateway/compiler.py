@@ -4,6 +4,10 @@ Full mode: the system prompt, the session's history (its compressed view),
 and one `<system-reminder>` block of dynamic context on the last user message.
 The history part is a pure function of the stored entries, so it is identical
 from one turn to the next and a provider's prompt cache over it stays warm.
+
+Delta mode, for a provider that keeps the conversation on its side: the
+system prompt, only the entries after the cursor (the id of the last entry
+the provider has seen), and the reminder block.
 """
 
 from __future__ import annotations
