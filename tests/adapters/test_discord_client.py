@@ -78,7 +78,7 @@ class Gateway:
         await self.platform.shutdown()
 
     async def until(self, fake: FakeDiscord, condition: Callable[[], Any],
-                    within: float = 15.0) -> Any:
+                    within: float = 30.0) -> Any:
         """Poll `condition` (with `reports` fresh), failing at once if the connection ended."""
         deadline = time.monotonic() + within
         while True:
@@ -224,7 +224,7 @@ async def test_a_refused_message_content_intent_ends_with_the_clear_line(
     fake.message_content_enabled = False
     gateway = Gateway(fake, redis_client)
     with pytest.raises(ConfigError) as caught:
-        await asyncio.wait_for(gateway.platform.connect(gateway.ingest, gateway.health), 20)
+        await asyncio.wait_for(gateway.platform.connect(gateway.ingest, gateway.health), 40)
     assert str(caught.value) == INTENT_REFUSED
     assert "Message Content" in INTENT_REFUSED and "developer portal" in INTENT_REFUSED
 

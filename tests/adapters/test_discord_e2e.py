@@ -22,6 +22,10 @@ from gateway.store import Keys
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM
 
+# Each test starts fresh processes (and a worker's litellm import): more room than the
+# suite's default per-test timeout.
+pytestmark = pytest.mark.timeout(150)
+
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
 ALICE = "42"
 FENCE = "```"
@@ -72,10 +76,17 @@ class Stack:
             self.processes.append(Process(command, {**self.env, **env}, self.workdir))
 
     async def connected(self) -> None:
-        """The gateway identified and the worker is up (its consumer group exists)."""
-        await self.wait(lambda: self.fake.identifies and self.fake.commands, within=30)
+        """The gateway identified and registered /btw; the worker, if any, takes jobs.
 
-    async def wait(self, condition: Any, within: float = 20.0) -> Any:
+        The worker imports litellm before it reads jobs, which takes seconds, and
+        many more on a machine busy with the rest of the suite.
+        """
+        workers = [p for p in self.processes if p.log_path.stem == "worker"]
+        await self.wait(lambda: self.fake.identifies and self.fake.commands, within=60)
+        await self.wait(lambda: all("reading gw:jobs" in p.output() for p in workers),
+                        within=90)
+
+    async def wait(self, condition: Any, within: float = 45.0) -> Any:
         def met() -> Any:
             for process in self.processes:
                 if process.popen.poll() is not None:
