@@ -264,12 +264,15 @@ class Compressor:
         """
         written = 0
         deadline = time.monotonic() + LOCK_WAIT
-        for _ in range(MAX_ROUNDS * 4):
+        while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            if self.tokens(view, group, reminder) <= self.budget or written >= MAX_ROUNDS:
+            if self.tokens(view, group, reminder) <= self.budget:
                 break
             outcome = await self.compress(session_key, limit)
-            if outcome is Outcome.BUSY and time.monotonic() < deadline:
+            if outcome is Outcome.BUSY:
+                if time.monotonic() > deadline:
+                    log.warning("gave up waiting for the compression of %s", session_key)
+                    break
                 await asyncio.sleep(0.05)
                 continue
             if outcome not in (Outcome.SUMMARISED, Outcome.FALLBACK):

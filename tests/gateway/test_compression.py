@@ -301,7 +301,7 @@ def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(
 
 async def test_a_turn_over_budget_waits_for_the_compression_already_running(
         redis_url: str, llm: FakeLLM) -> None:
-    llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=1.0)
+    llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=3.0)
     # 10 earlier turns: the first new turn fits (and starts a compression after it); the
     # second would not fit, so it waits for that compression instead of making its own.
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
