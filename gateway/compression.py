@@ -167,13 +167,15 @@ class TokenCounter:
         return self.models.count_tokens(self.model, [message])
 
     def entry(self, entry: Entry, group: bool) -> int:
-        key = (str(entry.get("id", "")), group)
+        key = (f"entry:{entry.get('id', '')}", group)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
         message = entry_message(entry, group)
         count = self.message(message) if message is not None else 0
+        if not entry.get("id"):
+            return count  # nothing stable to cache it under
         self._cache[key] = count
         if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
