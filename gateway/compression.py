@@ -37,7 +37,7 @@ from redis.asyncio import Redis
 
 from gateway import side_question
 from gateway.compiler import entry_message, split_view, summary_message
-from gateway.config import Settings
+from gateway.config import ECHO_MODEL, Settings
 from gateway.errors import ModelError
 from gateway.llm import ModelCall, Models, load_litellm
 from gateway.providers import base_model
@@ -126,6 +126,8 @@ class Plan:
 
 @lru_cache(maxsize=64)
 def _window(model: str) -> int | None:
+    if model == ECHO_MODEL:
+        return None  # and litellm stays unimported
     try:
         info = load_litellm().get_model_info(base_model(model))
     except Exception:  # litellm raises plain Exception for a model it has no entry for
@@ -246,14 +248,41 @@ class Compressor:
         self.models = models
         self.sessions = SessionStore(redis)
         self.counter = TokenCounter(models, settings.model)
-        self.budget = token_budget(settings)
-        self.threshold = int(self.budget * THRESHOLD_SHARE)
-        self.summary_tokens = max(64, min(SUMMARY_MAX_TOKENS, self.budget // 4))
-        # What the summariser reads must fit its own window (about 3 characters a token).
-        self.transcript_chars = 3 * window_share(settings.compression_model)
         self.lock_ttl = settings.model_timeout * (settings.model_retries + 1) + 30.0
         self._store = redis.register_script(_STORE)
         self._unlock = redis.register_script(_UNLOCK)
+        self._warm = False
+
+    async def warm(self) -> None:
+        """Look up the model's window and load its tokenizer, once, off the event loop.
+
+        Both take a fraction of a second to seconds (litellm's import, the BPE
+        tables); on the loop they would stall every other turn's heartbeat.
+        """
+        if not self._warm:
+            await asyncio.to_thread(self._warm_up)
+            self._warm = True
+
+    def _warm_up(self) -> None:
+        _ = self.budget, self.transcript_chars
+        self.counter.text("warm")
+
+    @property
+    def budget(self) -> int:
+        return token_budget(self.settings)
+
+    @property
+    def threshold(self) -> int:
+        return int(self.budget * THRESHOLD_SHARE)
+
+    @property
+    def summary_tokens(self) -> int:
+        return max(64, min(SUMMARY_MAX_TOKENS, self.budget // 4))
+
+    @property
+    def transcript_chars(self) -> int:
+        # What the summariser reads must fit its own window (about 3 characters a token).
+        return 3 * window_share(self.settings.compression_model)
 
     def tokens(self, view: HistoryView, group: bool, reminder: str | None = None) -> int:
         return self.counter.view(self.settings.system_prompt, view, group, reminder)

@@ -214,6 +214,7 @@ class TurnRunner:
         """Compile the turn; compress first (blocking) only when it would exceed the budget."""
         compiler = MessageCompiler(key, self.settings.system_prompt)
         request = compiler.compile(context)
+        await self.compressor.warm()
         tokens = self.compressor.tokens(view, context.group, request.reminder)
         if tokens > self.compressor.budget:
             log.info(
