@@ -247,7 +247,7 @@ async def test_two_workers_finishing_turns_at_once_compress_once(
         await talk.preload([e for i in range(25) for e in (
             user_entry(line(i), f"u{i}"), assistant_entry(f"noted {i * 7}", f"a{i}"))])
         await talk.say("first turn, on the first worker")  # its compression starts, slow
-        await llm.await_requests(1, model=COMPRESSOR)
+        await llm.await_requests(1, 30, model=COMPRESSOR)
         await talk.stop_worker(0)
         await talk.start_worker()
         await talk.say("second turn, on the second worker")
@@ -282,7 +282,7 @@ async def test_a_reset_during_compression_discards_the_segment(
         compressor = Compressor(settings, talk.redis, Models(settings))
         await talk.preload([user_entry(line(i), f"u{i}") for i in range(20)])
         running = asyncio.create_task(compressor.compress(talk.key, 20))
-        await llm.await_requests(1, model=COMPRESSOR)
+        await llm.await_requests(1, 30, model=COMPRESSOR)
         await talk.sessions.reset(talk.key)
         assert await running is Outcome.LOST
         assert await talk.segments() == []
@@ -308,7 +308,7 @@ async def test_a_turn_over_budget_waits_for_the_compression_already_running(
         await talk.preload([e for i in range(10) for e in (
             user_entry(line(i), f"u{i}"), assistant_entry(f"noted {i * 7}", f"a{i}"))])
         await talk.say("first turn")
-        await llm.await_requests(1, model=COMPRESSOR)
+        await llm.await_requests(1, 30, model=COMPRESSOR)
         await talk.stop_worker(0)
         await talk.start_worker()
         await talk.say("second turn")
