@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 
 from gateway.config import Settings
 from gateway.ingest import Ingest
+from gateway.llm import load_litellm
 from gateway.model import Address, Inbound, Speaker
 from gateway.session import SessionStore
 from gateway.store import Keys
@@ -43,7 +44,7 @@ def make_settings(redis_url: str, llm: FakeLLM, **values: Any) -> Settings:
         "GATEWAY_API_KEY": "sk-test",
         "GATEWAY_MODEL_RETRIES": 0,
         "GATEWAY_SYSTEM_PROMPT": SYSTEM,
-        "GATEWAY_LEASE_TTL": 2.0,
+        "GATEWAY_LEASE_TTL": 10.0,  # no lease lost to a loaded machine here
         "GATEWAY_ALLOWED_USERS": "test:U1",
     }
     base.update(values)
@@ -139,6 +140,7 @@ class Conversation:
 async def conversation(redis_url: str, llm: FakeLLM, *, workers: int = 1,
                        **values: Any) -> AsyncIterator[Conversation]:
     settings = make_settings(redis_url, llm, **values)
+    load_litellm()  # seconds of import, paid here rather than inside a timed wait
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     talk = Conversation(settings, client, llm, Ingest(settings, client), SessionStore(client),
                         RecordingSender())
