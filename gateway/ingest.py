@@ -91,7 +91,9 @@ class Ingest:
         first = await self.redis.set(
             Keys.refused(inbound.user_key), "1", nx=True, ex=REFUSAL_WINDOW
         )
-        if first:
+        # A platform interaction (a Discord slash command) waits for an answer of its
+        # own, so it is refused every time; plain messages once per window.
+        if first or inbound.reply.token is not None:
             text = (
                 f"Sorry, you are not allowed to use this bot. Ask its operator to add "
                 f"`{inbound.user_key}` to GATEWAY_ALLOWED_USERS."

@@ -78,6 +78,7 @@ def load_litellm() -> ModuleType:
         litellm.telemetry = False
         litellm.suppress_debug_info = True
         litellm.drop_params = True
+        litellm.disable_streaming_logging = True  # no callbacks here; saves CPU per call
         _litellm = litellm
     return _litellm
 

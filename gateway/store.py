@@ -137,17 +137,24 @@ class Keys:
         return f"{PREFIX}:health:{component}"
 
 
-def connect(url: str) -> aioredis.Redis:
-    """An asyncio client that retries dropped connections with backoff."""
+def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
+    """An asyncio client that retries dropped connections with backoff.
+
+    The pool blocks (up to 10 s) when every connection is busy, so a burst
+    waits for a connection instead of failing with "too many connections".
+    """
     retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8)
-    return aioredis.Redis.from_url(
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=10,
         decode_responses=True,
         retry=retry,
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
         health_check_interval=15,
         socket_connect_timeout=2.0,
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 async def ping(client: aioredis.Redis, url_for_errors: str) -> None:

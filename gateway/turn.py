@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -36,6 +37,7 @@ class RunningTurn:
 
     session_key: str
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
     reason: str = ""
 
     def request_stop(self, reason: str) -> None:
@@ -97,10 +99,15 @@ class TurnRunner:
             beat.cancel()
             if self.running.get(key) is running:
                 del self.running[key]
+            running.done.set()
 
     async def _claim(self, job: Job, token: str) -> Claim:
-        """Take the session's lease, waiting while another turn holds it."""
-        delay, touched = 0.02, time.monotonic()
+        """Take the session's lease, waiting while another turn holds it.
+
+        When the holder runs in this process, its end wakes the waiter at once;
+        a holder elsewhere is polled, quickly at first.
+        """
+        delay, touched = 0.005, time.monotonic()
         while True:
             claim = await self.sessions.claim(job.session_key, token, self.ttl)
             if claim.ok:
@@ -108,8 +115,13 @@ class TurnRunner:
             if time.monotonic() - touched > self.ttl / 3:
                 await self.queue.touch(job)
                 touched = time.monotonic()
+            local = self.running.get(job.session_key)
+            if local is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(local.done.wait(), self.ttl / 3)
+                continue
             await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
+            delay = min(delay * 2, 0.25)
 
     async def _heartbeat(self, job: Job, token: str, running: RunningTurn) -> None:
         while True:

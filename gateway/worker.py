@@ -19,7 +19,6 @@ from redis.exceptions import RedisError
 
 from adapters.base import Sender
 from gateway import side_question
-from gateway.compiler import MessageCompiler, TurnContext
 from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import ModelError, PlatformError
@@ -96,8 +95,10 @@ class Worker:
         await self.drain(timeout=self.settings.lease_ttl)
 
     async def drain(self, timeout: float) -> None:
-        if self.tasks:
-            _, pending = await asyncio.wait(set(self.tasks), timeout=timeout)
+        """Let running jobs, and compressions started after turns, finish for a while."""
+        running = set(self.tasks) | set(self.turns.background)
+        if running:
+            _, pending = await asyncio.wait(running, timeout=timeout)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -233,17 +234,16 @@ class Worker:
 
     async def _status(self, job: Job) -> None:
         key = job.session_key
-        entries = await self.sessions.history(key)
+        view = await self.sessions.view(key)  # what the next turn sends, compressed
+        messages = int(view.meta.get("answered", 0) or 0)
         queued = len(await self.sessions.inbox(key))
-        compiled = MessageCompiler(key, self.settings.system_prompt).compile(
-            TurnContext(key, entries, None)
-        )
-        tokens = self.models.count_tokens(self.settings.model, compiled.messages)
+        await self.turns.compressor.warm()
+        tokens = self.turns.compressor.tokens(view, group=True)
         running = "a reply is being written" if await self.sessions.is_running(key) else "idle"
         text = (
             f"Model: `{self.settings.model}` (side questions: `{self.settings.side_model}`)\n"
-            f"This conversation: {len(entries)} messages, about {tokens:,} tokens; "
-            f"{queued} queued; {running}."
+            f"This conversation: {messages} messages; the next request carries about "
+            f"{tokens:,} tokens of it; {queued} queued; {running}."
         )
         await self._send(Address.model_validate(job.payload["address"]), text)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import subprocess
 import tempfile
@@ -27,38 +28,48 @@ def free_port() -> int:
 def redis_server() -> Iterator[str]:
     """A real redis-server on a loopback port, for the whole run; yields its base URL."""
     workdir = Path(tempfile.mkdtemp(prefix="gw-redis-"))
-    port = free_port()
-    process = subprocess.Popen(
-        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-         "--save", "", "--appendonly", "no", "--databases", "64"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
+    for _ in range(5):  # a free port can be taken by another process before Redis binds it
+        port = free_port()
+        process = subprocess.Popen(
+            [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir",
+             str(workdir), "--save", "", "--appendonly", "no", "--databases", "64"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        if _answers(process, port):
             break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                process.kill()
-                raise
-            time.sleep(0.02)
-    client.close()
+        process.kill()
+        process.wait()
+    else:
+        raise RuntimeError("could not start the test redis-server")
     yield f"redis://127.0.0.1:{port}"
     process.terminate()
     process.wait(timeout=10)
 
 
-_db_counter = iter(range(1, 64))
+def _answers(process: subprocess.Popen[bytes], port: int) -> bool:
+    """True once this process's server answers PING on the port."""
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                time.sleep(0.02)
+            except redis.RedisError:
+                return False  # something else listens there
+        return False
+    finally:
+        client.close()
+
+
+_db_counter = itertools.cycle(range(1, 64))
 
 
 @pytest.fixture
 def redis_url(redis_server: str) -> Iterator[str]:
     """A URL of a database of its own, emptied before the test."""
-    db = next(_db_counter, None)
-    if db is None:  # more tests than databases: reuse database 1
-        db = 1
+    db = next(_db_counter)
     url = f"{redis_server}/{db}"
     client = redis.Redis.from_url(url)
     client.flushdb()

@@ -66,6 +66,17 @@ async def test_unknown_user_on_an_open_network_gets_one_refusal_naming_their_id(
     assert await SessionStore(redis_client).inbox(stranger.session_key) == []
 
 
+async def test_every_interaction_of_a_stranger_is_answered(
+        redis_url: str, redis_client: aioredis.Redis) -> None:
+    ingest = Ingest(settings(redis_url), redis_client)
+    for _ in range(2):
+        message = inbound("/btw hi", platform="discord", user="77")
+        token = message.reply.model_copy(update={"token": "interaction-token"})
+        message = message.model_copy(update={"reply": token, "side_reply": token})
+        assert await ingest.receive(message) == Outcome.REFUSED
+    assert [j["kind"] for j in await jobs(redis_client, "discord")] == ["notice", "notice"]
+
+
 async def test_allow_all_opens_the_platform(redis_url: str, redis_client: aioredis.Redis) -> None:
     ingest = Ingest(settings(redis_url, TELEGRAM_ALLOW_ALL="1"), redis_client)
     assert await ingest.receive(inbound("hi", platform="telegram", user="5")) == Outcome.QUEUED

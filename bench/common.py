@@ -1,0 +1,97 @@
+"""What the benchmarks share: their own redis-server, the fake model as a process, stats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: make the project and the fakes importable
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from redis.asyncio import Redis  # noqa: E402
+from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
+
+from gateway.store import find_redis_server  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_redis() -> tuple[subprocess.Popen[bytes], str]:
+    """A private redis-server (no persistence) and its URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", tempfile.mkdtemp(prefix="bench-redis-")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, f"redis://127.0.0.1:{port}/0"
+
+
+async def wait_redis(url: str) -> None:
+    client = Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            await client.ping()
+            break
+        except RedisConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)
+    await client.aclose()
+
+
+class RemoteFake:
+    """The fake model server as its own process: its clock and its work share no
+    interpreter lock with the code being measured."""
+
+    def __init__(self, *options: str) -> None:
+        command = [sys.executable, "-m", "tests.fakes.llm_server", *options]
+        self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        self.api_base = self.process.stdout.readline().strip()
+        self.process.stdout.close()
+
+    def requests(self, model: str | None = None) -> list[dict[str, Any]]:
+        """The requests the fake received (for `model`), with monotonic time stamps."""
+        url = self.api_base.removesuffix("/v1") + "/_fake/requests"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            recorded: list[dict[str, Any]] = json.load(response)
+        return [r for r in recorded if model is None or r["body"].get("model") == model]
+
+    async def wait_for(self, n: int, model: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(await asyncio.to_thread(self.requests, model)) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {n} {model} requests in {timeout}s")
+            await asyncio.sleep(0.05)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def percentile(values: Sequence[float], p: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.2f}ms"
