@@ -19,35 +19,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import os
 import re
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script: make the test fakes importable
-    sys.path.insert(0, str(ROOT))
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from common import RemoteFake, ms, start_redis, wait_redis
 
-from redis.asyncio import Redis  # noqa: E402
-from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
-
-from adapters.base import Limits  # noqa: E402
-from gateway.config import Settings  # noqa: E402
-from gateway.ingest import Ingest, Outcome  # noqa: E402
-from gateway.model import Address, Inbound, Speaker  # noqa: E402
-from gateway.store import connect, find_redis_server  # noqa: E402
-from gateway.worker import Worker  # noqa: E402
+from adapters.base import Limits
+from gateway.config import Settings
+from gateway.ingest import Ingest, Outcome
+from gateway.model import Address, Inbound, Speaker
+from gateway.store import connect
+from gateway.worker import Worker
 
 PLATFORM = "console"  # open to everyone, so no allow-list is needed
 QUESTION = re.compile(r"question (\d{3})")
@@ -103,66 +90,10 @@ def inbound(channel: str, text: str, number: int) -> Inbound:
                    reply=reply, side_reply=reply.model_copy(update={"side": True}))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_redis() -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", tempfile.mkdtemp(prefix="bench-redis-")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return process, f"redis://127.0.0.1:{port}/0"
-
-
-async def wait_redis(url: str) -> None:
-    client = Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            await client.ping()
-            break
-        except RedisConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.02)
-    await client.aclose()
-
-
-class RemoteFake:
-    """The fake model server run as its own process, so that its clock and its work
-    share no interpreter lock with the worker being measured."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        command = [sys.executable, "-m", "tests.fakes.llm_server", "--reply",
-                   "once upon a time " * 10,
-                   "--model", f"main-model=0,{args.main_seconds}",
-                   "--model", f"side-model={args.side_ms / 1000}"]
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        assert self.process.stdout is not None
-        self.api_base = self.process.stdout.readline().strip()
-        self.process.stdout.close()
-
-    def requests(self, model: str) -> list[dict[str, Any]]:
-        """The requests the fake received for `model`, with its monotonic time stamps."""
-        url = self.api_base.removesuffix("/v1") + "/_fake/requests"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            recorded: list[dict[str, Any]] = json.load(response)
-        return [req for req in recorded if req["body"].get("model") == model]
-
-    async def wait_for(self, n: int, model: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while len(await asyncio.to_thread(self.requests, model)) < n:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"fewer than {n} {model} requests in {timeout}s")
-            await asyncio.sleep(0.05)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
+def remote_fake(args: argparse.Namespace) -> RemoteFake:
+    return RemoteFake("--reply", "once upon a time " * 10,
+                      "--model", f"main-model=0,{args.main_seconds}",
+                      "--model", f"side-model={args.side_ms / 1000}")
 
 
 class Bench:
@@ -304,10 +235,6 @@ class Bench:
               f"on {os.cpu_count()} CPUs")
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.0f}ms"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=100)
@@ -323,7 +250,7 @@ async def amain(args: argparse.Namespace) -> None:
     process, url = start_redis()
     try:
         await wait_redis(url)
-        llm = RemoteFake(args)
+        llm = remote_fake(args)
         try:
             bench = Bench(args, llm, url)
             await bench.run()

@@ -95,10 +95,13 @@ class Worker:
         await self.drain(timeout=self.settings.lease_ttl)
 
     async def drain(self, timeout: float) -> None:
-        """Let running jobs, and compressions started after turns, finish for a while."""
-        running = set(self.tasks) | set(self.turns.background)
-        if running:
-            _, pending = await asyncio.wait(running, timeout=timeout)
+        """Let running jobs finish for a while; the rest stay pending for another worker.
+
+        A compression still running after a turn is not waited for: its lock
+        expires and the next turn past the threshold compresses again.
+        """
+        if self.tasks:
+            _, pending = await asyncio.wait(set(self.tasks), timeout=timeout)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
