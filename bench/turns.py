@@ -193,7 +193,8 @@ async def amain(args: argparse.Namespace) -> None:
               f"model: {args.slow_ms:g} ms; {args.turns} turns per session")
         for sessions in levels:
             await level(url, fake, "quick", sessions, args.turns)
-        await level(url, fake, "slow", 50, args.turns)
+        for sessions in (1, 50):
+            await level(url, fake, "slow", sessions, args.turns)
     finally:
         fake.stop()
         process.terminate()
