@@ -5,6 +5,7 @@
      ├── StoreUnavailable         Redis does not answer
      ├── UsageError               a chat command was used wrongly (the text is the hint)
      ├── ContextMismatch          a compiler was handed another session's context
+     ├── LeaseLost                a turn's session lease expired under it (left for a re-run)
      ├── PlatformError            a platform API refused or failed a call
      │    ├── RateLimited         the platform asked us to wait (retry_after seconds)
      │    └── MessageRejected     the platform refused the content (formatting, length)
@@ -40,6 +41,10 @@ class UsageError(GatewayError):
 
 class ContextMismatch(GatewayError):
     """A compiler was given the context of a conversation it was not built for."""
+
+
+class LeaseLost(GatewayError):
+    """A turn lost its session's lease mid-way; its job is left for another run."""
 
 
 class PlatformError(GatewayError):

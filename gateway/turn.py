@@ -17,7 +17,7 @@ from gateway.compiler import CompiledRequest, MessageCompiler, ReplyTarget, Turn
 from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.delivery import ReplyStream, SendBudget
-from gateway.errors import ModelError, PlatformError, ProviderStateLost
+from gateway.errors import LeaseLost, ModelError, PlatformError, ProviderStateLost
 from gateway.jobs import Job, JobQueue
 from gateway.llm import ModelCall, Models, ResponseChain, Usage
 from gateway.metrics import Metrics
@@ -27,6 +27,7 @@ from gateway.session import Claim, Entry, HistoryView, SessionStore, assistant_e
 
 log = logging.getLogger(__name__)
 
+LEASE_LOST = "lease lost"
 STOPPED_NOTE = "\n\n_(stopped)_"
 EMPTY_REPLY = "_(the model returned an empty answer)_"
 
@@ -129,7 +130,7 @@ class TurnRunner:
             try:
                 if not await self.sessions.renew(job.session_key, token, self.ttl):
                     log.warning("lease lost for %s; stopping the turn", job.session_key)
-                    running.request_stop("lease lost")
+                    running.request_stop(LEASE_LOST)
                     return
                 await self.queue.touch(job)
             except RedisError as exc:
@@ -157,6 +158,10 @@ class TurnRunner:
         prepared = await self._prepare(key, claim, context, view)
         usage = Usage()
         result, chain = await self._call(key, prepared, usage, stream, running)
+        if running.reason == LEASE_LOST:
+            # Another run of this turn will edit the same message; say nothing here.
+            await stream.abandon()
+            raise LeaseLost(f"lease of {key} expired during turn {claim.turn_id}")
         entry = await self._deliver(stream, result, claim.turn_id, key)
         fields = _chain_fields(prepared, chain, result, entry)
         recorded = await self.sessions.finish(key, token, claim, entry, fields)

@@ -21,7 +21,7 @@ from adapters.base import Sender
 from gateway import side_question
 from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
-from gateway.errors import ModelError, PlatformError
+from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.jobs import Job, JobQueue
 from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
@@ -171,6 +171,11 @@ class Worker:
     async def _run_job(self, job: Job) -> None:
         try:
             await self._dispatch(job)
+        except LeaseLost as exc:
+            # Left pending on purpose: reclaimed once idle, the turn runs again and
+            # edits the message this run had posted.
+            log.warning("%s", exc)
+            return
         except RedisError as exc:
             # Left pending on purpose: another worker (or this one) reclaims it.
             log.warning(

@@ -234,6 +234,22 @@ async def test_stop_cancels_the_running_turn(harness: Harness) -> None:
     assert "Stopping the reply." in texts(harness.sender)
 
 
+async def test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message(
+        harness: Harness) -> None:
+    harness.llm.reply = "the complete answer"
+    harness.llm.duration = 2.0
+    message = inbound("hello")
+    await harness.ingest.receive(message)
+    await harness.sender.wait_for(lambda: harness.sender.messages)
+    await harness.sessions.redis.delete(f"gw:{{{message.session_key}}}:lease")  # expired
+    await harness.idle(message.session_key, timeout=30)
+    history = await harness.history(message.session_key)
+    assert [e["role"] for e in history] == ["user", "assistant"]
+    assert harness.sender.messages == {"1": "the complete answer"}
+    assert not any("stopped" in c.text for c in harness.sender.calls)
+    assert len(harness.llm.requests) == 2
+
+
 async def test_reset_during_a_turn_keeps_the_old_reply_out_of_the_new_session(
     harness: Harness,
 ) -> None:
