@@ -195,13 +195,7 @@ class Models:
     async def _open_response_stream(self, call: ModelCall, chain: ResponseChain) -> tuple[Any, Any]:
         response = await self._aresponses(call, chain)
         iterator = response.__aiter__()
-        try:
-            first = await asyncio.wait_for(iterator.__anext__(), call.timeout)
-        except StopAsyncIteration:
-            first = None
-        except Exception as exc:
-            raise self._map(exc) from exc
-        return first, iterator
+        return await self._next_item(iterator, call.timeout), iterator
 
     async def _read_response_stream(
         self, opened: tuple[Any, Any], call: ModelCall, usage: Usage, chain: ResponseChain
@@ -211,24 +205,22 @@ class Models:
             text = _response_event(event, usage, chain)
             if text:
                 yield text
-            try:
-                event = await asyncio.wait_for(iterator.__anext__(), call.timeout)
-            except StopAsyncIteration:
-                break
-            except Exception as exc:
-                raise self._map(exc) from exc
+            event = await self._next_item(iterator, call.timeout)
+
+    async def _next_item(self, iterator: Any, timeout: float) -> Any:
+        """The stream's next item, None at its end; a failure becomes a ModelError."""
+        try:
+            return await asyncio.wait_for(iterator.__anext__(), timeout)
+        except StopAsyncIteration:
+            return None
+        except Exception as exc:  # litellm raises many types; each is mapped to our tree
+            raise self._map(exc) from exc
 
     async def _open_stream(self, call: ModelCall) -> tuple[Any, Any]:
         """Open the stream and wait for its first chunk, so failures before it can retry."""
         response = await self._acompletion(call, stream=True)
         iterator = response.__aiter__()
-        try:
-            first = await asyncio.wait_for(iterator.__anext__(), call.timeout)
-        except StopAsyncIteration:
-            first = None
-        except Exception as exc:
-            raise self._map(exc) from exc
-        return first, iterator
+        return await self._next_item(iterator, call.timeout), iterator
 
     async def _read_stream(
         self, opened: tuple[Any, Any], call: ModelCall, usage: Usage
@@ -239,12 +231,7 @@ class Models:
             _fill_usage(usage, getattr(chunk, "usage", None))
             if text:
                 yield text
-            try:
-                chunk = await asyncio.wait_for(iterator.__anext__(), call.timeout)
-            except StopAsyncIteration:
-                break
-            except Exception as exc:
-                raise self._map(exc) from exc
+            chunk = await self._next_item(iterator, call.timeout)
 
     async def _with_retries(self, attempt: Any) -> Any:
         for number in range(self.retries + 1):
