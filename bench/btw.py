@@ -27,50 +27,28 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import RemoteFake, ms, start_redis, wait_redis
+from common import PLATFORM, BenchSender, RemoteFake, inbound, ms, start_redis, wait_redis
 
-from adapters.base import Limits
 from gateway.config import Settings
 from gateway.ingest import Ingest, Outcome
-from gateway.model import Address, Inbound, Speaker
+from gateway.model import Address
 from gateway.store import connect
 from gateway.worker import Worker
 
-PLATFORM = "console"  # open to everyone, so no allow-list is needed
 QUESTION = re.compile(r"question (\d{3})")
 
 
 @dataclass
-class RecordingSender:
+class RecordingSender(BenchSender):
     """A Sender that stamps when each side answer (and each main reply) is complete."""
 
-    platform: str = PLATFORM
     side_answers: dict[int, float] = field(default_factory=dict)
     other_side_replies: list[str] = field(default_factory=list)
     main_done: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
 
-    def limits(self, address: Address) -> Limits:
-        return Limits(max_length=4000, edit_interval=0.25)
+    edit_interval = 0.25
 
-    def measure(self, markdown: str) -> int:
-        return len(markdown)
-
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
-        self._record(address, markdown, final)
-        return str(next(self._ids))
-
-    async def edit(self, address: Address, message_id: str, markdown: str, *,
-                   final: bool) -> None:
-        self._record(address, markdown, final)
-
-    async def thinking(self, address: Address, on: bool) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-    def _record(self, address: Address, markdown: str, final: bool) -> None:
+    def record(self, address: Address, markdown: str, final: bool) -> None:
         now = time.monotonic()
         if address.side:
             found = QUESTION.search(markdown.splitlines()[0])
@@ -80,14 +58,6 @@ class RecordingSender:
                 self.side_answers.setdefault(int(found.group(1)), now)
         elif final:
             self.main_done.put_nowait(address.channel)
-
-
-def inbound(channel: str, text: str, number: int) -> Inbound:
-    reply = Address(platform=PLATFORM, workspace="bench", channel=channel, reply_to=str(number))
-    return Inbound(platform=PLATFORM, workspace="bench", channel=channel,
-                   message_id=str(number), event_id=f"{channel}-{number}",
-                   speaker=Speaker(id="u1", name="Bench"), text=text, is_dm=True,
-                   reply=reply, side_reply=reply.model_copy(update={"side": True}))
 
 
 def remote_fake(args: argparse.Namespace) -> RemoteFake:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -24,7 +25,51 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from redis.asyncio import Redis  # noqa: E402
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
 
+from adapters.base import Limits  # noqa: E402
+from gateway.model import Address, Inbound, Speaker  # noqa: E402
 from gateway.store import find_redis_server  # noqa: E402
+
+PLATFORM = "console"  # open to everyone, so no allow-list is needed
+
+
+class BenchSender:
+    """A Sender at the far end of the seam that only records; `record` says what to keep."""
+
+    platform = PLATFORM
+    edit_interval = 1.0
+    _ids = itertools.count()
+
+    def limits(self, address: Address) -> Limits:
+        return Limits(max_length=3900, edit_interval=self.edit_interval)
+
+    def measure(self, markdown: str) -> int:
+        return len(markdown)
+
+    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+        self.record(address, markdown, final)
+        return str(next(self._ids))
+
+    async def edit(self, address: Address, message_id: str, markdown: str, *,
+                   final: bool) -> None:
+        self.record(address, markdown, final)
+
+    async def thinking(self, address: Address, on: bool) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def record(self, address: Address, markdown: str, final: bool) -> None:
+        raise NotImplementedError
+
+
+def inbound(channel: str, text: str, number: int) -> Inbound:
+    """A direct message from the bench's one user."""
+    reply = Address(platform=PLATFORM, workspace="bench", channel=channel, reply_to=str(number))
+    return Inbound(platform=PLATFORM, workspace="bench", channel=channel,
+                   message_id=str(number), event_id=f"{channel}-{number}",
+                   speaker=Speaker(id="u1", name="Bench"), text=text, is_dm=True,
+                   reply=reply, side_reply=reply.model_copy(update={"side": True}))
 
 
 def free_port() -> int:

@@ -27,63 +27,40 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import RemoteFake, ms, percentile, start_redis, wait_redis
+from common import (
+    PLATFORM,
+    BenchSender,
+    RemoteFake,
+    inbound,
+    ms,
+    percentile,
+    start_redis,
+    wait_redis,
+)
 
-from adapters.base import Limits
 from gateway.config import Settings
 from gateway.ingest import Ingest
 from gateway.llm import ModelCall, Models, Usage
-from gateway.model import Address, Inbound, Speaker
+from gateway.model import Address
 from gateway.store import connect
 from gateway.worker import Worker
 
-PLATFORM = "console"  # open to everyone: no allow-list needed
 REPLY = "a short streamed answer of about ten words in all"
 
 
 @dataclass
-class StampingSender:
+class StampingSender(BenchSender):
     """Stamps when each session's final text arrives."""
 
-    platform: str = PLATFORM
     done: dict[str, asyncio.Event] = field(default_factory=dict)
     finished_at: dict[str, float] = field(default_factory=dict)
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
 
-    def limits(self, address: Address) -> Limits:
-        return Limits(max_length=3900, edit_interval=1.0)
-
-    def measure(self, markdown: str) -> int:
-        return len(markdown)
-
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
-        self._stamp(address, markdown, final)
-        return str(next(self._ids))
-
-    async def edit(self, address: Address, message_id: str, markdown: str, *,
-                   final: bool) -> None:
-        self._stamp(address, markdown, final)
-
-    async def thinking(self, address: Address, on: bool) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-    def _stamp(self, address: Address, markdown: str, final: bool) -> None:
+    def record(self, address: Address, markdown: str, final: bool) -> None:
         # The whole reply may already have gone out as an intermediate edit, in
         # which case no separate final call follows: the full text is the mark.
         if final or markdown == REPLY:
             self.finished_at[address.channel] = time.monotonic()
             self.done[address.channel].set()
-
-
-def inbound(channel: str, text: str, number: int) -> Inbound:
-    reply = Address(platform=PLATFORM, workspace="bench", channel=channel, reply_to=str(number))
-    return Inbound(platform=PLATFORM, workspace="bench", channel=channel,
-                   message_id=str(number), event_id=f"{channel}-{number}",
-                   speaker=Speaker(id="u1", name="Bench"), text=text, is_dm=True,
-                   reply=reply, side_reply=reply.model_copy(update={"side": True}))
 
 
 def model_times(fake: RemoteFake, model: str) -> dict[str, float]:
