@@ -63,7 +63,17 @@ while true do
   redis.call('RPUSH', KEYS[4], entry)
 end
 local answered = tonumber(redis.call('HGET', KEYS[5], 'answered') or '0')
-return {1, answered, redis.call('LLEN', KEYS[4]), redis.call('HGET', KEYS[5], 'epoch') or '0'}
+local length = redis.call('LLEN', KEYS[4])
+local epoch = redis.call('HGET', KEYS[5], 'epoch') or '0'
+if length <= answered then return {1, answered, length, epoch} end
+if redis.call('EXISTS', KEYS[8]) == 0 and redis.call('EXISTS', KEYS[7]) == 1 then
+  redis.call('RENAME', KEYS[7], KEYS[8])
+end
+local start = tonumber(redis.call('HGET', KEYS[5], 'history_start') or '0')
+return {1, answered, length, epoch, redis.call('HGETALL', KEYS[5]),
+        redis.call('LRANGE', KEYS[6], -2, -1), redis.call('LRANGE', KEYS[4], start, -1),
+        redis.call('LRANGE', KEYS[8], 0, -1),
+        redis.call('HGET', KEYS[9], epoch .. '.' .. answered) or ''}
 """
 
 _FINISH = """
@@ -99,11 +109,11 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-_TAKE_INJECTIONS = """
-if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('RENAME', KEYS[1], KEYS[2])
-end
-return redis.call('LRANGE', KEYS[2], 0, -1)
+_RESTORE_INJECTIONS = """
+local taken = redis.call('LRANGE', KEYS[2], 0, -1)
+for i = #taken, 1, -1 do redis.call('LPUSH', KEYS[1], taken[i]) end
+redis.call('DEL', KEYS[2])
+return #taken
 """
 
 _RESET = """
@@ -164,6 +174,11 @@ class Claim:
     answered: int = 0
     length: int = 0
     epoch: str = "0"
+    # Read in the same step when there is work: the snapshot the turn is compiled
+    # from, its deferred injections, and the platform ids of its reply so far.
+    view: HistoryView | None = None
+    injections: tuple[str, ...] = ()
+    reply_ids: tuple[str, ...] = ()
 
     @property
     def has_work(self) -> bool:
@@ -187,7 +202,7 @@ class SessionStore:
         self._finish = redis.register_script(_FINISH)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
-        self._take_injections = redis.register_script(_TAKE_INJECTIONS)
+        self._restore_injections = redis.register_script(_RESTORE_INJECTIONS)
         self._reset = redis.register_script(_RESET)
 
     async def append_user(self, inbound: Inbound) -> tuple[bool, str | None]:
@@ -248,17 +263,43 @@ class SessionStore:
         return ("busy" if int(status) == 2 else "ok"), job or None
 
     async def claim(self, session_key: str, token: str, ttl: float) -> Claim:
+        """Take the lease and, when there is work, read all a turn starts from: one step.
+
+        The inbox moves into the history; the session's injections become this
+        turn's (a re-run of the same turn sees them again).
+        """
         keys = [
             Keys.lease(session_key),
             Keys.queued(session_key),
             Keys.inbox(session_key),
             Keys.history(session_key),
             Keys.meta(session_key),
+            Keys.segments(session_key),
+            Keys.injections(session_key),
+            Keys.turn_injections(session_key),
+            Keys.replies(session_key),
         ]
         result = await self._claim(keys=keys, args=[token, int(ttl * 1000)])
         if not int(result[0]):
             return Claim(ok=False)
-        return Claim(ok=True, answered=int(result[1]), length=int(result[2]), epoch=str(result[3]))
+        answered, length, epoch = int(result[1]), int(result[2]), str(result[3])
+        if len(result) == 4:
+            return Claim(ok=True, answered=answered, length=length, epoch=epoch)
+        flat_meta, raw_segments, raw_entries, injections, raw_ids = result[4:]
+        meta = dict(zip(flat_meta[::2], flat_meta[1::2], strict=True))
+        view = HistoryView(
+            meta,
+            [json.loads(s) for s in raw_segments],
+            int(meta.get("history_start") or 0),
+            [json.loads(e) for e in raw_entries],
+        )
+        ids = tuple(json.loads(raw_ids)) if raw_ids else ()
+        return Claim(True, answered, length, epoch, view, tuple(injections), ids)
+
+    async def restore_injections(self, session_key: str) -> None:
+        """Give a claimed turn's injections back to the session, for a turn that had none."""
+        keys = [Keys.injections(session_key), Keys.turn_injections(session_key)]
+        await self._restore_injections(keys=keys, args=[])
 
     async def renew(self, session_key: str, token: str, ttl: float) -> bool:
         return bool(
@@ -333,10 +374,6 @@ class SessionStore:
     async def is_running(self, session_key: str) -> bool:
         return bool(await self.redis.exists(Keys.lease(session_key)))
 
-    async def reply_ids(self, session_key: str, turn_id: str) -> list[str]:
-        raw = await self.redis.hget(Keys.replies(session_key), turn_id)
-        return list(json.loads(raw)) if raw else []
-
     async def store_reply_ids(self, session_key: str, turn_id: str, ids: list[str]) -> None:
         await self.redis.hset(Keys.replies(session_key), turn_id, json.dumps(ids))
 
@@ -350,11 +387,6 @@ class SessionStore:
     async def inject(self, session_key: str, text: str) -> None:
         """Queue a text for the next turn's reminder block (consumed once)."""
         await self.redis.rpush(Keys.injections(session_key), text)
-
-    async def take_injections(self, session_key: str) -> list[str]:
-        """The injections of the turn being run; a re-run of the same turn sees them again."""
-        keys = [Keys.injections(session_key), Keys.turn_injections(session_key)]
-        return list(await self._take_injections(keys=keys, args=[]))
 
     async def reset(self, session_key: str) -> int:
         """Start a fresh conversation; a turn still running cannot record into it."""

@@ -138,9 +138,10 @@ class TurnRunner:
 
     async def _answer(self, key: str, token: str, claim: Claim, running: RunningTurn) -> None:
         started = time.monotonic()
-        view = await self.sessions.view(key)
+        view = claim.view or await self.sessions.view(key)
         user = _last_user(view.entries[max(0, claim.answered - view.start) :])
         if user is None:
+            await self.sessions.restore_injections(key)
             await self.sessions.finish(key, token, claim, None)
             return
         address = Address.model_validate(user["reply"])
@@ -151,10 +152,9 @@ class TurnRunner:
             claim.turn_id,
             claim.length - claim.answered,
         )
-        injections = await self.sessions.take_injections(key)
         group = bool(user.get("group"))
-        stream = await self._reply_stream(key, claim.turn_id, sender, address)
-        context = self._context(key, view, _target(user, address), injections, group)
+        stream = self._reply_stream(key, claim, sender, address)
+        context = self._context(key, view, _target(user, address), list(claim.injections), group)
         prepared = await self._prepare(key, claim, context, view)
         usage = Usage()
         result, chain = await self._call(key, prepared, usage, stream, running)
@@ -182,10 +182,10 @@ class TurnRunner:
             usage.completion_tokens,
         )
 
-    async def _reply_stream(
-        self, key: str, turn_id: str, sender: Sender, address: Address
+    def _reply_stream(
+        self, key: str, claim: Claim, sender: Sender, address: Address
     ) -> ReplyStream:
-        known = await self.sessions.reply_ids(key, turn_id)
+        turn_id = claim.turn_id
 
         async def store_ids(ids: list[str]) -> None:
             await self.sessions.store_reply_ids(key, turn_id, ids)
@@ -197,7 +197,7 @@ class TurnRunner:
             sender,
             address,
             budget=self.budget,
-            known_ids=known,
+            known_ids=list(claim.reply_ids),
             on_ids=store_ids,
             on_flush=show_live,
         )

@@ -272,3 +272,45 @@ async def test_status_and_help_answer_at_once(harness: Harness) -> None:
     status = next(t for t in texts(harness.sender) if t.startswith("Model:"))
     assert "openai/main-model" in status and "2 messages" in status
     assert any("/btw <question>" in t for t in texts(harness.sender))
+
+
+def reminder_of(request: Any) -> str:
+    return str(request["messages"][-1]["content"]).partition("<system-reminder>")[2]
+
+
+async def test_an_injection_reaches_one_turn_and_its_rerun_but_not_the_next(
+        harness: Harness) -> None:
+    harness.llm.reply = "the answer"
+    harness.llm.duration = 2.0
+    message = inbound("first")
+    key = message.session_key
+    await harness.sessions.inject(key, "the deploy finished at noon")
+    await harness.ingest.receive(message)
+    await harness.sender.wait_for(lambda: harness.sender.messages)
+    await harness.sessions.redis.delete(f"gw:{{{key}}}:lease")  # expired: the turn runs again
+    await harness.idle(key, timeout=30)
+    harness.llm.duration = 0.0
+    await harness.ingest.receive(inbound("second"))
+    await harness.idle(key)
+    first, rerun, second = harness.llm.requests
+    assert "the deploy finished at noon" in reminder_of(first)
+    assert "the deploy finished at noon" in reminder_of(rerun)
+    assert "the deploy finished at noon" not in reminder_of(second)
+    assert await harness.sessions.redis.llen(f"gw:{{{key}}}:injections") == 0
+
+
+async def test_a_turn_with_nothing_to_answer_leaves_the_injections_for_the_next(
+        harness: Harness) -> None:
+    message = inbound("hello")
+    key = message.session_key
+    await harness.sessions.inject(key, "note for later")
+    # An entry with no reply address (nothing to answer), as if written by another part.
+    await harness.sessions.redis.rpush(
+        f"gw:{{{key}}}:inbox", '{"id": "x1", "role": "user", "text": "no address"}')
+    await harness.sessions.enqueue(message, "turn", {})
+    await harness.idle(key)
+    assert harness.llm.requests == []
+    await harness.ingest.receive(message)
+    await harness.idle(key)
+    (request,) = harness.llm.requests
+    assert "note for later" in reminder_of(request)
