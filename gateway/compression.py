@@ -200,6 +200,29 @@ class TokenCounter:
             total += self.text(reminder)
         return total
 
+    def within(
+        self,
+        limit: int,
+        system_prompt: str,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None = None,
+        extra: Sequence[Entry] = (),
+    ) -> bool:
+        """Whether the full-mode request (with `extra` entries) is at most `limit` tokens.
+
+        Every token of a text covers at least one of its bytes, whatever the
+        tokenizer, so a request of plain texts whose UTF-8 size (with room for
+        each message's framing) is within `limit` is within it in tokens too:
+        then nothing is counted. Only a request near the limit, or one with
+        parts that are not plain text (images, tool calls), is counted exactly.
+        """
+        bound = _byte_bound(system_prompt, view, group, reminder, extra)
+        if bound is not None and bound <= limit:
+            return True
+        total = self.view(system_prompt, view, group, reminder)
+        return total + sum(self.entry(entry, group) for entry in extra) <= limit
+
     def _fixed(self, text: str, role: str) -> int:
         # The system prompt and the current summary recur every turn: cache them by text.
         key = (f"{role}:{hash(text)}", False)
@@ -207,6 +230,34 @@ class TokenCounter:
         if cached is None:
             cached = self._cache[key] = self.message({"role": role, "content": text})
         return cached
+
+
+FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
+
+
+def _byte_bound(
+    system_prompt: str,
+    view: HistoryView,
+    group: bool,
+    reminder: str | None,
+    extra: Sequence[Entry],
+) -> int | None:
+    """An upper bound on the request's tokens from its size, or None when there is none."""
+    segment, entries = split_view(view.entries, view.segments)
+    texts = [system_prompt, reminder or ""]
+    if segment is not None:
+        texts.append(str(summary_message(segment)["content"]))
+    for entry in (*entries, *extra):
+        message = entry_message(entry, group)
+        if message is None:
+            continue
+        content = message.get("content")
+        if not isinstance(content, str) or message.get("tool_calls"):
+            return None
+        texts.append(content)
+    return sum(len(t.encode("utf-8", "surrogatepass")) + FRAMING_ALLOWANCE for t in texts) + (
+        FRAMING_ALLOWANCE
+    )
 
 
 def plan_segment(view: HistoryView, limit: int) -> Plan | None:
@@ -287,6 +338,19 @@ class Compressor:
     def tokens(self, view: HistoryView, group: bool, reminder: str | None = None) -> int:
         return self.counter.view(self.settings.system_prompt, view, group, reminder)
 
+    def within(
+        self,
+        limit: int,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None = None,
+        extra: Sequence[Entry] = (),
+    ) -> bool:
+        """Whether the request from `view` fits `limit` tokens (counted only near it)."""
+        return self.counter.within(
+            limit, self.settings.system_prompt, view, group, reminder, extra
+        )
+
     async def fit(self, session_key: str, group: bool, reminder: str | None, limit: int) -> int:
         """Before a turn: compress until the request fits the budget or nothing is left.
 
@@ -297,7 +361,7 @@ class Compressor:
         deadline = time.monotonic() + LOCK_WAIT
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            if self.tokens(view, group, reminder) <= self.budget:
+            if self.within(self.budget, view, group, reminder):
                 break
             outcome = await self.compress(session_key, limit)
             if outcome is Outcome.BUSY:
@@ -319,7 +383,7 @@ class Compressor:
         written = 0
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            if self.tokens(view, group) <= self.threshold:
+            if self.within(self.threshold, view, group):
                 break
             answered = int(view.meta.get("answered") or 0)
             outcome = await self.compress(session_key, answered)

@@ -232,12 +232,13 @@ class TurnRunner:
         compiler = MessageCompiler(key, self.settings.system_prompt)
         request = compiler.compile(context)
         await self.compressor.warm()
-        tokens = self.compressor.tokens(view, context.group, request.reminder)
-        if tokens > self.compressor.budget:
+        if not self.compressor.within(
+            self.compressor.budget, view, context.group, request.reminder
+        ):
             log.info(
                 "%s is over its budget (%d > %d tokens); compressing first",
                 key,
-                tokens,
+                self.compressor.tokens(view, context.group, request.reminder),
                 self.compressor.budget,
             )
             # Reload even when this worker wrote nothing: another one may have compressed.
@@ -295,10 +296,8 @@ class TurnRunner:
         self, key: str, prepared: PreparedTurn, entry: Entry | None, group: bool
     ) -> None:
         """Start a compression off the hot path once the history passed the threshold."""
-        tokens = self.compressor.tokens(prepared.view, group)
-        if entry is not None:
-            tokens += self.compressor.counter.entry(entry, group)
-        if tokens <= self.compressor.threshold:
+        extra = [entry] if entry is not None else []
+        if self.compressor.within(self.compressor.threshold, prepared.view, group, extra=extra):
             return
         task = asyncio.create_task(self.compressor.after_turn(key, group))
         self.background.add(task)

@@ -320,3 +320,38 @@ async def test_a_turn_over_budget_waits_for_the_compression_already_running(
         assert second.received_at > compression.finished_at
         assert fits(talk, second)
         assert SUMMARY in content_of(second["messages"])
+
+
+@pytest.mark.parametrize("model", [MAIN, "openai/gpt-4o"])
+@pytest.mark.parametrize("text", [
+    "plain words about the release and the colour blue",
+    "汉字的分词很少合并，每个字可能是一个或多个词元",
+    "🦜🧪🫠👩‍👩‍👧‍👦 " * 8,
+    "     \n\n\t  x  \n" * 10,
+    "ǅǈǋǲ𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u0301\u0302\u0303 ︎︎︎",
+])
+def test_the_size_bound_never_says_a_request_fits_when_its_count_does_not(
+        model: str, text: str) -> None:
+    from gateway.compression import TokenCounter, _byte_bound
+    from gateway.config import Settings
+
+    counter = TokenCounter(Models(Settings(_env_file=None)), model)
+    entries = [user_entry(f"{text} {n}", f"u{n}") if n % 2 == 0
+               else assistant_entry(text[::-1], f"a{n}") for n in range(6)]
+    view = HistoryView({}, [], 0, entries[:-1])
+    extra = entries[-1:]
+    reminder = f"<system-reminder>\n{text}\n</system-reminder>"
+    exact = counter.view("system", view, True, reminder) + counter.entry(extra[0], True)
+    bound = _byte_bound("system", view, True, reminder, extra)
+    assert bound is not None and exact <= bound
+    for limit in (*range(exact - 3, exact + 4), bound - 1, bound):
+        assert counter.within(limit, "system", view, True, reminder, extra) == (exact <= limit)
+
+
+def test_a_request_with_an_image_part_is_always_counted() -> None:
+    from gateway.compression import _byte_bound
+
+    parts = [{"type": "text", "text": "look"},
+             {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}}]
+    entry = user_entry("", "u1") | {"text": parts}
+    assert _byte_bound("system", HistoryView({}, [], 0, [entry]), False, None, ()) is None
