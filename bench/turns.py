@@ -1,19 +1,34 @@
 """Per-turn gateway overhead, and turn time against a naive litellm loop.
 
-Starts its own redis-server and the loopback fake model (as a process), then at
-1, 50 and 500 concurrent sessions runs main turns through the real Ingest and
-Worker (Redis stream, lease, compiler, litellm streaming, delivery) into a
-Sender that stamps the final text, several turns per session one after another.
-The overhead of a turn is its end-to-end time (from `ingest.receive` to the
-final text at the Sender) minus the model's own time for that request as the
-fake measured it. Beside it, a naive loop at the same concurrency streams the
-same requests through litellm directly, with no Redis: its turn time, and the
-ratio of the gateway's to it. A second pass does the same with a 300 ms model.
+Starts its own redis-server and the loopback fake model (as a process), then
+runs main turns through the real Ingest and Worker (Redis stream, lease,
+compiler, litellm streaming, delivery) into a Sender that stamps the final
+text. Beside each gateway run, a naive loop streams the same requests through
+litellm directly, with no Redis, no compiler and no delivery, under the same
+load: its turn time, and the ratio of the gateway's to it.
+
+What a turn's times mean:
+- *turn*: from `ingest.receive` to the final text at the Sender (naive: the
+  litellm call, start to end).
+- *model call*: the litellm stream inside the worker, from the call to its
+  end. litellm's own CPU time (about 30 ms a call here) is part of it, as it
+  is part of every naive turn.
+- *gateway overhead* = turn - model call: ingest, the job stream, the lease,
+  the compiler, delivery. This is what the targets are about.
+- *over the fake* = turn - the model's time as the fake measured it: what
+  the model client adds on top of the gateway (litellm, HTTP), for both loops.
+
+Load: `sessions` users, each sending its next message a think time after its
+reply ended (exponential, mean `--think` seconds, and the first one after one
+such pause, so users do not start in lock step). "closed" lines send the next
+message the moment the reply ends: at 50 sessions that is the saturation point
+of one process on this machine, reported as turns per second.
 
 Delivery runs with Slack's pacing (one edit a second); the final text is never
-held back by that pacing, so it is part of what is measured.
+held back by it, so it is part of what is measured.
 
-    python bench/turns.py [--turns 4] [--levels 1,50,500] [--quick-ms 20] [--slow-ms 300]
+    python bench/turns.py [--turns 3] [--think 5] [--levels 1,50,500]
+                          [--quick-ms 20] [--slow-ms 300] [--seed 7]
 """
 
 from __future__ import annotations
@@ -21,9 +36,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import random
 import statistics
 import time
 import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +63,28 @@ from gateway.store import connect
 from gateway.worker import Worker
 
 REPLY = "a short streamed answer of about ten words in all"
+OVERHEAD_P50, OVERHEAD_P99, SLOW_RATIO = 0.003, 0.015, 1.05  # the targets
+
+Turn = Callable[[int, str, str], Awaitable[None]]  # (session, tag, text)
+
+
+def tag_of(messages: Any) -> str:
+    """A request's tag: the first word of its last message (each turn's text starts with it)."""
+    return str(messages[-1]["content"]).split(" ", 1)[0]
+
+
+class TimedModels(Models):
+    """The gateway's model client, timing each streamed call by its tag."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.spent: dict[str, float] = {}
+
+    async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+        started = time.monotonic()
+        async for piece in super().stream(call, usage):
+            yield piece
+        self.spent[tag_of(call.messages)] = time.monotonic() - started
 
 
 @dataclass
@@ -63,67 +102,86 @@ class StampingSender(BenchSender):
             self.done[address.channel].set()
 
 
-def model_times(fake: RemoteFake, model: str) -> dict[str, float]:
-    """The fake's own time for each request, by the tag in its last user message."""
-    times = {}
-    for request in fake.requests(model):
-        content = str(request["body"]["messages"][-1]["content"])
-        tag = content.split(" ", 1)[0]
-        if request["finished_at"] is not None:
-            times[tag] = request["finished_at"] - request["received_at"]
-    return times
+@dataclass
+class Run:
+    """One loop's turns: their times by tag, and the run's wall time."""
+
+    turn: dict[str, float] = field(default_factory=dict)
+    model_call: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
 
 
-async def gateway_run(settings: Settings, sessions: int, turns: int, model: str
-                      ) -> dict[str, float]:
-    """End-to-end time of every turn, by tag."""
+async def users(sessions: int, turns: int, think: float, seed: int, name: str,
+                one_turn: Turn) -> float:
+    """Drive `sessions` users through `turns` turns each; the wall time of it all."""
+    started = time.monotonic()
+
+    async def user(index: int) -> None:
+        pauses = random.Random(f"{seed}-{index}")
+        for turn in range(turns):
+            if think > 0:
+                await asyncio.sleep(pauses.expovariate(1 / think))
+            tag = f"{name}-s{index}-t{turn}"
+            await one_turn(index, tag, f"{tag} tell me something")
+
+    await asyncio.gather(*(user(i) for i in range(sessions)))
+    return time.monotonic() - started
+
+
+async def gateway_run(settings: Settings, sessions: int, turns: int, think: float, seed: int,
+                      name: str) -> Run:
     redis = connect(settings.redis_url or "")
     await redis.flushdb()
     sender = StampingSender()
+    models = TimedModels(settings)
     ingest = Ingest(settings, redis)
-    worker = Worker(settings, redis, {PLATFORM: sender}, concurrency=max(64, sessions * 2))
+    worker = Worker(settings, redis, {PLATFORM: sender}, models)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     await worker.ready.wait()
     numbers = itertools.count(1)
-    elapsed: dict[str, float] = {}
+    run = Run(model_call=models.spent)
 
-    async def session(index: int) -> None:
-        channel = f"{model}-s{index}"
-        for turn in range(turns):
-            tag = f"{channel}-t{turn}"
-            sender.done[channel] = asyncio.Event()
-            started = time.monotonic()
-            await ingest.receive(inbound(channel, f"{tag} tell me something", next(numbers)))
-            await sender.done[channel].wait()
-            elapsed[tag] = sender.finished_at[channel] - started
+    async def one_turn(index: int, tag: str, text: str) -> None:
+        channel = f"{name}-s{index}"
+        sender.done[channel] = asyncio.Event()
+        started = time.monotonic()
+        await ingest.receive(inbound(channel, text, next(numbers)))
+        await sender.done[channel].wait()
+        run.turn[tag] = sender.finished_at[channel] - started
 
-    await asyncio.gather(*(session(i) for i in range(sessions)))
+    run.wall = await users(sessions, turns, think, seed, name, one_turn)
     stop.set()
     await running
     await redis.aclose()
-    return elapsed
+    return run
 
 
-async def naive_run(settings: Settings, sessions: int, turns: int, model: str
-                    ) -> dict[str, float]:
+async def naive_run(settings: Settings, sessions: int, turns: int, think: float, seed: int,
+                    name: str) -> Run:
     """The same requests straight through litellm: no Redis, no compiler, no delivery."""
     models = Models(settings)
-    elapsed: dict[str, float] = {}
+    histories: dict[int, list[dict[str, Any]]] = {}
+    run = Run()
 
-    async def session(index: int) -> None:
-        history: list[dict[str, Any]] = [{"role": "system", "content": settings.system_prompt}]
-        for turn in range(turns):
-            tag = f"naive-{model}-s{index}-t{turn}"
-            history.append({"role": "user", "content": f"{tag} tell me something"})
-            started = time.monotonic()
-            text = "".join([piece async for piece in models.stream(
-                ModelCall(f"openai/{model}", list(history), 60.0), Usage())])
-            elapsed[tag] = time.monotonic() - started
-            history.append({"role": "assistant", "content": text})
+    async def one_turn(index: int, tag: str, text: str) -> None:
+        history = histories.setdefault(
+            index, [{"role": "system", "content": settings.system_prompt}])
+        history.append({"role": "user", "content": text})
+        started = time.monotonic()
+        reply = "".join([piece async for piece in models.stream(
+            ModelCall(settings.model, list(history), 60.0), Usage())])
+        run.turn[tag] = run.model_call[tag] = time.monotonic() - started
+        history.append({"role": "assistant", "content": reply})
 
-    await asyncio.gather(*(session(i) for i in range(sessions)))
-    return elapsed
+    run.wall = await users(sessions, turns, think, seed, f"naive-{name}", one_turn)
+    return run
+
+
+def at_fake(fake: RemoteFake, model: str) -> dict[str, float]:
+    """The fake's own time for each request, by tag."""
+    return {tag_of(r["body"]["messages"]): r["finished_at"] - r["received_at"]
+            for r in fake.requests(model) if r["finished_at"] is not None}
 
 
 def settings_for(redis_url: str, fake: RemoteFake, model: str) -> Settings:
@@ -134,26 +192,59 @@ def settings_for(redis_url: str, fake: RemoteFake, model: str) -> Settings:
     return Settings(**values)
 
 
-def summarize(elapsed: dict[str, float], at_fake: dict[str, float]) -> tuple[list[float], ...]:
-    total = [elapsed[t] for t in elapsed if t in at_fake]
-    overhead = [elapsed[t] - at_fake[t] for t in elapsed if t in at_fake]
-    return total, overhead
+def p50_p99(values: list[float]) -> str:
+    return f"p50 {ms(statistics.median(values))} p99 {ms(percentile(values, 99))}"
 
 
-async def level(redis_url: str, fake: RemoteFake, model: str, sessions: int, turns: int
-                ) -> None:
+@dataclass
+class Level:
+    model: str
+    sessions: int
+    think: float
+    overhead: list[float]
+    ratio: float
+    line: str
+
+
+async def level(redis_url: str, fake: RemoteFake, model: str, sessions: int, turns: int,
+                think: float, seed: int) -> Level:
     settings = settings_for(redis_url, fake, model)
-    gateway_elapsed = await gateway_run(settings, sessions, turns, model)
-    naive_elapsed = await naive_run(settings, sessions, turns, model)
-    at_fake = model_times(fake, model)
-    g_total, g_over = summarize(gateway_elapsed, at_fake)
-    n_total, n_over = summarize(naive_elapsed, at_fake)
-    ratio = statistics.median(g_total) / statistics.median(n_total)
-    print(f"{model:>10} {sessions:>5} sessions {len(g_total):>5} turns | gateway overhead "
-          f"p50 {ms(statistics.median(g_over))} p99 {ms(percentile(g_over, 99))} | naive "
-          f"overhead p50 {ms(statistics.median(n_over))} p99 {ms(percentile(n_over, 99))} | "
-          f"turn p50 gateway {ms(statistics.median(g_total))} naive "
-          f"{ms(statistics.median(n_total))} ratio {ratio:.3f}")
+    name = f"{model}.{sessions}.{think:g}"  # tags stay unique across levels
+    gateway = await gateway_run(settings, sessions, turns, think, seed, name)
+    naive = await naive_run(settings, sessions, turns, think, seed, name)
+    fake_times = at_fake(fake, model)
+    tags = [t for t in gateway.turn if t in gateway.model_call and t in fake_times]
+    overhead = [gateway.turn[t] - gateway.model_call[t] for t in tags]
+    g_fake = [gateway.turn[t] - fake_times[t] for t in tags]
+    n_tags = [t for t in naive.turn if t in fake_times]
+    n_fake = [naive.turn[t] - fake_times[t] for t in n_tags]
+    g_turn = statistics.median(gateway.turn[t] for t in tags)
+    n_turn = statistics.median(naive.turn[t] for t in n_tags)
+    pace = f"think {think:g}s" if think > 0 else "closed"
+    rates = ""
+    if think == 0 and sessions > 1:
+        rates = (f" | turns/s gateway {len(tags) / gateway.wall:6.1f} naive "
+                 f"{len(n_tags) / naive.wall:6.1f}")
+    line = (f"{model:>6} {pace:>9} {sessions:>4} sessions {len(tags):>5} turns | gateway "
+            f"overhead {p50_p99(overhead)} | over the fake: gateway p50 "
+            f"{ms(statistics.median(g_fake))} naive p50 {ms(statistics.median(n_fake))} | "
+            f"turn p50 gateway {ms(g_turn)} naive {ms(n_turn)} ratio {g_turn / n_turn:.3f}"
+            f"{rates}")
+    print(line, flush=True)
+    return Level(model, sessions, think, overhead, g_turn / n_turn, line)
+
+
+def verdicts(levels: list[Level]) -> None:
+    for lv in levels:
+        if lv.model == "quick" and lv.sessions == 50 and lv.think > 0:
+            p50, p99 = statistics.median(lv.overhead), percentile(lv.overhead, 99)
+            met = p50 <= OVERHEAD_P50 and p99 <= OVERHEAD_P99
+            print(f"target overhead p50 <= 3 ms, p99 <= 15 ms at 50 sessions "
+                  f"(think {lv.think:g}s): {'met' if met else 'missed'}")
+        if lv.model == "slow" and (lv.think > 0 or lv.sessions == 1):
+            print(f"target turn time <= {SLOW_RATIO} x naive, 300 ms model, {lv.sessions} "
+                  f"sessions: {'met' if lv.ratio <= SLOW_RATIO else 'missed'} "
+                  f"({lv.ratio:.3f})")
 
 
 async def amain(args: argparse.Namespace) -> None:
@@ -164,14 +255,21 @@ async def amain(args: argparse.Namespace) -> None:
     try:
         await wait_redis(url)
         warm = settings_for(url, fake, "quick")
-        await naive_run(warm, 2, 2, "quick")  # litellm's first call builds its clients
-        levels = [int(n) for n in args.levels.split(",")]
+        await naive_run(warm, 2, 2, 0.0, 0, "warm")  # litellm's first call builds its clients
         print(f"quick model: {args.quick_ms:g} ms per reply (first token after half); slow "
-              f"model: {args.slow_ms:g} ms; {args.turns} turns per session")
-        for sessions in levels:
-            await level(url, fake, "quick", sessions, args.turns)
-        for sessions in (1, 50):
-            await level(url, fake, "slow", sessions, args.turns)
+              f"model: {args.slow_ms:g} ms; {args.turns} turns per session (20 at 1 session); "
+              f"users think {args.think:g}s on average between a reply and their next message")
+        levels: list[Level] = []
+        for model in ("quick", "slow"):
+            for sessions in [int(n) for n in args.levels.split(",")]:
+                if model == "slow" and sessions > 50:
+                    continue
+                think = 0.0 if sessions == 1 else args.think
+                turns = 20 if sessions == 1 else args.turns
+                levels.append(await level(url, fake, model, sessions, turns, think, args.seed))
+            if model == "quick":
+                levels.append(await level(url, fake, model, 50, args.turns, 0.0, args.seed))
+        verdicts(levels)
     finally:
         fake.stop()
         process.terminate()
@@ -180,10 +278,12 @@ async def amain(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--think", type=float, default=5.0)
     parser.add_argument("--levels", default="1,50,500")
     parser.add_argument("--quick-ms", type=float, default=20.0)
     parser.add_argument("--slow-ms", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=7)
     warnings.filterwarnings("ignore", module="pydantic")  # litellm's own schema warnings
     asyncio.run(amain(parser.parse_args()))
 
