@@ -9,7 +9,7 @@ load: its turn time, and the ratio of the gateway's to it.
 
 What a turn's times mean:
 - *turn*: from `ingest.receive` to the final text at the Sender (naive: the
-  litellm call, start to end).
+  `litellm.acompletion` stream, start to end, on the loop that asked for it).
 - *model call*: the litellm stream inside the worker, from the call to its
   end. litellm's own CPU time (about 30 ms a call here) is part of it, as it
   is part of every naive turn.
@@ -57,7 +57,7 @@ from common import (
 
 from gateway.config import Settings
 from gateway.ingest import Ingest
-from gateway.llm import ModelCall, Models, Usage
+from gateway.llm import ModelCall, Models, Usage, load_litellm
 from gateway.model import Address
 from gateway.store import connect
 from gateway.worker import Worker
@@ -160,7 +160,8 @@ async def gateway_run(settings: Settings, sessions: int, turns: int, think: floa
 async def naive_run(settings: Settings, sessions: int, turns: int, think: float, seed: int,
                     name: str) -> Run:
     """The same requests straight through litellm: no Redis, no compiler, no delivery."""
-    models = Models(settings)
+    litellm = load_litellm()
+    key = settings.api_key.get_secret_value() if settings.api_key else None
     histories: dict[int, list[dict[str, Any]]] = {}
     run = Run()
 
@@ -169,8 +170,12 @@ async def naive_run(settings: Settings, sessions: int, turns: int, think: float,
             index, [{"role": "system", "content": settings.system_prompt}])
         history.append({"role": "user", "content": text})
         started = time.monotonic()
-        reply = "".join([piece async for piece in models.stream(
-            ModelCall(settings.model, list(history), 60.0), Usage())])
+        response = await litellm.acompletion(
+            model=settings.model, messages=list(history), stream=True, timeout=60.0,
+            num_retries=0, api_base=settings.api_base, api_key=key,
+            stream_options={"include_usage": True})
+        reply = "".join([chunk.choices[0].delta.content or "" async for chunk in response
+                         if chunk.choices])
         run.turn[tag] = run.model_call[tag] = time.monotonic() - started
         history.append({"role": "assistant", "content": reply})
 

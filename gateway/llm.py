@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from gateway.config import ECHO_MODEL, Settings
 from gateway.errors import (
     ModelError,
@@ -31,6 +33,8 @@ from gateway.providers import means_state_lost, to_responses_input
 
 if TYPE_CHECKING:
     from types import ModuleType
+
+    from gateway.model_host import ModelPool
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +100,25 @@ def last_user_text(messages: Sequence[Message]) -> str:
 class Models:
     """Streams and one-shot calls for any model name: `echo`, or anything litellm routes."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, pool: ModelPool | None = None) -> None:
         self.api_base = settings.api_base
         self.api_key = settings.api_key.get_secret_value() if settings.api_key else None
         self.retries = settings.model_retries
+        self.pool = pool  # model processes that make the calls, when set
+
+    @classmethod
+    def from_values(cls, api_base: str | None, api_key: str | None, retries: int) -> Models:
+        """Models from what `process_init` gave (in a model process: no environment read)."""
+        settings = Settings.model_construct(
+            api_base=api_base,
+            api_key=SecretStr(api_key) if api_key else None,
+            model_retries=retries,
+        )
+        return cls(settings)
+
+    def process_init(self) -> dict[str, Any]:
+        """What a model process needs to make the same calls (the key included)."""
+        return {"api_base": self.api_base, "api_key": self.api_key, "retries": self.retries}
 
     async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
         """The reply's text in pieces; `usage` is filled in when the stream ends.
@@ -112,8 +131,14 @@ class Models:
             async for piece in _echo(call, usage):
                 yield piece
             return
-        pieces = await self._with_retries(lambda: self._open_stream(call))
-        async for piece in self._read_stream(pieces, call, usage):
+        pieces = self.pool.stream(call, usage) if self.pool else self.stream_here(call, usage)
+        async for piece in pieces:
+            yield piece
+
+    async def stream_here(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+        """`stream` in this process."""
+        opened = await self._with_retries(lambda: self._open_stream(call))
+        async for piece in self._read_stream(opened, call, usage):
             yield piece
 
     async def stream_response(
@@ -125,6 +150,17 @@ class Models:
         that no longer holds the previous response raises ProviderStateLost
         (never retried here: the caller resends the turn in full).
         """
+        if self.pool is not None:
+            pieces = self.pool.stream_response(call, usage, chain)
+        else:
+            pieces = self.stream_response_here(call, usage, chain)
+        async for piece in pieces:
+            yield piece
+
+    async def stream_response_here(
+        self, call: ModelCall, usage: Usage, chain: ResponseChain
+    ) -> AsyncIterator[str]:
+        """`stream_response` in this process."""
         opened = await self._with_retries(lambda: self._open_response_stream(call, chain))
         async for piece in self._read_response_stream(opened, call, usage, chain):
             yield piece
@@ -135,6 +171,12 @@ class Models:
         if call.model == ECHO_MODEL:
             text = "".join([piece async for piece in _echo(call, usage)])
             return text, usage
+        if self.pool is not None:
+            return await self.pool.complete(call, usage), usage
+        return await self.complete_here(call, usage)
+
+    async def complete_here(self, call: ModelCall, usage: Usage) -> tuple[str, Usage]:
+        """`complete` in this process."""
         response = await self._with_retries(lambda: self._acompletion(call, stream=False))
         text = response.choices[0].message.content or ""
         _fill_usage(usage, getattr(response, "usage", None))

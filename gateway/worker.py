@@ -26,6 +26,7 @@ from gateway.jobs import Job, JobQueue
 from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
 from gateway.model import Address
+from gateway.model_host import ModelPool
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.turn import TurnRunner
@@ -50,6 +51,8 @@ class Worker:
         self.redis = redis
         self.senders = dict(senders)
         self.models = models or Models(settings)
+        if self.models.pool is None and settings.model_processes and self._calls_models():
+            self.models.pool = ModelPool(self.models.process_init(), settings.model_processes)
         self.sessions = SessionStore(redis, streams)
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
         self.budget = SendBudget(redis)
@@ -70,17 +73,12 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then let running jobs finish (unfinished ones stay pending)."""
         await self.queue.ensure_groups()
-        if any(
-            m != ECHO_MODEL
-            for m in (
-                self.settings.model,
-                self.settings.side_model,
-                self.settings.compression_model,
-            )
-        ):
+        if self._calls_models():
             # Seconds of import; paid before taking jobs, not inside the first turn
             # (where it would stall every other session and their lease heartbeats).
             load_litellm()
+        if self.models.pool is not None:
+            await self.models.pool.start()
         loops = [
             asyncio.create_task(self._read_loop(stop)),
             asyncio.create_task(self._reclaim_loop(stop)),
@@ -93,6 +91,12 @@ class Worker:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self.drain(timeout=self.settings.lease_ttl)
+        if self.models.pool is not None:
+            await self.models.pool.aclose()
+
+    def _calls_models(self) -> bool:
+        names = (self.settings.model, self.settings.side_model, self.settings.compression_model)
+        return any(name != ECHO_MODEL for name in names)
 
     async def drain(self, timeout: float) -> None:
         """Let running jobs finish for a while; the rest stay pending for another worker.

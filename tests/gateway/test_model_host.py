@@ -1,0 +1,99 @@
+"""Model processes (GATEWAY_MODEL_PROCESSES): litellm's calls made outside the worker.
+
+The worker tests that involve the model run again here with one model process,
+and the cases only a separate process has: it dies mid-turn, side questions and
+delta mode cross the pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.fakes.llm_server import FakeLLM
+from tests.gateway.conversation import STATEFUL_MAIN, conversation
+from tests.gateway.helpers import inbound
+from tests.gateway.test_worker import (  # noqa: F401  (collected again, with a model process)
+    Harness,
+    start_workers,
+    test_a_failed_model_call_tells_the_user_once_and_records_no_half_reply,
+    test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message,
+    test_many_sessions_run_at_once,
+    test_stop_cancels_the_running_turn,
+    texts,
+)
+
+
+@pytest.fixture
+async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
+    async for h in start_workers(redis_url, llm, 1, GATEWAY_MODEL_PROCESSES=1):
+        yield h
+
+
+def model_process_pid(harness: Harness) -> int:
+    pool = harness.workers[0].models.pool
+    assert pool is not None
+    (process,) = pool.processes
+    assert process.pid is not None and process.running
+    return process.pid
+
+
+async def test_the_calls_are_made_by_the_model_process(harness: Harness) -> None:
+    pid = model_process_pid(harness)
+    assert pid != os.getpid()
+    harness.llm.reply = "from the other process"
+    message = inbound("hello")
+    await harness.ingest.receive(message)
+    await harness.idle(message.session_key)
+    (request,) = harness.llm.requests
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    assert headers["authorization"] == "Bearer sk-test-key"
+    assert texts(harness.sender) == ["from the other process"]
+    assert (await harness.history(message.session_key))[-1]["text"] == "from the other process"
+
+
+async def test_a_model_process_that_dies_mid_turn_is_told_once_and_replaced(
+        harness: Harness) -> None:
+    harness.llm.reply = "word " * 100
+    harness.llm.duration = 20.0
+    message = inbound("write a lot")
+    await harness.ingest.receive(message)
+    await harness.sender.wait_for(lambda: harness.sender.messages)
+    os.kill(model_process_pid(harness), signal.SIGKILL)
+    await harness.idle(message.session_key, timeout=10)
+    failures = [t for t in texts(harness.sender) if t.startswith("⚠️ Sorry, I could not answer")]
+    assert len(failures) == 1
+    assert [e["role"] for e in await harness.history(message.session_key)] == ["user"]
+    harness.llm.reply, harness.llm.duration = "back again", None
+    await harness.ingest.receive(inbound("still there?"))
+    await harness.idle(message.session_key, timeout=30)
+    assert texts(harness.sender)[-1] == "back again"
+    assert [e["role"] for e in await harness.history(message.session_key)] == [
+        "user", "user", "assistant"]
+
+
+async def test_a_side_question_is_answered_through_the_model_process(harness: Harness) -> None:
+    harness.llm.set_model_behaviour("side-model", reply="the side answer")
+    message = inbound("/btw what did we decide?")
+    await harness.ingest.receive(message)
+    await harness.idle(message.session_key)
+    (answer,) = texts(harness.sender)
+    assert answer.endswith("the side answer")
+    (request,) = harness.llm.requests
+    assert request.model == "side-model" and not request.get("stream")
+
+
+async def test_delta_mode_chains_responses_through_the_model_process(
+        redis_url: str, llm: FakeLLM) -> None:
+    async with conversation(redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN,
+                            GATEWAY_MODEL_PROCESSES=1) as talk:
+        await talk.say("one")
+        first_id = (await talk.meta())["response_id"]
+        await talk.say("two")
+        first, second = [r for r in talk.main_requests() if r.path == "/v1/responses"]
+        assert "previous_response_id" not in first
+        assert second["previous_response_id"] == first_id
+        assert len(talk.sender.messages) == 2
