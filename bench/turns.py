@@ -24,10 +24,14 @@ such pause, so users do not start in lock step). "closed" lines send the next
 message the moment the reply ends: at 50 sessions that is the saturation point
 of one process on this machine, reported as turns per second.
 
+Each level runs the gateway twice: with litellm in the worker (the default)
+and with one model process (`GATEWAY_MODEL_PROCESSES=1`), where the worker
+sends each call over a pipe and only the text comes back.
+
 Delivery runs with Slack's pacing (one edit a second); the final text is never
 held back by it, so it is part of what is measured.
 
-    python bench/turns.py [--turns 3] [--think 5] [--levels 1,50,500]
+    python bench/turns.py [--turns 3] [--think 5] [--levels 1,50,500] [--modes 0,1]
                           [--quick-ms 20] [--slow-ms 300] [--seed 7]
 """
 
@@ -189,11 +193,11 @@ def at_fake(fake: RemoteFake, model: str) -> dict[str, float]:
             for r in fake.requests(model) if r["finished_at"] is not None}
 
 
-def settings_for(redis_url: str, fake: RemoteFake, model: str) -> Settings:
+def settings_for(redis_url: str, fake: RemoteFake, model: str, processes: int = 0) -> Settings:
     values: dict[str, Any] = {
         "_env_file": None, "REDIS_URL": redis_url, "GATEWAY_MODEL": f"openai/{model}",
         "GATEWAY_API_BASE": fake.api_base, "GATEWAY_API_KEY": "sk-bench",
-        "GATEWAY_MODEL_RETRIES": 0}
+        "GATEWAY_MODEL_RETRIES": 0, "GATEWAY_MODEL_PROCESSES": processes}
     return Settings(**values)
 
 
@@ -206,49 +210,63 @@ class Level:
     model: str
     sessions: int
     think: float
+    processes: int
     overhead: list[float]
     ratio: float
-    line: str
+
+
+def mode(processes: int) -> str:
+    return "in-process" if processes == 0 else f"{processes} model process{'es' * (processes > 1)}"
 
 
 async def level(redis_url: str, fake: RemoteFake, model: str, sessions: int, turns: int,
-                think: float, seed: int) -> Level:
-    settings = settings_for(redis_url, fake, model)
+                think: float, seed: int, modes: list[int]) -> list[Level]:
+    """The naive loop, then the gateway in each mode, under the same load."""
     name = f"{model}.{sessions}.{think:g}"  # tags stay unique across levels
-    gateway = await gateway_run(settings, sessions, turns, think, seed, name)
-    naive = await naive_run(settings, sessions, turns, think, seed, name)
+    naive = await naive_run(settings_for(redis_url, fake, model), sessions, turns, think, seed,
+                            name)
+    runs = []
+    for processes in modes:
+        settings = settings_for(redis_url, fake, model, processes)
+        runs.append(await gateway_run(settings, sessions, turns, think, seed,
+                                      f"{name}.{processes}"))
     fake_times = at_fake(fake, model)
-    tags = [t for t in gateway.turn if t in gateway.model_call and t in fake_times]
-    overhead = [gateway.turn[t] - gateway.model_call[t] for t in tags]
-    g_fake = [gateway.turn[t] - fake_times[t] for t in tags]
     n_tags = [t for t in naive.turn if t in fake_times]
     n_fake = [naive.turn[t] - fake_times[t] for t in n_tags]
-    g_turn = statistics.median(gateway.turn[t] for t in tags)
     n_turn = statistics.median(naive.turn[t] for t in n_tags)
     pace = f"think {think:g}s" if think > 0 else "closed"
-    rates = ""
-    if think == 0 and sessions > 1:
-        rates = (f" | turns/s gateway {len(tags) / gateway.wall:6.1f} naive "
-                 f"{len(n_tags) / naive.wall:6.1f}")
-    line = (f"{model:>6} {pace:>9} {sessions:>4} sessions {len(tags):>5} turns | gateway "
-            f"overhead {p50_p99(overhead)} | over the fake: gateway p50 "
-            f"{ms(statistics.median(g_fake))} naive p50 {ms(statistics.median(n_fake))} | "
-            f"turn p50 gateway {ms(g_turn)} naive {ms(n_turn)} ratio {g_turn / n_turn:.3f}"
-            f"{rates}")
-    print(line, flush=True)
-    return Level(model, sessions, think, overhead, g_turn / n_turn, line)
+    print(f"{model:>6} {pace:>9} {sessions:>4} sessions | naive loop: turn p50 {ms(n_turn)}, "
+          f"over the fake p50 {ms(statistics.median(n_fake))}"
+          + (f", {len(n_tags) / naive.wall:.1f} turns/s" if think == 0 and sessions > 1 else ""),
+          flush=True)
+    levels = []
+    for processes, gateway in zip(modes, runs, strict=True):
+        tags = [t for t in gateway.turn if t in gateway.model_call and t in fake_times]
+        overhead = [gateway.turn[t] - gateway.model_call[t] for t in tags]
+        g_fake = [gateway.turn[t] - fake_times[t] for t in tags]
+        g_turn = statistics.median(gateway.turn[t] for t in tags)
+        rates = ""
+        if think == 0 and sessions > 1:
+            rates = f" | {len(tags) / gateway.wall:6.1f} turns/s"
+        print(f"{'':>27} gateway, {mode(processes):>15}: {len(tags):>4} turns | overhead "
+              f"{p50_p99(overhead)} | over the fake p50 {ms(statistics.median(g_fake))} | "
+              f"turn p50 {ms(g_turn)} ratio {g_turn / n_turn:.3f}{rates}", flush=True)
+        levels.append(Level(model, sessions, think, processes, overhead, g_turn / n_turn))
+    return levels
 
 
 def verdicts(levels: list[Level]) -> None:
     for lv in levels:
+        how = f"{lv.sessions} sessions ({'closed' if lv.think == 0 else f'think {lv.think:g}s'})"
         if lv.model == "quick" and lv.sessions == 50 and lv.think > 0:
             p50, p99 = statistics.median(lv.overhead), percentile(lv.overhead, 99)
             met = p50 <= OVERHEAD_P50 and p99 <= OVERHEAD_P99
-            print(f"target overhead p50 <= 3 ms, p99 <= 15 ms at 50 sessions "
-                  f"(think {lv.think:g}s): {'met' if met else 'missed'}")
+            print(f"target overhead p50 <= 3 ms, p99 <= 15 ms at {how}, {mode(lv.processes)}: "
+                  f"{'met' if met else 'missed'} (p50 {p50 * 1000:.2f} ms, p99 "
+                  f"{p99 * 1000:.2f} ms)")
         if lv.model == "slow" and (lv.think > 0 or lv.sessions == 1):
-            print(f"target turn time <= {SLOW_RATIO} x naive, 300 ms model, {lv.sessions} "
-                  f"sessions: {'met' if lv.ratio <= SLOW_RATIO else 'missed'} "
+            print(f"target turn time <= {SLOW_RATIO} x naive, 300 ms model, {how}, "
+                  f"{mode(lv.processes)}: {'met' if lv.ratio <= SLOW_RATIO else 'missed'} "
                   f"({lv.ratio:.3f})")
 
 
@@ -264,6 +282,7 @@ async def amain(args: argparse.Namespace) -> None:
         print(f"quick model: {args.quick_ms:g} ms per reply (first token after half); slow "
               f"model: {args.slow_ms:g} ms; {args.turns} turns per session (20 at 1 session); "
               f"users think {args.think:g}s on average between a reply and their next message")
+        modes = [int(n) for n in args.modes.split(",")]
         levels: list[Level] = []
         for model in ("quick", "slow"):
             for sessions in [int(n) for n in args.levels.split(",")]:
@@ -271,9 +290,9 @@ async def amain(args: argparse.Namespace) -> None:
                     continue
                 think = 0.0 if sessions == 1 else args.think
                 turns = 20 if sessions == 1 else args.turns
-                levels.append(await level(url, fake, model, sessions, turns, think, args.seed))
+                levels += await level(url, fake, model, sessions, turns, think, args.seed, modes)
             if model == "quick":
-                levels.append(await level(url, fake, model, 50, args.turns, 0.0, args.seed))
+                levels += await level(url, fake, model, 50, args.turns, 0.0, args.seed, modes)
         verdicts(levels)
     finally:
         fake.stop()
@@ -289,6 +308,8 @@ def main() -> None:
     parser.add_argument("--quick-ms", type=float, default=20.0)
     parser.add_argument("--slow-ms", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--modes", default="0,1",
+                        help="model processes per gateway run: 0 is litellm in the worker")
     warnings.filterwarnings("ignore", module="pydantic")  # litellm's own schema warnings
     asyncio.run(amain(parser.parse_args()))
 

@@ -178,9 +178,7 @@ class TokenCounter:
         count = self.message(message) if message is not None else 0
         if not entry.get("id"):
             return count  # nothing stable to cache it under
-        self._cache[key] = count
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
+        self._remember(key, count)
         return count
 
     def view(
@@ -217,11 +215,50 @@ class TokenCounter:
         then nothing is counted. Only a request near the limit, or one with
         parts that are not plain text (images, tool calls), is counted exactly.
         """
-        bound = _byte_bound(system_prompt, view, group, reminder, extra)
+        bound = self.byte_bound(system_prompt, view, group, reminder, extra)
         if bound is not None and bound <= limit:
             return True
         total = self.view(system_prompt, view, group, reminder)
         return total + sum(self.entry(entry, group) for entry in extra) <= limit
+
+    def byte_bound(
+        self,
+        system_prompt: str,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None,
+        extra: Sequence[Entry] = (),
+    ) -> int | None:
+        """An upper bound on the request's tokens from its size; None when there is none."""
+        segment, entries = split_view(view.entries, view.segments)
+        texts = [system_prompt, reminder or ""]
+        if segment is not None:
+            texts.append(str(summary_message(segment)["content"]))
+        total = sum(_size(text) for text in texts) + FRAMING_ALLOWANCE
+        for entry in (*entries, *extra):
+            size = self._entry_size(entry, group)
+            if size is None:
+                return None
+            total += size
+        return total
+
+    def _entry_size(self, entry: Entry, group: bool) -> int | None:
+        key = (f"size:{entry.get('id', '')}", group)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached if cached >= 0 else None
+        message = entry_message(entry, group)
+        content = message.get("content") if message is not None else ""
+        plain = isinstance(content, str) and not (message or {}).get("tool_calls")
+        size = _size(content) if plain and isinstance(content, str) else -1
+        if entry.get("id"):
+            self._remember(key, size)
+        return size if size >= 0 else None
+
+    def _remember(self, key: tuple[str, bool], value: int) -> None:
+        self._cache[key] = value
+        if len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
 
     def _fixed(self, text: str, role: str) -> int:
         # The system prompt and the current summary recur every turn: cache them by text.
@@ -235,29 +272,9 @@ class TokenCounter:
 FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
 
 
-def _byte_bound(
-    system_prompt: str,
-    view: HistoryView,
-    group: bool,
-    reminder: str | None,
-    extra: Sequence[Entry],
-) -> int | None:
-    """An upper bound on the request's tokens from its size, or None when there is none."""
-    segment, entries = split_view(view.entries, view.segments)
-    texts = [system_prompt, reminder or ""]
-    if segment is not None:
-        texts.append(str(summary_message(segment)["content"]))
-    for entry in (*entries, *extra):
-        message = entry_message(entry, group)
-        if message is None:
-            continue
-        content = message.get("content")
-        if not isinstance(content, str) or message.get("tool_calls"):
-            return None
-        texts.append(content)
-    return sum(len(t.encode("utf-8", "surrogatepass")) + FRAMING_ALLOWANCE for t in texts) + (
-        FRAMING_ALLOWANCE
-    )
+def _size(text: str) -> int:
+    """A text's UTF-8 size, with room for its message's framing."""
+    return len(text.encode("utf-8", "surrogatepass")) + FRAMING_ALLOWANCE
 
 
 def plan_segment(view: HistoryView, limit: int) -> Plan | None:

@@ -332,7 +332,7 @@ async def test_a_turn_over_budget_waits_for_the_compression_already_running(
 ])
 def test_the_size_bound_never_says_a_request_fits_when_its_count_does_not(
         model: str, text: str) -> None:
-    from gateway.compression import TokenCounter, _byte_bound
+    from gateway.compression import TokenCounter
     from gateway.config import Settings
 
     counter = TokenCounter(Models(Settings(_env_file=None)), model)
@@ -342,16 +342,20 @@ def test_the_size_bound_never_says_a_request_fits_when_its_count_does_not(
     extra = entries[-1:]
     reminder = f"<system-reminder>\n{text}\n</system-reminder>"
     exact = counter.view("system", view, True, reminder) + counter.entry(extra[0], True)
-    bound = _byte_bound("system", view, True, reminder, extra)
+    bound = counter.byte_bound("system", view, True, reminder, extra)
     assert bound is not None and exact <= bound
     for limit in (*range(exact - 3, exact + 4), bound - 1, bound):
         assert counter.within(limit, "system", view, True, reminder, extra) == (exact <= limit)
 
 
 def test_a_request_with_an_image_part_is_always_counted() -> None:
-    from gateway.compression import _byte_bound
+    from gateway.compression import TokenCounter
+    from gateway.config import Settings
 
+    counter = TokenCounter(Models(Settings(_env_file=None)), MAIN)
     parts = [{"type": "text", "text": "look"},
              {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}}]
     entry = user_entry("", "u1") | {"text": parts}
-    assert _byte_bound("system", HistoryView({}, [], 0, [entry]), False, None, ()) is None
+    view = HistoryView({}, [], 0, [entry])
+    assert counter.byte_bound("system", view, False, None) is None
+    assert counter.byte_bound("system", view, False, None) is None  # and when cached
