@@ -127,6 +127,7 @@ class Worker:
             for job in jobs[1:]:
                 await self.slots.acquire()
                 self._start(job, slot_taken=True)
+            await asyncio.sleep(0)  # the new jobs send their claims before the next read
 
     def _free_slots(self) -> int:
         return int(getattr(self.slots, "_value", 0))

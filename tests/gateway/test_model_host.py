@@ -97,3 +97,11 @@ async def test_delta_mode_chains_responses_through_the_model_process(
         assert "previous_response_id" not in first
         assert second["previous_response_id"] == first_id
         assert len(talk.sender.messages) == 2
+
+
+async def test_a_stopped_worker_leaves_no_model_process_behind(
+        redis_url: str, llm: FakeLLM) -> None:
+    async for harness in start_workers(redis_url, llm, 1, GATEWAY_MODEL_PROCESSES=1):
+        pid = model_process_pid(harness)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
