@@ -132,8 +132,13 @@ class ModelProcess:
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
         while line := await process.stdout.readline():
-            message = json.loads(line)
-            queue = self.pending.get(int(message.get("id", 0)))
+            try:
+                message = json.loads(line)
+                request_id = int(message.get("id", 0))
+            except (ValueError, TypeError, AttributeError):
+                log.warning("model process %d wrote a line that is not the protocol", process.pid)
+                continue
+            queue = self.pending.get(request_id)
             if queue is not None:
                 queue.put_nowait(message)
         await process.wait()
@@ -303,11 +308,15 @@ async def serve() -> None:
     from gateway.llm import Models, load_litellm
     from gateway.logs import setup
 
+    # The protocol keeps the real stdout; anything else printed there (a library's
+    # banner) goes to stderr instead of into the protocol.
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, sys.stdout
+        asyncio.streams.FlowControlMixin, protocol_out
     )
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     init = json.loads(await reader.readline())["init"]

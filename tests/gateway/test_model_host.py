@@ -105,3 +105,24 @@ async def test_a_stopped_worker_leaves_no_model_process_behind(
         pid = model_process_pid(harness)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_what_a_library_prints_in_the_model_process_stays_out_of_the_protocol() -> None:
+    import subprocess
+    import sys
+
+    # litellm's import stands in for any library that prints a banner on stdout.
+    script = (
+        "import gateway.llm as llm, gateway.model_host as host\n"
+        "load = llm.load_litellm\n"
+        "def noisy():\n"
+        "    print('a banner on stdout', flush=True)\n"
+        "    return load()\n"
+        "llm.load_litellm = noisy\n"
+        "host.main()\n"
+    )
+    init = '{"init": {"api_base": null, "api_key": null, "retries": 0}}\n'
+    done = subprocess.run([sys.executable, "-c", script], input=init, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout == '{"ready": true}\n'
+    assert "a banner on stdout" in done.stderr
