@@ -143,3 +143,34 @@ def _wait_port(port: int) -> None:
         except OSError:
             assert time.monotonic() < deadline
             time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie waiting for its reaper does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+async def test_a_killed_workers_model_process_exits_with_it(
+        tmp_path: Path, redis_url: str, llm: FakeLLM) -> None:
+    async with running() as fake:
+        env = environment(redis_url, llm, fake, free_port(), TELEGRAM_ALLOW_ALL="1",
+                          GATEWAY_MODEL_PROCESSES="1")
+        async with gateway(tmp_path, env, "worker") as processes:
+            await until(lambda: workers_ready(processes, 1), 150, "the worker")
+            found = [line for line in processes.output().splitlines()
+                     if "model process" in line and line.endswith(" ready")]
+            assert found, processes.output()
+            pid = int(found[0].split("model process ")[1].split()[0])
+            assert _alive(pid)
+            (worker,) = processes.running
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=10)
+
+            async def gone() -> bool:
+                return not _alive(pid)
+
+            await until(gone, 30, "the model process to exit")
