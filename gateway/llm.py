@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -201,14 +201,7 @@ class Models:
         }
         if stream:
             kwargs["stream_options"] = {"include_usage": True}
-        if call.max_tokens is not None:
-            kwargs["max_tokens"] = call.max_tokens
-        if call.temperature is not None:
-            kwargs["temperature"] = call.temperature
-        try:
-            return await asyncio.wait_for(litellm.acompletion(**kwargs), call.timeout)
-        except Exception as exc:  # litellm raises many types; each is mapped to our tree
-            raise self._map(exc) from exc
+        return await self._send(litellm.acompletion, kwargs, call, "max_tokens")
 
     async def _aresponses(self, call: ModelCall, chain: ResponseChain) -> Any:
         litellm = load_litellm()
@@ -225,12 +218,22 @@ class Models:
             kwargs["instructions"] = instructions
         if chain.previous_id:
             kwargs["previous_response_id"] = chain.previous_id
+        return await self._send(litellm.aresponses, kwargs, call, "max_output_tokens")
+
+    async def _send(
+        self,
+        endpoint: Callable[..., Awaitable[Any]],
+        kwargs: dict[str, Any],
+        call: ModelCall,
+        max_tokens_name: str,
+    ) -> Any:
+        """One litellm request with the call's limits, its failure mapped to our tree."""
         if call.max_tokens is not None:
-            kwargs["max_output_tokens"] = call.max_tokens
+            kwargs[max_tokens_name] = call.max_tokens
         if call.temperature is not None:
             kwargs["temperature"] = call.temperature
         try:
-            return await asyncio.wait_for(litellm.aresponses(**kwargs), call.timeout)
+            return await asyncio.wait_for(endpoint(**kwargs), call.timeout)
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
             raise self._map(exc) from exc
 

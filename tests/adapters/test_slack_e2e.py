@@ -4,7 +4,7 @@ the real slack-sdk talking to the fake Slack Web API, the fake model behind lite
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,6 @@ from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, FakeSlack, Message
 
 # Each test starts fresh processes; a worker's first turn includes litellm's cold import.
 pytestmark = pytest.mark.timeout(150)
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        fake.add_user("U1", "Ada")
-        fake.add_user("U2", "Grace")
-        yield fake
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -54,14 +54,6 @@ class FrozenClock(Clock):
 
     def now(self) -> float:
         return self._now
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        fake.add_user("U1", "Ada")
-        fake.add_user("U2", "Grace")
-        yield fake
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,6 @@ from gateway.config import load_settings
 from gateway.errors import ConfigError, PlatformError
 from tests.adapters.slack_helpers import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID, FakeSlack
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        yield fake
 
 
 def platform(redis_client: Redis, **env: Any) -> SlackPlatform:

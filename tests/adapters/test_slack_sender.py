@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from adapters.slack.sender import MAX_LENGTH, SlackSender, web_client
@@ -12,12 +10,6 @@ from gateway.model import Address
 from tests.fakes.slack_api import FakeSlack
 
 TOKEN = "xoxb-test-token"
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        yield fake
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qs
@@ -35,13 +35,6 @@ from tests.adapters.slack_helpers import (
     message,
 )
 from tests.fakes.slack_api import TEAM_ID, FakeSlack
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        fake.add_user("U1", "Ada")
-        yield fake
 
 
 @dataclass

@@ -195,17 +195,24 @@ async def test_a_tool_call_and_its_results_stay_on_one_side_through_a_turn(
         assert kept_results <= kept_calls  # every result sent has its call with it
 
 
+async def one_fallback_segment(talk: Conversation) -> dict[str, Any]:
+    """25 messages queued before a worker starts; its first turn must compress: one segment,
+    a fallback (the summariser fails)."""
+    for number in range(25):
+        await talk.send(line(number))
+    await talk.start_worker()
+    await talk.settled()
+    [segment] = await talk.segments()
+    assert segment["fallback"] is True
+    return segment
+
+
 async def test_a_failing_summariser_gives_a_fallback_segment_and_the_turn_succeeds(
         redis_url: str, llm: FakeLLM) -> None:
     llm.fail_next(500, times=1, model=COMPRESSOR)
     llm.reply = "the answer"
     async with conversation(redis_url, llm, workers=0, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
-        for number in range(25):
-            await talk.send(line(number))
-        await talk.start_worker()
-        await talk.settled()
-        [segment] = await talk.segments()
-        assert segment["fallback"] is True
+        segment = await one_fallback_segment(talk)
         assert f"{segment['messages']} earlier messages" in segment["summary"]
         [request] = talk.main_requests()
         assert fits(talk, request)
@@ -229,12 +236,7 @@ async def test_a_failing_summariser_gives_a_fallback_segment_and_the_turn_succee
 async def test_an_empty_summary_counts_as_a_failure(redis_url: str, llm: FakeLLM) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply="   ")
     async with conversation(redis_url, llm, workers=0, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
-        for number in range(25):
-            await talk.send(line(number))
-        await talk.start_worker()
-        await talk.settled()
-        [segment] = await talk.segments()
-        assert segment["fallback"] is True
+        await one_fallback_segment(talk)
         assert fits(talk, talk.main_requests()[-1])
 
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from gateway.model_host import ModelProcess
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import STATEFUL_MAIN, conversation
 from tests.gateway.helpers import inbound
@@ -33,17 +34,23 @@ async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
         yield h
 
 
-def model_process_pid(harness: Harness) -> int:
+def model_process(harness: Harness) -> ModelProcess:
     pool = harness.workers[0].models.pool
     assert pool is not None
     (process,) = pool.processes
     assert process.pid is not None and process.running
-    return process.pid
+    return process
+
+
+def model_process_pid(harness: Harness) -> int:
+    pid = model_process(harness).pid
+    assert pid is not None
+    return pid
 
 
 async def test_the_calls_are_made_by_the_model_process(harness: Harness) -> None:
-    pid = model_process_pid(harness)
-    assert pid != os.getpid()
+    process = model_process(harness)
+    assert process.pid != os.getpid()
     harness.llm.reply = "from the other process"
     message = inbound("hello")
     await harness.ingest.receive(message)
@@ -53,6 +60,7 @@ async def test_the_calls_are_made_by_the_model_process(harness: Harness) -> None
     assert headers["authorization"] == "Bearer sk-test-key"
     assert texts(harness.sender) == ["from the other process"]
     assert (await harness.history(message.session_key))[-1]["text"] == "from the other process"
+    assert next(process.ids) == 2  # the one call went over the pipe
 
 
 async def test_a_model_process_that_dies_mid_turn_is_told_once_and_replaced(
