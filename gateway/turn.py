@@ -138,7 +138,8 @@ class TurnRunner:
 
     async def _answer(self, key: str, token: str, claim: Claim, running: RunningTurn) -> None:
         started = time.monotonic()
-        view = claim.view or await self.sessions.view(key)
+        view = claim.view
+        assert view is not None  # a claim with work carries its snapshot
         user = _last_user(view.entries[max(0, claim.answered - view.start) :])
         if user is None:
             await self.sessions.restore_injections(key)
