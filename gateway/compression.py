@@ -331,6 +331,10 @@ class Compressor:
             await asyncio.to_thread(self._warm_up)
             self._warm = True
 
+    @property
+    def warmed(self) -> bool:
+        return self._warm
+
     def _warm_up(self) -> None:
         _ = self.budget, self.transcript_chars
         self.counter.text("warm")

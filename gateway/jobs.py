@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +43,21 @@ class Job:
     session_key: str
     payload: dict[str, Any] = field(default_factory=dict)
 
+    # Enqueued while its reader was already waiting (not read from a backlog).
+    fresh: bool = False
+
     @classmethod
-    def from_fields(cls, stream: str, job_id: str, fields: dict[str, str]) -> Job:
+    def from_fields(
+        cls, stream: str, job_id: str, fields: dict[str, str], fresh: bool = False
+    ) -> Job:
         payload = json.loads(fields["payload"]) if fields.get("payload") else {}
-        return cls(stream, job_id, fields.get("kind", ""), fields.get("session", ""), payload)
+        session = fields.get("session", "")
+        return cls(stream, job_id, fields.get("kind", ""), session, payload, fresh)
+
+
+def _millis(job_id: str) -> int:
+    head = job_id.partition("-")[0]
+    return int(head) if head.isdigit() else 0
 
 
 def consumer_name() -> str:
@@ -72,14 +84,19 @@ class JobQueue:
                     raise
 
     async def read(self, count: int, block_ms: int) -> list[Job]:
-        """New jobs for this consumer, waiting up to `block_ms` for the first."""
+        """New jobs for this consumer, waiting up to `block_ms` for the first.
+
+        A job whose id (the Redis server's clock, in ms) is not older than the
+        read is `fresh`: it arrived while this consumer waited for it.
+        """
         if count <= 0:
             return []
+        since = int(time.time() * 1000)
         response: Any = await self.redis.xreadgroup(
             GROUP, self.consumer, {s: ">" for s in self.streams}, count=count, block=block_ms
         )
         return [
-            Job.from_fields(stream, job_id, fields)
+            Job.from_fields(stream, job_id, fields, fresh=_millis(job_id) >= since)
             for stream, entries in response or []
             for job_id, fields in entries
             if fields

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import random
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,15 @@ class ResponseChain:
 _litellm: ModuleType | None = None
 
 
+# litellm prepares a call in an executor thread, which hands back the coroutine
+# that sends the request. A call cancelled meanwhile (a /stop, an early start that
+# is not kept) never sends it, and Python warns that it was never awaited.
+UNSENT_REQUEST = (
+    r"coroutine '(OpenAIChatCompletion\.(async_streaming|acompletion)"
+    r"|BaseLLMHTTPHandler\.\w+)' was never awaited"
+)
+
+
 def load_litellm() -> ModuleType:
     """Import litellm once, offline (its bundled model map, no telemetry)."""
     global _litellm
@@ -83,6 +93,7 @@ def load_litellm() -> ModuleType:
         litellm.suppress_debug_info = True
         litellm.drop_params = True
         litellm.disable_streaming_logging = True  # no callbacks here; saves CPU per call
+        warnings.filterwarnings("ignore", message=UNSENT_REQUEST, category=RuntimeWarning)
         _litellm = litellm
     return _litellm
 

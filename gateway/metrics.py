@@ -36,7 +36,11 @@ class Metrics:
         prompt_tokens: int,
         completion_tokens: int,
         outcome: str,
+        *,
+        early: str = "",
     ) -> None:
+        """One finished turn; `early` says what became of a call started before its
+        claim ("used", "discarded"), when there was one."""
         bucket = next((str(b) for b in LATENCY_BUCKETS if seconds <= b), "+Inf")
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hincrby(Keys.METRICS, f"turns|{platform}|{outcome}", 1)
@@ -44,6 +48,8 @@ class Metrics:
             pipe.hincrbyfloat(Keys.METRICS, "latency_sum", seconds)
             pipe.hincrby(Keys.METRICS, "tokens|prompt", prompt_tokens)
             pipe.hincrby(Keys.METRICS, "tokens|completion", completion_tokens)
+            if early:
+                pipe.hincrby(Keys.METRICS, f"early|{early}", 1)
             await pipe.execute()
 
     async def count(self, name: str, label: str, amount: int = 1) -> None:
@@ -83,6 +89,11 @@ class SnapshotCollector(Collector):
         side = CounterMetricFamily(
             "gateway_side_questions", "Side questions answered", labels=["outcome"]
         )
+        early = CounterMetricFamily(
+            "gateway_early_starts",
+            "Model calls started before the turn's claim returned, by what became of them",
+            labels=["outcome"],
+        )
         for field, raw in self.values.items():
             name, _, rest = field.partition("|")
             if name == "turns":
@@ -94,7 +105,9 @@ class SnapshotCollector(Collector):
                 tokens.add_metric([rest], float(raw))
             elif name == "side":
                 side.add_metric([rest], float(raw))
-        yield from (turns, errors, tokens, side, self._latency(), self._depth())
+            elif name == "early":
+                early.add_metric([rest], float(raw))
+        yield from (turns, errors, tokens, side, early, self._latency(), self._depth())
 
     def _latency(self) -> HistogramMetricFamily:
         cumulative, buckets = 0.0, []

@@ -24,6 +24,8 @@ from gateway.store import DEDUPE_TTL, Keys
 
 Entry = dict[str, Any]
 
+EARLY_ENTRY_MAX = 64 * 1024  # larger messages are not copied into their job
+
 _INGEST = """
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) == false then return {0, false} end
 redis.call('RPUSH', KEYS[2], ARGV[2])
@@ -33,7 +35,15 @@ redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
 redis.call('ZADD', KEYS[7], ARGV[4], ARGV[3])
 local job = false
 if redis.call('EXISTS', KEYS[4]) == 0 then
-  job = redis.call('XADD', KEYS[5], '*', 'kind', 'turn', 'session', ARGV[3])
+  -- The base a worker may start early from (gateway.early): only when nothing
+  -- but this message is waiting and no turn is running.
+  local payload = ''
+  if ARGV[5] == '1' and redis.call('LLEN', KEYS[2]) == 1 and redis.call('EXISTS', KEYS[8]) == 0
+      and redis.call('EXISTS', KEYS[10]) == 0 then
+    local base = (redis.call('HGET', KEYS[3], 'epoch') or '0') .. '.' .. redis.call('LLEN', KEYS[9])
+    payload = '{"base":"' .. base .. '","entry":' .. ARGV[2] .. '}'
+  end
+  job = redis.call('XADD', KEYS[5], '*', 'kind', 'turn', 'session', ARGV[3], 'payload', payload)
   redis.call('SET', KEYS[4], job)
   redis.call('HINCRBY', KEYS[3], 'owed', 1)
 end
@@ -220,8 +230,13 @@ class SessionStore:
             self.stream(inbound.platform),
             Keys.SESSIONS,
             Keys.channel_sessions(inbound.channel_key),
+            Keys.lease(key),
+            Keys.history(key),
+            Keys.injections(key),
         ]
-        fresh, job = await self._ingest(keys=keys, args=[DEDUPE_TTL, entry, key, time.time()])
+        early = "1" if len(entry) <= EARLY_ENTRY_MAX else ""
+        args: list[str | int | float] = [DEDUPE_TTL, entry, key, time.time(), early]
+        fresh, job = await self._ingest(keys=keys, args=args)
         return bool(fresh), job or None
 
     def stream(self, platform: str) -> str:

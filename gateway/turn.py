@@ -17,6 +17,7 @@ from gateway.compiler import CompiledRequest, MessageCompiler, ReplyTarget, Turn
 from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.delivery import ReplyStream, SendBudget
+from gateway.early import EarlyCall, RecentViews
 from gateway.errors import LeaseLost, ModelError, PlatformError, ProviderStateLost
 from gateway.jobs import Job, JobQueue
 from gateway.llm import ModelCall, Models, ResponseChain, Usage
@@ -63,6 +64,16 @@ class PreparedTurn:
     view: HistoryView
 
 
+@dataclass
+class EarlyStart:
+    """A model call started before the claim, from the view the last turn left."""
+
+    prepared: PreparedTurn
+    chain: ResponseChain | None
+    usage: Usage
+    call: EarlyCall
+
+
 class TurnRunner:
     """Runs main turns; shared by all of one worker's concurrent jobs."""
 
@@ -84,35 +95,69 @@ class TurnRunner:
         self.compressor = Compressor(settings, sessions.redis, models)
         self.stateful = is_stateful(settings.model)
         self.background: set[asyncio.Task[int]] = set()  # compressions after turns
+        self.recent = RecentViews()  # what each session's last turn here left
 
     async def run(self, job: Job) -> None:
         key = job.session_key
         token = secrets.token_hex(8)
-        claim = await self._claim(job, token)
-        if not claim.has_work:
-            await self.sessions.release(key, token)
-            return
-        running = self.running[key] = RunningTurn(key)
-        beat = asyncio.create_task(self._heartbeat(job, token, running))
+        early = self._start_early(job)
         try:
-            await self._answer(key, token, claim, running)
+            claim = await self._claim(job, token, early)
+            if not claim.has_work:
+                await self.sessions.release(key, token)
+                return
+            running = self.running[key] = RunningTurn(key)
+            beat = asyncio.create_task(self._heartbeat(job, token, running))
+            try:
+                await self._answer(key, token, claim, running, early)
+            finally:
+                beat.cancel()
+                if self.running.get(key) is running:
+                    del self.running[key]
+                running.done.set()
         finally:
-            beat.cancel()
-            if self.running.get(key) is running:
-                del self.running[key]
-            running.done.set()
+            if early is not None:
+                await early.call.cancel()
 
-    async def _claim(self, job: Job, token: str) -> Claim:
+    def _start_early(self, job: Job) -> EarlyStart | None:
+        """Compile from the view the last turn left and start the model call, when the
+        job says the session is still as that turn left it (see gateway.early)."""
+        base, user = job.payload.get("base"), job.payload.get("entry")
+        if not isinstance(base, str) or not isinstance(user, dict) or not user.get("reply"):
+            return None
+        if not job.fresh:
+            return None  # it waited in a backlog: more messages may have joined it since
+        if not self.compressor.warmed:
+            return None
+        view = self.recent.get(job.session_key, base)
+        if view is None:
+            return None
+        view = replace(view, entries=[*view.entries, user])
+        context = self._context(job.session_key, view, user, [])
+        compiler = MessageCompiler(job.session_key, self.settings.system_prompt)
+        request = compiler.compile(context)
+        budget = self.compressor.budget
+        if not self.compressor.within(budget, view, context.group, request.reminder):
+            return None
+        prepared = PreparedTurn(compiler, context, request, view)
+        usage, chain = Usage(), self._chain(prepared)
+        return EarlyStart(prepared, chain, usage, EarlyCall(self._pieces(prepared, usage, chain)))
+
+    async def _claim(self, job: Job, token: str, early: EarlyStart | None = None) -> Claim:
         """Take the session's lease, waiting while another turn holds it.
 
         When the holder runs in this process, its end wakes the waiter at once;
-        a holder elsewhere is polled, quickly at first.
+        a holder elsewhere is polled, quickly at first. An early call does not
+        wait with it: another turn's reply comes first.
         """
         delay, touched = 0.005, time.monotonic()
         while True:
             claim = await self.sessions.claim(job.session_key, token, self.ttl)
             if claim.ok:
                 return claim
+            if early is not None and not early.call.cancelled:
+                log.info("%s is busy; cancelled its early model call", job.session_key)
+                await early.call.cancel()
             if time.monotonic() - touched > self.ttl / 3:
                 await self.queue.touch(job)
                 touched = time.monotonic()
@@ -136,7 +181,14 @@ class TurnRunner:
             except RedisError as exc:
                 log.warning("heartbeat for %s failed: %s", job.session_key, exc)
 
-    async def _answer(self, key: str, token: str, claim: Claim, running: RunningTurn) -> None:
+    async def _answer(
+        self,
+        key: str,
+        token: str,
+        claim: Claim,
+        running: RunningTurn,
+        early: EarlyStart | None,
+    ) -> None:
         started = time.monotonic()
         view = claim.view
         assert view is not None  # a claim with work carries its snapshot
@@ -153,12 +205,13 @@ class TurnRunner:
             claim.turn_id,
             claim.length - claim.answered,
         )
-        group = bool(user.get("group"))
+        context = self._context(key, view, user, list(claim.injections))
         stream = self._reply_stream(key, claim, sender, address)
-        context = self._context(key, view, _target(user, address), list(claim.injections), group)
         prepared = await self._prepare(key, claim, context, view)
-        usage = Usage()
-        result, chain = await self._call(key, prepared, usage, stream, running)
+        started_early = early is not None
+        early = await self._adopt(key, early, prepared)
+        usage = early.usage if early is not None else Usage()
+        result, chain = await self._call(key, prepared, usage, stream, running, early)
         if running.reason == LEASE_LOST:
             # Another run of this turn will edit the same message; say nothing here.
             await stream.abandon()
@@ -166,12 +219,16 @@ class TurnRunner:
         entry = await self._deliver(stream, result, claim.turn_id, key)
         fields = _chain_fields(prepared, chain, result, entry)
         recorded = await self.sessions.finish(key, token, claim, entry, fields)
-        if recorded:
-            self._compress_later(key, prepared, entry, group)
+        self._remember(key, claim, prepared, entry, fields, recorded)
         outcome = _outcome(result, recorded)
         seconds = time.monotonic() - started
         await self.metrics.turn(
-            address.platform, seconds, usage.prompt_tokens, usage.completion_tokens, outcome
+            address.platform,
+            seconds,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            outcome,
+            early=("used" if early is not None else "discarded") if started_early else "",
         )
         log.info(
             "turn %s %s %s in %.2fs (tokens in %d, out %d)",
@@ -206,17 +263,13 @@ class TurnRunner:
         return stream
 
     def _context(
-        self,
-        key: str,
-        view: HistoryView,
-        target: ReplyTarget,
-        injections: list[str],
-        group: bool,
+        self, key: str, view: HistoryView, user: Entry, injections: list[str]
     ) -> TurnContext:
-        segments = view.segments
-        return TurnContext(
-            key, view.entries, target, injections, group, segments, self._cursor(view)
-        )
+        """What the turn answering `user` (the last user entry of `view`) compiles from."""
+        target = _target(user, Address.model_validate(user["reply"]))
+        group = bool(user.get("group"))
+        cursor = self._cursor(view)
+        return TurnContext(key, view.entries, target, injections, group, view.segments, cursor)
 
     def _cursor(self, view: HistoryView) -> str | None:
         """The last entry a stateful provider has seen, when its chain fits this view."""
@@ -254,6 +307,41 @@ class TurnRunner:
             request = compiler.compile(context)
         return PreparedTurn(compiler, context, request, view)
 
+    async def _adopt(
+        self, key: str, early: EarlyStart | None, prepared: PreparedTurn
+    ) -> EarlyStart | None:
+        """The early call, if it sent exactly the request the claimed snapshot compiles to."""
+        if early is None or early.call.cancelled:
+            return None
+        same = early.prepared.request == prepared.request and _previous_id(
+            early.chain
+        ) == _previous_id(self._chain(prepared))
+        if not same:
+            log.info("%s changed since its last turn here; restarting the model call", key)
+            await early.call.cancel()
+            return None
+        return early
+
+    def _remember(
+        self,
+        key: str,
+        claim: Claim,
+        prepared: PreparedTurn,
+        entry: Entry | None,
+        fields: dict[str, str] | None,
+        recorded: bool,
+    ) -> None:
+        """Keep the view this turn leaves, for the next turn's early start."""
+        group = prepared.context.group
+        if not recorded or self._compress_later(key, prepared, entry, group):
+            self.recent.forget(key)  # unknown, or about to change under a compression
+            return
+        view = prepared.view
+        extra = [entry] if entry is not None else []
+        meta = {**view.meta, **(fields or {})}
+        left = replace(view, meta=meta, entries=[*view.entries, *extra])
+        self.recent.remember(key, f"{claim.epoch}.{claim.length + len(extra)}", left)
+
     async def _call(
         self,
         key: str,
@@ -261,10 +349,15 @@ class TurnRunner:
         usage: Usage,
         stream: ReplyStream,
         running: RunningTurn,
+        early: EarlyStart | None = None,
     ) -> tuple[TurnResult, ResponseChain | None]:
         """Stream the reply; a lost provider chain is resent once in full, unseen by the user."""
-        chain = self._chain(prepared)
-        result = await self._generate(self._pieces(prepared, usage, chain), stream, running)
+        if early is not None:
+            chain, pieces = early.chain, early.call.pieces()
+        else:
+            chain = self._chain(prepared)
+            pieces = self._pieces(prepared, usage, chain)
+        result = await self._generate(pieces, stream, running)
         lost = isinstance(result.error, ProviderStateLost)
         if chain is not None and chain.previous_id and lost and not result.text:
             log.info("the provider lost the chain of %s; resending the turn in full", key)
@@ -295,11 +388,11 @@ class TurnRunner:
 
     def _compress_later(
         self, key: str, prepared: PreparedTurn, entry: Entry | None, group: bool
-    ) -> None:
+    ) -> bool:
         """Start a compression off the hot path once the history passed the threshold."""
         extra = [entry] if entry is not None else []
         if self.compressor.within(self.compressor.threshold, prepared.view, group, extra=extra):
-            return
+            return False
         task = asyncio.create_task(self.compressor.after_turn(key, group))
         self.background.add(task)
 
@@ -310,6 +403,7 @@ class TurnRunner:
                 log.error("compressing %s after its turn failed: %r", key, error, exc_info=error)
 
         task.add_done_callback(done)
+        return True
 
     async def _generate(
         self, pieces: AsyncIterator[str], stream: ReplyStream, running: RunningTurn
@@ -370,6 +464,10 @@ def _target(user: Entry, address: Address) -> ReplyTarget:
     if address.thread:
         place += f", thread {address.thread}"
     return ReplyTarget(str(speaker.get("name", "the user")), str(speaker.get("id", "")), place)
+
+
+def _previous_id(chain: ResponseChain | None) -> str | None:
+    return chain.previous_id if chain is not None else None
 
 
 def _chain_base(view: HistoryView) -> str:

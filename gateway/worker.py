@@ -77,6 +77,7 @@ class Worker:
             # Seconds of import; paid before taking jobs, not inside the first turn
             # (where it would stall every other session and their lease heartbeats).
             load_litellm()
+        await self.turns.compressor.warm()  # the model window and tokenizer, likewise
         if self.models.pool is not None:
             await self.models.pool.start()
         loops = [

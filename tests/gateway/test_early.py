@@ -1,0 +1,149 @@
+"""Early starts: a turn's model call sent while its claim is on the way (gateway.early)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.compression import Compressor
+from gateway.ingest import Ingest
+from gateway.llm import Models
+from gateway.session import SessionStore
+from gateway.store import Keys
+from gateway.worker import Worker
+from tests.fakes.llm_server import FakeLLM
+from tests.gateway.helpers import inbound, settings
+from tests.gateway.recording_sender import RecordingSender
+from tests.gateway.test_worker import Harness, start_workers
+
+
+@pytest.fixture
+async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
+    async for h in start_workers(redis_url, llm, 1):
+        yield h
+
+
+def early_counts_in(metrics: dict[str, str]) -> dict[str, int]:
+    return {k.partition("|")[2]: int(v) for k, v in metrics.items() if k.startswith("early|")}
+
+
+async def early_counts(harness: Harness) -> dict[str, int]:
+    return early_counts_in(await harness.sessions.redis.hgetall(Keys.METRICS))
+
+
+async def say(harness: Harness, text: str, channel: str = "C1") -> str:
+    message = inbound(text, channel=channel)
+    await harness.ingest.receive(message)
+    await harness.idle(message.session_key)
+    return message.session_key
+
+
+async def test_each_turn_of_a_conversation_starts_its_call_early_and_keeps_it(
+        harness: Harness) -> None:
+    harness.llm.reply = "noted"
+    for text in ("one", "two", "three"):
+        key = await say(harness, text)
+    assert await early_counts(harness) == {"used": 3}
+    # One request per turn (none thrown away), each with the whole conversation so far.
+    requests = harness.llm.requests
+    assert len(requests) == 3
+    said = [m["content"] for m in requests[-1]["messages"] if m["role"] != "system"]
+    assert said[1:4] == ["noted", "two", "noted"]
+    assert "three" in said[-1]
+    history = await harness.history(key)
+    assert [e["text"] for e in history] == ["one", "noted", "two", "noted", "three", "noted"]
+    assert list(harness.sender.messages.values()) == ["noted"] * 3
+
+
+async def test_a_message_sent_while_its_session_changed_elsewhere_is_not_started_early(
+        harness: Harness) -> None:
+    """Another worker's turn moves the history on: the job's base no longer matches."""
+    key = await say(harness, "one")
+    await harness.sessions.redis.rpush(
+        Keys.history(key), '{"id": "x1", "role": "assistant", "text": "written elsewhere"}')
+    await say(harness, "two")
+    assert await early_counts(harness) == {"used": 1}  # the first turn only
+    assert "written elsewhere" in str(harness.llm.requests[-1]["messages"])
+
+
+async def test_an_early_call_from_a_view_compressed_elsewhere_is_replaced(
+        harness: Harness, redis_url: str) -> None:
+    """Another worker compresses between turns: the history's length stays, its view does
+    not. The early call is cancelled and the turn is sent again from the real snapshot."""
+    harness.llm.reply = "noted"
+    for number in range(4):
+        key = await say(harness, f"message {number}")
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        config = harness.workers[0].settings
+        other = Compressor(config, client, Models(config))
+        answered = int((await harness.sessions.meta(key))["answered"])
+        assert (await other.compress(key, answered)).name in ("SUMMARISED", "FALLBACK")
+    finally:
+        await client.aclose()
+    seen = len(harness.llm.requests)
+    await say(harness, "message 4")
+    assert await early_counts(harness) == {"used": 4, "discarded": 1}
+    last = harness.llm.requests[-1]["messages"]
+    assert "message 0" not in str(last)  # summarised away: the real view was sent
+    # The real call, and the early one if it got out before it was cancelled.
+    assert len(harness.llm.requests) - seen in (1, 2)
+    assert list(harness.sender.messages.values()).count("noted") == 5
+    assert [e["text"] for e in await harness.history(key)].count("noted") == 5
+
+
+async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_turn_runs(
+        redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    """The lease is taken between the job's enqueue and its claim: the early call is
+    cancelled at once, nothing reaches the chat, and the turn runs once the lease is free."""
+    caplog.set_level(logging.INFO, logger="gateway.turn")
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=llm.api_base,
+                      GATEWAY_API_KEY="sk-test-key")
+    sender = RecordingSender()
+    worker = Worker(config, client, {"test": sender})
+    await worker.queue.ensure_groups()
+    await worker.turns.compressor.warm()
+    reading = asyncio.create_task(worker.queue.read(count=1, block_ms=10_000))
+    async with asyncio.timeout(10):  # the read waits in Redis before the message lands
+        while not any(c.get("cmd") == "xreadgroup" for c in await client.client_list()):
+            await asyncio.sleep(0.01)
+    message = inbound("hello")
+    key = message.session_key
+    await Ingest(config, client).receive(message)
+    [job] = await reading
+    assert job.fresh and job.payload["base"] == "0.0"
+    await client.set(Keys.lease(key), "another-worker", px=30_000)
+    llm.reply = "hi there"
+    turn = asyncio.create_task(worker.turns.run(job))
+    async with asyncio.timeout(10):
+        while not any("cancelled its early model call" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.01)
+    assert sender.calls == [] and sender.thinking_calls == []
+    await client.delete(Keys.lease(key))
+    await asyncio.wait_for(turn, 10)
+    assert list(sender.messages.values()) == ["hi there"]
+    assert dict(early_counts_in(await client.hgetall(Keys.METRICS))) == {"discarded": 1}
+    assert [e["text"] for e in await SessionStore(client).history(key)] == ["hello", "hi there"]
+    await client.aclose()
+
+
+async def test_a_job_read_from_a_backlog_is_not_started_early(
+        redis_url: str, llm: FakeLLM) -> None:
+    """Messages queued before any worker reads them may be several in one turn: the first
+    one's job says nothing of the others, so its turn waits for the claim."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    ingest = Ingest(settings(redis_url), client)
+    for text in ("one", "two", "three"):
+        await ingest.receive(inbound(text))
+    llm.reply = "all three"
+    async for worker in start_workers(redis_url, llm, 1):
+        await worker.idle(inbound("x").session_key)
+        [request] = llm.requests
+        assert "three" in str(request["messages"][-1])
+        assert await early_counts(worker) == {}
+    await client.aclose()
