@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from gateway.session import HistoryView
 
 RECENT_SESSIONS = 512  # sessions whose last view one worker keeps
+RECENT_CHARS = 16_000_000  # ... and the characters of text all those views may hold
 
 
 class RecentViews:
@@ -34,18 +35,26 @@ class RecentViews:
     on, so a view from another base is never used.
     """
 
-    def __init__(self, size: int = RECENT_SESSIONS) -> None:
-        self.size = size
-        self._views: OrderedDict[str, tuple[str, HistoryView]] = OrderedDict()
+    def __init__(self, size: int = RECENT_SESSIONS, chars: int = RECENT_CHARS) -> None:
+        self.size, self.chars = size, chars
+        self._views: OrderedDict[str, tuple[str, HistoryView, int]] = OrderedDict()
+        self._held = 0  # characters of text in the kept views
 
     def remember(self, session_key: str, base: str, view: HistoryView) -> None:
-        self._views[session_key] = (base, view)
-        self._views.move_to_end(session_key)
-        while len(self._views) > self.size:
-            self._views.popitem(last=False)
+        self.forget(session_key)
+        weight = sum(len(str(entry.get("text") or "")) for entry in view.entries)
+        if weight > self.chars:
+            return
+        self._views[session_key] = (base, view, weight)
+        self._held += weight
+        while len(self._views) > self.size or self._held > self.chars:
+            _, (_, _, dropped) = self._views.popitem(last=False)
+            self._held -= dropped
 
     def forget(self, session_key: str) -> None:
-        self._views.pop(session_key, None)
+        found = self._views.pop(session_key, None)
+        if found is not None:
+            self._held -= found[2]
 
     def get(self, session_key: str, base: str) -> HistoryView | None:
         """The view at `base`; an empty one for an empty history."""

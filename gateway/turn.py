@@ -207,9 +207,8 @@ class TurnRunner:
         )
         context = self._context(key, view, user, list(claim.injections))
         stream = self._reply_stream(key, claim, sender, address)
-        prepared = await self._prepare(key, claim, context, view)
         started_early = early is not None
-        early = await self._adopt(key, early, prepared)
+        prepared, early = await self._prepare(key, claim, context, view, early)
         usage = early.usage if early is not None else Usage()
         result, chain = await self._call(key, prepared, usage, stream, running, early)
         if running.reason == LEASE_LOST:
@@ -280,11 +279,24 @@ class TurnRunner:
         return view.meta.get("cursor") or None
 
     async def _prepare(
-        self, key: str, claim: Claim, context: TurnContext, view: HistoryView
-    ) -> PreparedTurn:
-        """Compile the turn; compress first (blocking) only when it would exceed the budget."""
+        self,
+        key: str,
+        claim: Claim,
+        context: TurnContext,
+        view: HistoryView,
+        early: EarlyStart | None = None,
+    ) -> tuple[PreparedTurn, EarlyStart | None]:
+        """Compile the turn; compress first (blocking) only when it would exceed the budget.
+
+        Also returns the early call when it is kept (it was checked against the
+        budget when it started); otherwise it is cancelled here.
+        """
         compiler = MessageCompiler(key, self.settings.system_prompt)
         request = compiler.compile(context)
+        prepared = PreparedTurn(compiler, context, request, view)
+        early = await self._adopt(key, early, prepared)
+        if early is not None:
+            return prepared, early
         await self.compressor.warm()
         if not self.compressor.within(
             self.compressor.budget, view, context.group, request.reminder
@@ -305,7 +317,7 @@ class TurnRunner:
                 cursor=self._cursor(view),
             )
             request = compiler.compile(context)
-        return PreparedTurn(compiler, context, request, view)
+        return PreparedTurn(compiler, context, request, view), None
 
     async def _adopt(
         self, key: str, early: EarlyStart | None, prepared: PreparedTurn

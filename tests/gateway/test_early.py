@@ -10,9 +10,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.compression import Compressor
+from gateway.early import RecentViews
 from gateway.ingest import Ingest
 from gateway.llm import Models
-from gateway.session import SessionStore
+from gateway.session import HistoryView, SessionStore
 from gateway.store import Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
@@ -147,3 +148,19 @@ async def test_a_job_read_from_a_backlog_is_not_started_early(
         assert "three" in str(request["messages"][-1])
         assert await early_counts(worker) == {}
     await client.aclose()
+
+
+def test_the_views_kept_are_bounded_by_sessions_and_by_text() -> None:
+    def view(chars: int) -> HistoryView:
+        return HistoryView({}, [], 0, [{"id": "e", "role": "user", "text": "x" * chars}])
+
+    recent = RecentViews(size=3, chars=100)
+    for number in range(5):
+        recent.remember(f"s{number}", "0.1", view(10))
+    assert len(recent) == 3 and recent.get("s0", "0.1") is None and recent.get("s4", "0.1")
+    assert recent.get("s4", "0.2") is None  # another base: never this view
+    recent.remember("big", "0.1", view(95))  # pushes the others out by their text
+    assert len(recent) == 1 and recent.get("big", "0.1") is not None
+    recent.remember("huge", "0.1", view(101))  # over the whole bound: not kept at all
+    assert recent.get("huge", "0.1") is None and recent.get("big", "0.1") is not None
+    assert recent.get("new", "3.0") == HistoryView({}, [], 0, [])  # an empty history
