@@ -119,7 +119,7 @@ async def compile_path(sessions: SessionStore, compressor: Compressor, settings:
     view = await sessions.view(key)
     context = TurnContext(key, view.entries, TARGET, ["queued note"], True, view.segments)
     request = MessageCompiler(key, settings.system_prompt).compile(context)
-    tokens = compressor.tokens(view, True, request.reminder)
+    tokens = await compressor.tokens(view, True, request.reminder)
     return time.perf_counter() - started, len(request.messages), tokens
 
 

@@ -30,16 +30,15 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any
 
 from redis.asyncio import Redis
 
 from gateway import side_question
 from gateway.compiler import entry_message, split_view, summary_message
-from gateway.config import ECHO_MODEL, Settings
+from gateway.config import Settings
 from gateway.errors import ModelError
-from gateway.llm import ModelCall, Models, load_litellm
+from gateway.llm import ModelCall, Models, model_window
 from gateway.providers import base_model
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.store import Keys
@@ -124,16 +123,13 @@ class Plan:
         return self.first_index + len(self.entries) - 1
 
 
-@lru_cache(maxsize=64)
+_windows: dict[str, int | None] = {}  # looked up once per model (Compressor.warm)
+
+
 def _window(model: str) -> int | None:
-    if model == ECHO_MODEL:
-        return None  # and litellm stays unimported
-    try:
-        info = load_litellm().get_model_info(base_model(model))
-    except Exception:  # litellm raises plain Exception for a model it has no entry for
-        return None
-    window = info.get("max_input_tokens") or info.get("max_tokens")
-    return int(window) if window else None
+    if model not in _windows:
+        _windows[model] = model_window(model)
+    return _windows[model]
 
 
 def token_budget(settings: Settings) -> int:
@@ -162,22 +158,17 @@ class TokenCounter:
         self.capacity = capacity
         self._cache: OrderedDict[tuple[str, bool], int] = OrderedDict()
 
-    def text(self, text: str) -> int:
-        return self.models.count_tokens(self.model, [{"role": "user", "content": text}])
-
     def message(self, message: dict[str, Any]) -> int:
         return self.models.count_tokens(self.model, [message])
 
     def entry(self, entry: Entry, group: bool) -> int:
-        key = (f"entry:{entry.get('id', '')}", group)
+        key = _entry_key(entry, group)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
         message = entry_message(entry, group)
         count = self.message(message) if message is not None else 0
-        if not entry.get("id"):
-            return count  # nothing stable to cache it under
         self._remember(key, count)
         return count
 
@@ -195,8 +186,63 @@ class TokenCounter:
             total += self._fixed(str(summary_message(segment)["content"]), "user")
         total += sum(self.entry(entry, group) for entry in entries)
         if reminder:
-            total += self.text(reminder)
+            total += self._fixed(reminder, "user")
         return total
+
+    async def ensure(
+        self,
+        system_prompt: str,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None = None,
+        extra: Sequence[Entry] = (),
+    ) -> None:
+        """Count what `view` (and `extra`) needs that is not counted yet, in one call."""
+        wanted = self._missing(system_prompt, view, group, reminder, extra)
+        if wanted:
+            counts = await self.models.count_many(self.model, [[m] for _, m in wanted])
+            for (key, _), count in zip(wanted, counts, strict=True):
+                self._remember(key, count)
+
+    def counted(
+        self,
+        system_prompt: str,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None = None,
+        extra: Sequence[Entry] = (),
+    ) -> bool:
+        """Whether every count the request needs is known (no tokenizer call needed)."""
+        return not self._missing(system_prompt, view, group, reminder, extra)
+
+    def _missing(
+        self,
+        system_prompt: str,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None,
+        extra: Sequence[Entry],
+    ) -> list[tuple[tuple[str, bool], dict[str, Any]]]:
+        segment, entries = split_view(view.entries, view.segments)
+        fixed = [(system_prompt, "system")]
+        if segment is not None:
+            fixed.append((str(summary_message(segment)["content"]), "user"))
+        if reminder:
+            fixed.append((reminder, "user"))
+        wanted = []
+        for text, role in fixed:
+            key = _fixed_key(text, role)
+            if key not in self._cache:
+                wanted.append((key, {"role": role, "content": text}))
+        for entry in (*entries, *extra):
+            key = _entry_key(entry, group)
+            if key not in self._cache:
+                message = entry_message(entry, group)
+                if message is not None:
+                    wanted.append((key, message))
+                else:
+                    self._remember(key, 0)
+        return wanted
 
     def within(
         self,
@@ -262,11 +308,22 @@ class TokenCounter:
 
     def _fixed(self, text: str, role: str) -> int:
         # The system prompt and the current summary recur every turn: cache them by text.
-        key = (f"{role}:{hash(text)}", False)
+        key = _fixed_key(text, role)
         cached = self._cache.get(key)
         if cached is None:
-            cached = self._cache[key] = self.message({"role": role, "content": text})
+            cached = self.message({"role": role, "content": text})
+            self._remember(key, cached)
         return cached
+
+
+def _fixed_key(text: str, role: str) -> tuple[str, bool]:
+    return (f"{role}:{hash(text)}", False)
+
+
+def _entry_key(entry: Entry, group: bool) -> tuple[str, bool]:
+    """Entries never change once written: by id, or by content for one without."""
+    name = entry.get("id") or hash(json.dumps(entry, sort_keys=True, default=str))
+    return (f"entry:{name}", group)
 
 
 FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
@@ -328,16 +385,15 @@ class Compressor:
         tables); on the loop they would stall every other turn's heartbeat.
         """
         if not self._warm:
-            await asyncio.to_thread(self._warm_up)
+            for model in {self.settings.model, self.settings.compression_model}:
+                if model not in _windows:
+                    _windows[model] = await self.models.window(model)
+            await self.models.count_many(self.counter.model, [[{"role": "user", "content": "-"}]])
             self._warm = True
 
     @property
     def warmed(self) -> bool:
         return self._warm
-
-    def _warm_up(self) -> None:
-        _ = self.budget, self.transcript_chars
-        self.counter.text("warm")
 
     @property
     def budget(self) -> int:
@@ -356,10 +412,12 @@ class Compressor:
         # What the summariser reads must fit its own window (about 3 characters a token).
         return 3 * window_share(self.settings.compression_model)
 
-    def tokens(self, view: HistoryView, group: bool, reminder: str | None = None) -> int:
-        return self.counter.view(self.settings.system_prompt, view, group, reminder)
+    async def tokens(self, view: HistoryView, group: bool, reminder: str | None = None) -> int:
+        prompt = self.settings.system_prompt
+        await self.counter.ensure(prompt, view, group, reminder)
+        return self.counter.view(prompt, view, group, reminder)
 
-    def within(
+    async def within(
         self,
         limit: int,
         view: HistoryView,
@@ -368,9 +426,29 @@ class Compressor:
         extra: Sequence[Entry] = (),
     ) -> bool:
         """Whether the request from `view` fits `limit` tokens (counted only near it)."""
+        if self.known_within(limit, view, group, reminder, extra):
+            return True
+        await self.counter.ensure(self.settings.system_prompt, view, group, reminder, extra)
         return self.counter.within(
             limit, self.settings.system_prompt, view, group, reminder, extra
         )
+
+    def known_within(
+        self,
+        limit: int,
+        view: HistoryView,
+        group: bool,
+        reminder: str | None = None,
+        extra: Sequence[Entry] = (),
+    ) -> bool | None:
+        """`within`, when it can be told without counting anything new; else None."""
+        prompt = self.settings.system_prompt
+        bound = self.counter.byte_bound(prompt, view, group, reminder, extra)
+        if bound is not None and bound <= limit:
+            return True
+        if not self.counter.counted(prompt, view, group, reminder, extra):
+            return None
+        return self.counter.within(limit, prompt, view, group, reminder, extra)
 
     async def fit(self, session_key: str, group: bool, reminder: str | None, limit: int) -> int:
         """Before a turn: compress until the request fits the budget or nothing is left.
@@ -382,7 +460,7 @@ class Compressor:
         deadline = time.monotonic() + LOCK_WAIT
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            if self.within(self.budget, view, group, reminder):
+            if await self.within(self.budget, view, group, reminder):
                 break
             outcome = await self.compress(session_key, limit)
             if outcome is Outcome.BUSY:
@@ -404,7 +482,7 @@ class Compressor:
         written = 0
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            if self.within(self.threshold, view, group):
+            if await self.within(self.threshold, view, group):
                 break
             answered = int(view.meta.get("answered") or 0)
             outcome = await self.compress(session_key, answered)

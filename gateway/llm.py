@@ -17,6 +17,7 @@ import random
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
@@ -30,7 +31,7 @@ from gateway.errors import (
     ModelUnavailable,
     ProviderStateLost,
 )
-from gateway.providers import means_state_lost, to_responses_input
+from gateway.providers import base_model, means_state_lost, to_responses_input
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -96,6 +97,19 @@ def load_litellm() -> ModuleType:
         warnings.filterwarnings("ignore", message=UNSENT_REQUEST, category=RuntimeWarning)
         _litellm = litellm
     return _litellm
+
+
+@lru_cache(maxsize=64)
+def model_window(model: str) -> int | None:
+    """The input window litellm's model map gives `model`, in tokens."""
+    if model == ECHO_MODEL:
+        return None  # and litellm stays unimported
+    try:
+        info = load_litellm().get_model_info(base_model(model))
+    except Exception:  # litellm raises plain Exception for a model it has no entry for
+        return None
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    return int(window) if window else None
 
 
 def last_user_text(messages: Sequence[Message]) -> str:
@@ -198,6 +212,23 @@ class Models:
         if model == ECHO_MODEL:
             return sum(len(str(m.get("content", ""))) for m in messages) // 4 + 1
         return int(load_litellm().token_counter(model=model, messages=list(messages)))
+
+    async def count_many(self, model: str, batches: Sequence[Sequence[Message]]) -> list[int]:
+        """`count_tokens` of each list of messages: in a model process when there are
+        any, else in a thread (a tokenizer's first use loads its tables)."""
+        if model == ECHO_MODEL:
+            return [self.count_tokens(model, batch) for batch in batches]
+        if self.pool is not None:
+            return await self.pool.count(model, batches)
+        return await asyncio.to_thread(lambda: [self.count_tokens(model, b) for b in batches])
+
+    async def window(self, model: str) -> int | None:
+        """`model`'s input window in tokens, when litellm knows it."""
+        if model == ECHO_MODEL:
+            return None
+        if self.pool is not None:
+            return await self.pool.window(model)
+        return await asyncio.to_thread(model_window, model)
 
     async def _acompletion(self, call: ModelCall, *, stream: bool) -> Any:
         litellm = load_litellm()

@@ -7,12 +7,15 @@ holds up every other session's Redis round trips, edits, lease heartbeats and
 /stop. With `GATEWAY_MODEL_PROCESSES=N`, a worker starts N model processes
 (`python -m gateway.model_host`) and sends each call to one of them over a
 pipe; only the text comes back, so the worker's loop stays free and litellm
-gets cores of its own.
+gets cores of its own. Token counts and model windows come from here too, so
+a worker with model processes never imports litellm at all.
 
 The protocol is one JSON object per line.
 - worker -> model process: `{"init": {...}}` once, then
-  `{"id": n, "op": "stream" | "responses" | "complete", "call": {...}}` and
-  `{"id": n, "op": "cancel"}`.
+  `{"id": n, "op": "stream" | "responses" | "complete", "call": {...}}`,
+  `{"id": n, "op": "count", "model": ..., "messages": [[...], ...]}` (token
+  counts, one per list of messages), `{"id": n, "op": "window", "model": ...}`
+  (the model's input window) and `{"id": n, "op": "cancel"}`.
 - model process -> worker: `{"ready": true}` once, then for a request
   `{"id": n, "piece": "..."}` any number of times and one of
   `{"id": n, "end": {...}}` or `{"id": n, "error": {"kind", "text", "retry_after"}}`.
@@ -31,14 +34,14 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway import errors
 from gateway.errors import ModelError, ModelUnavailable
 
 if TYPE_CHECKING:
-    from gateway.llm import ModelCall, Models, ResponseChain, Usage
+    from gateway.llm import Message, ModelCall, Models, ResponseChain, Usage
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +151,7 @@ class ModelProcess:
             text = f"the model process exited ({process.returncode})"
             queue.put_nowait({"id": request_id, "error": _error_fields(ModelUnavailable(text))})
 
-    async def call(
-        self, op: str, call: ModelCall, extra: dict[str, Any] | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    async def call(self, op: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The messages of one request, up to and including its end (errors raised)."""
         await self.start()
         assert self.process is not None and self.process.stdin is not None
@@ -160,7 +161,7 @@ class ModelProcess:
         self.pending[request_id] = queue
         finished = False
         try:
-            request = {"id": request_id, "op": op, "call": _call_fields(call), **(extra or {})}
+            request = {"id": request_id, "op": op, **body}
             stdin.write(_dump(request))
             await stdin.drain()
             while True:
@@ -213,8 +214,23 @@ class ModelPool:
     def _pick(self) -> ModelProcess:
         return min(self.processes, key=lambda p: len(p.pending))
 
+    async def _end(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        async for message in self._pick().call(op, body):
+            if "end" in message:
+                return dict(message["end"])
+        raise ModelUnavailable(f"the model process ended {op} without an answer")
+
+    async def count(self, model: str, batches: Sequence[Sequence[Message]]) -> list[int]:
+        """Token counts of each list of messages, with `model`'s tokenizer."""
+        end = await self._end("count", {"model": model, "messages": [list(b) for b in batches]})
+        return [int(n) for n in end["counts"]]
+
+    async def window(self, model: str) -> int | None:
+        end = await self._end("window", {"model": model})
+        return int(end["window"]) if end.get("window") else None
+
     async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
-        async for message in self._pick().call("stream", call):
+        async for message in self._pick().call("stream", {"call": _call_fields(call)}):
             if "piece" in message:
                 yield str(message["piece"])
             else:
@@ -223,8 +239,8 @@ class ModelPool:
     async def stream_response(
         self, call: ModelCall, usage: Usage, chain: ResponseChain
     ) -> AsyncIterator[str]:
-        extra = {"previous_id": chain.previous_id}
-        async for message in self._pick().call("responses", call, extra):
+        body = {"call": _call_fields(call), "previous_id": chain.previous_id}
+        async for message in self._pick().call("responses", body):
             if "piece" in message:
                 yield str(message["piece"])
             else:
@@ -232,12 +248,9 @@ class ModelPool:
                 chain.response_id = message["end"].get("response_id")
 
     async def complete(self, call: ModelCall, usage: Usage) -> str:
-        text = ""
-        async for message in self._pick().call("complete", call):
-            if "end" in message:
-                text = str(message["end"].get("text", ""))
-                _fill(usage, message["end"])
-        return text
+        end = await self._end("complete", {"call": _call_fields(call)})
+        _fill(usage, end)
+        return str(end.get("text", ""))
 
 
 def _fill(usage: Usage, end: dict[str, Any]) -> None:
@@ -271,8 +284,21 @@ class Host:
         task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
 
     async def run(self, request_id: int, message: dict[str, Any]) -> None:
-        from gateway.llm import ModelCall, ResponseChain, Usage
+        from gateway.llm import ModelCall, ResponseChain, Usage, model_window
 
+        if message["op"] in ("count", "window"):
+            try:
+                model = str(message["model"])
+                if message["op"] == "count":
+                    counts = [self.models.count_tokens(model, b) for b in message["messages"]]
+                    answer: dict[str, Any] = {"counts": counts}
+                else:
+                    answer = {"window": model_window(model)}
+            except Exception as exc:
+                await self.send({"id": request_id, "error": _error_fields(exc)})
+                return
+            await self.send({"id": request_id, "end": answer})
+            return
         fields = message["call"]
         call = ModelCall(
             fields["model"],

@@ -137,8 +137,8 @@ class TurnRunner:
         compiler = MessageCompiler(job.session_key, self.settings.system_prompt)
         request = compiler.compile(context)
         budget = self.compressor.budget
-        if not self.compressor.within(budget, view, context.group, request.reminder):
-            return None
+        if self.compressor.known_within(budget, view, context.group, request.reminder) is False:
+            return None  # it compresses first; unknown is checked once the claim is back
         prepared = PreparedTurn(compiler, context, request, view)
         usage, chain = Usage(), self._chain(prepared)
         return EarlyStart(prepared, chain, usage, EarlyCall(self._pieces(prepared, usage, chain)))
@@ -219,6 +219,8 @@ class TurnRunner:
         fields = _chain_fields(prepared, chain, result, entry)
         recorded = await self.sessions.finish(key, token, claim, entry, fields)
         self._remember(key, claim, prepared, entry, fields, recorded)
+        if recorded:
+            self._compress_later(key, prepared, entry, prepared.context.group)
         outcome = _outcome(result, recorded)
         seconds = time.monotonic() - started
         await self.metrics.turn(
@@ -288,35 +290,34 @@ class TurnRunner:
     ) -> tuple[PreparedTurn, EarlyStart | None]:
         """Compile the turn; compress first (blocking) only when it would exceed the budget.
 
-        Also returns the early call when it is kept (it was checked against the
-        budget when it started); otherwise it is cancelled here.
+        Also returns the early call when it is kept; otherwise it is cancelled here.
         """
         compiler = MessageCompiler(key, self.settings.system_prompt)
         request = compiler.compile(context)
         prepared = PreparedTurn(compiler, context, request, view)
         early = await self._adopt(key, early, prepared)
-        if early is not None:
-            return prepared, early
         await self.compressor.warm()
-        if not self.compressor.within(
-            self.compressor.budget, view, context.group, request.reminder
-        ):
-            log.info(
-                "%s is over its budget (%d > %d tokens); compressing first",
-                key,
-                self.compressor.tokens(view, context.group, request.reminder),
-                self.compressor.budget,
-            )
-            # Reload even when this worker wrote nothing: another one may have compressed.
-            await self.compressor.fit(key, context.group, request.reminder, claim.length)
-            view = await self.sessions.view(key)
-            context = replace(
-                context,
-                entries=view.entries,
-                segments=view.segments,
-                cursor=self._cursor(view),
-            )
-            request = compiler.compile(context)
+        budget = self.compressor.budget
+        if await self.compressor.within(budget, view, context.group, request.reminder):
+            return prepared, early
+        if early is not None:
+            await early.call.cancel()
+        log.info(
+            "%s is over its budget (%d > %d tokens); compressing first",
+            key,
+            await self.compressor.tokens(view, context.group, request.reminder),
+            budget,
+        )
+        # Reload even when this worker wrote nothing: another one may have compressed.
+        await self.compressor.fit(key, context.group, request.reminder, claim.length)
+        view = await self.sessions.view(key)
+        context = replace(
+            context,
+            entries=view.entries,
+            segments=view.segments,
+            cursor=self._cursor(view),
+        )
+        request = compiler.compile(context)
         return PreparedTurn(compiler, context, request, view), None
 
     async def _adopt(
@@ -344,9 +345,8 @@ class TurnRunner:
         recorded: bool,
     ) -> None:
         """Keep the view this turn leaves, for the next turn's early start."""
-        group = prepared.context.group
-        if not recorded or self._compress_later(key, prepared, entry, group):
-            self.recent.forget(key)  # unknown, or about to change under a compression
+        if not recorded:
+            self.recent.forget(key)
             return
         view = prepared.view
         extra = [entry] if entry is not None else []
@@ -400,22 +400,32 @@ class TurnRunner:
 
     def _compress_later(
         self, key: str, prepared: PreparedTurn, entry: Entry | None, group: bool
-    ) -> bool:
+    ) -> None:
         """Start a compression off the hot path once the history passed the threshold."""
         extra = [entry] if entry is not None else []
-        if self.compressor.within(self.compressor.threshold, prepared.view, group, extra=extra):
-            return False
-        task = asyncio.create_task(self.compressor.after_turn(key, group))
+        threshold = self.compressor.threshold
+        if self.compressor.known_within(threshold, prepared.view, group, extra=extra):
+            return
+
+        async def compress() -> int:
+            if await self.compressor.within(threshold, prepared.view, group, extra=extra):
+                return 0  # counted: still short of the threshold
+            return await self.compressor.after_turn(key, group)
+
+        task = asyncio.create_task(compress())
         self.background.add(task)
 
         def done(finished: asyncio.Task[int]) -> None:
             self.background.discard(finished)
-            if not finished.cancelled() and finished.exception() is not None:
+            if finished.cancelled():
+                return
+            if finished.exception() is not None:
                 error = finished.exception()
                 log.error("compressing %s after its turn failed: %r", key, error, exc_info=error)
+            if finished.exception() is not None or finished.result():
+                self.recent.forget(key)  # the view the turn left is not the session's now
 
         task.add_done_callback(done)
-        return True
 
     async def _generate(
         self, pieces: AsyncIterator[str], stream: ReplyStream, running: RunningTurn

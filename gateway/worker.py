@@ -73,13 +73,13 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then let running jobs finish (unfinished ones stay pending)."""
         await self.queue.ensure_groups()
-        if self._calls_models():
+        if self.models.pool is not None:
+            await self.models.pool.start()  # litellm lives there: this process never loads it
+        elif self._calls_models():
             # Seconds of import; paid before taking jobs, not inside the first turn
             # (where it would stall every other session and their lease heartbeats).
             load_litellm()
         await self.turns.compressor.warm()  # the model window and tokenizer, likewise
-        if self.models.pool is not None:
-            await self.models.pool.start()
         loops = [
             asyncio.create_task(self._read_loop(stop)),
             asyncio.create_task(self._reclaim_loop(stop)),
@@ -252,7 +252,7 @@ class Worker:
         messages = int(view.meta.get("answered", 0) or 0)
         queued = len(await self.sessions.inbox(key))
         await self.turns.compressor.warm()
-        tokens = self.turns.compressor.tokens(view, group=True)
+        tokens = await self.turns.compressor.tokens(view, group=True)
         running = "a reply is being written" if await self.sessions.is_running(key) else "idle"
         text = (
             f"Model: `{self.settings.model}` (side questions: `{self.settings.side_model}`)\n"

@@ -46,6 +46,7 @@ def make_settings(redis_url: str, llm: FakeLLM, **values: Any) -> Settings:
         "GATEWAY_SYSTEM_PROMPT": SYSTEM,
         "GATEWAY_LEASE_TTL": 10.0,  # no lease lost to a loaded machine here
         "GATEWAY_ALLOWED_USERS": "test:U1",
+        "GATEWAY_MODEL_PROCESSES": 0,  # as in helpers.settings
     }
     base.update(values)
     return Settings(_env_file=None, **base)

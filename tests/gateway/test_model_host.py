@@ -7,16 +7,23 @@ delta mode cross the pipe.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as aioredis
 
+from gateway.compression import Compressor
+from gateway.llm import Models
 from gateway.model_host import ModelProcess
+from gateway.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import STATEFUL_MAIN, conversation
-from tests.gateway.helpers import inbound
+from tests.gateway.helpers import inbound, settings
 from tests.gateway.test_worker import (  # noqa: F401  (collected again, with a model process)
     Harness,
     start_workers,
@@ -52,6 +59,7 @@ async def test_the_calls_are_made_by_the_model_process(harness: Harness) -> None
     process = model_process(harness)
     assert process.pid != os.getpid()
     harness.llm.reply = "from the other process"
+    before = next(process.ids)  # the worker's start asked for the window and a count
     message = inbound("hello")
     await harness.ingest.receive(message)
     await harness.idle(message.session_key)
@@ -60,7 +68,7 @@ async def test_the_calls_are_made_by_the_model_process(harness: Harness) -> None
     assert headers["authorization"] == "Bearer sk-test-key"
     assert texts(harness.sender) == ["from the other process"]
     assert (await harness.history(message.session_key))[-1]["text"] == "from the other process"
-    assert next(process.ids) == 2  # the one call went over the pipe
+    assert next(process.ids) == before + 2  # the one call went over the pipe
 
 
 async def test_a_model_process_that_dies_mid_turn_is_told_once_and_replaced(
@@ -134,3 +142,27 @@ def test_what_a_library_prints_in_the_model_process_stays_out_of_the_protocol() 
                           text=True, timeout=120, check=True)
     assert done.stdout == '{"ready": true}\n'
     assert "a banner on stdout" in done.stderr
+
+
+async def test_a_worker_with_model_processes_never_imports_litellm(
+        redis_url: str, llm: FakeLLM) -> None:
+    """Its calls, its token counts and its model window all come from the model process;
+    the count /status reports is the one litellm gives for what the next turn sends."""
+    llm.reply = "hi"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.gateway.lean_worker", redis_url, llm.api_base,
+        stdout=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0
+    seen = json.loads(out.decode().strip().splitlines()[-1])
+    assert seen["litellm_imported"] is False
+    reply, status = seen["messages"]
+    assert reply == "hi"
+    assert "main-model" in status and "2 messages" in status
+    # The same count made here, in process, from the session as the worker left it.
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    config = settings(redis_url, GATEWAY_MODEL="openai/main-model")
+    view = await SessionStore(client).view(inbound("x").session_key)
+    expected = await Compressor(config, client, Models(config)).tokens(view, group=True)
+    await client.aclose()
+    assert f"about {expected:,} tokens" in status
