@@ -24,9 +24,9 @@ such pause, so users do not start in lock step). "closed" lines send the next
 message the moment the reply ends: at 50 sessions that is the saturation point
 of one process on this machine, reported as turns per second.
 
-Each level runs the gateway twice: with litellm in the worker (the default)
-and with one model process (`GATEWAY_MODEL_PROCESSES=1`), where the worker
-sends each call over a pipe and only the text comes back.
+Each level runs the gateway twice: with litellm in the worker
+(`GATEWAY_MODEL_PROCESSES=0`) and with one model process (the default), where
+the worker sends each call over a pipe and only the text comes back.
 
 Delivery runs with Slack's pacing (one edit a second); the final text is never
 held back by it, so it is part of what is measured.
