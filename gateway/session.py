@@ -102,6 +102,11 @@ redis.call('HSET', KEYS[2], 'answered', redis.call('LLEN', KEYS[3]), 'updated', 
 redis.call('HINCRBY', KEYS[2], 'turns', 1)
 if #ARGV > 6 then redis.call('HSET', KEYS[2], unpack(ARGV, 7)) end
 redis.call('HDEL', KEYS[5], ARGV[6])
+if ARGV[4] == '' then
+  -- No reply was recorded: the turn's injections go back, ahead of newer ones.
+  local taken = redis.call('LRANGE', KEYS[6], 0, -1)
+  for i = #taken, 1, -1 do redis.call('LPUSH', KEYS[7], taken[i]) end
+end
 redis.call('DEL', KEYS[1], KEYS[4], KEYS[6])
 return 1
 """
@@ -117,13 +122,6 @@ return 0
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
-"""
-
-_RESTORE_INJECTIONS = """
-local taken = redis.call('LRANGE', KEYS[2], 0, -1)
-for i = #taken, 1, -1 do redis.call('LPUSH', KEYS[1], taken[i]) end
-redis.call('DEL', KEYS[2])
-return #taken
 """
 
 _RESET = """
@@ -212,7 +210,6 @@ class SessionStore:
         self._finish = redis.register_script(_FINISH)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
-        self._restore_injections = redis.register_script(_RESTORE_INJECTIONS)
         self._reset = redis.register_script(_RESET)
 
     async def append_user(self, inbound: Inbound) -> tuple[bool, str | None]:
@@ -311,11 +308,6 @@ class SessionStore:
         ids = tuple(json.loads(raw_ids)) if raw_ids else ()
         return Claim(True, answered, length, epoch, view, tuple(injections), ids)
 
-    async def restore_injections(self, session_key: str) -> None:
-        """Give a claimed turn's injections back to the session, for a turn that had none."""
-        keys = [Keys.injections(session_key), Keys.turn_injections(session_key)]
-        await self._restore_injections(keys=keys, args=[])
-
     async def renew(self, session_key: str, token: str, ttl: float) -> bool:
         return bool(
             await self._renew(keys=[Keys.lease(session_key)], args=[token, int(ttl * 1000)])
@@ -334,6 +326,9 @@ class SessionStore:
     ) -> bool:
         """Record the turn (once) and release the lease; False when the lease was lost.
 
+        A turn that records no reply (nothing to answer, a failed or empty call)
+        gives its injections back for the next turn.
+
         `meta_fields` are set in the same step (a stateful provider's chain:
         its response id and the cursor), so they never outlive a lost turn.
         """
@@ -344,6 +339,7 @@ class SessionStore:
             Keys.live(session_key),
             Keys.replies(session_key),
             Keys.turn_injections(session_key),
+            Keys.injections(session_key),
         ]
         body = json.dumps(entry, ensure_ascii=False) if entry else ""
         args: list[str | int | float] = [

@@ -194,7 +194,6 @@ class TurnRunner:
         assert view is not None  # a claim with work carries its snapshot
         user = _last_user(view.entries[max(0, claim.answered - view.start) :])
         if user is None:
-            await self.sessions.restore_injections(key)
             await self.sessions.finish(key, token, claim, None)
             return
         address = Address.model_validate(user["reply"])

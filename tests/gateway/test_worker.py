@@ -314,3 +314,21 @@ async def test_a_turn_with_nothing_to_answer_leaves_the_injections_for_the_next(
     await harness.idle(key)
     (request,) = harness.llm.requests
     assert "note for later" in reminder_of(request)
+
+
+async def test_a_turn_whose_model_call_fails_gives_its_injections_to_the_next(
+        harness: Harness) -> None:
+    harness.llm.fail_next(500, times=2)  # the first try and its one retry
+    message = inbound("first")
+    key = message.session_key
+    await harness.sessions.inject(key, "the deploy finished at noon")
+    await harness.ingest.receive(message)
+    await harness.idle(key)
+    assert texts(harness.sender)[0].startswith("⚠️ Sorry, I could not answer")
+    await harness.sessions.inject(key, "and the tests passed")
+    await harness.ingest.receive(inbound("second"))
+    await harness.idle(key)
+    reminder = reminder_of(harness.llm.requests[-1])
+    assert "the deploy finished at noon" in reminder and "and the tests passed" in reminder
+    assert reminder.index("the deploy finished") < reminder.index("and the tests passed")
+    assert await harness.sessions.redis.llen(f"gw:{{{key}}}:injections") == 0
