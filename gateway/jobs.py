@@ -74,14 +74,23 @@ class JobQueue:
         self.streams = [routes.get(p) or Keys.jobs(p) for p in platforms]
         self.consumer = consumer or consumer_name()
         self._complete = redis.register_script(_COMPLETE)
+        self.clock_offset = 0.0  # the Redis server's clock minus this machine's, in seconds
 
     async def ensure_groups(self) -> None:
+        await self.measure_clock()
         for stream in self.streams:
             try:
                 await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
+
+    async def measure_clock(self) -> None:
+        """How far the Redis server's clock (which stamps job ids) is from this one's."""
+        before = time.time()
+        seconds, micros = await self.redis.time()
+        after = time.time()
+        self.clock_offset = seconds + micros / 1e6 - (before + after) / 2
 
     async def read(self, count: int, block_ms: int) -> list[Job]:
         """New jobs for this consumer, waiting up to `block_ms` for the first.
@@ -91,7 +100,7 @@ class JobQueue:
         """
         if count <= 0:
             return []
-        since = int(time.time() * 1000)
+        since = int((time.time() + self.clock_offset) * 1000) - 1
         response: Any = await self.redis.xreadgroup(
             GROUP, self.consumer, {s: ">" for s in self.streams}, count=count, block=block_ms
         )
@@ -104,6 +113,7 @@ class JobQueue:
 
     async def reclaim(self, min_idle: float, count: int = 20) -> list[Job]:
         """Jobs left pending by a worker that stopped touching them (crashed or hung)."""
+        await self.measure_clock()  # clocks drift: measured again on every round
         jobs: list[Job] = []
         for stream in self.streams:
             result = await self.redis.xautoclaim(

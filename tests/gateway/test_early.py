@@ -164,3 +164,29 @@ def test_the_views_kept_are_bounded_by_sessions_and_by_text() -> None:
     recent.remember("huge", "0.1", view(101))  # over the whole bound: not kept at all
     assert recent.get("huge", "0.1") is None and recent.get("big", "0.1") is not None
     assert recent.get("new", "3.0") == HistoryView({}, [], 0, [])  # an empty history
+
+
+async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
+        redis_url: str) -> None:
+    """Job ids carry the Redis server's clock, and the worker compares them with its own
+    corrected by the offset it measured. A backlog job passes for fresh only with a wrong
+    offset (here one pretending this machine runs 5 s ahead); measured, it does not."""
+    from gateway.jobs import JobQueue
+
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    queue = JobQueue(client, ["test"])
+    await queue.ensure_groups()
+    assert abs(queue.clock_offset) < 0.25  # one machine, one clock
+    ingest = Ingest(settings(redis_url), client)
+    await ingest.receive(inbound("queued before the read"))
+    measured = queue.clock_offset
+    queue.clock_offset = measured - 5.0  # as if this machine ran 5 s ahead...
+    await asyncio.sleep(0.01)  # the read starts a few ms of the clock after the enqueue
+    [job] = await queue.read(count=1, block_ms=100)
+    assert job.fresh  # ... it takes an old job for a fresh one
+    await ingest.receive(inbound("queued before the next read", channel="C2"))
+    await queue.measure_clock()
+    await asyncio.sleep(0.01)
+    [job] = await queue.read(count=1, block_ms=100)
+    assert not job.fresh
+    await client.aclose()
