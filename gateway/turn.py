@@ -100,7 +100,11 @@ class TurnRunner:
     async def run(self, job: Job) -> None:
         key = job.session_key
         token = secrets.token_hex(8)
-        early = self._start_early(job)
+        try:
+            early = self._start_early(job)
+        except Exception as exc:  # a job with a payload of the wrong shape: start as usual
+            log.warning("%s: no early start for job %s (%r)", key, job.id, exc)
+            early = None
         try:
             claim = await self._claim(job, token, early)
             if not claim.has_work:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 
@@ -189,4 +190,25 @@ async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
     await asyncio.sleep(0.01)
     [job] = await queue.read(count=1, block_ms=100)
     assert not job.fresh
+    await client.aclose()
+
+
+async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
+        redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=llm.api_base,
+                      GATEWAY_API_KEY="sk-test-key")
+    sender = RecordingSender()
+    worker = Worker(config, client, {"test": sender})
+    await worker.queue.ensure_groups()
+    await worker.turns.compressor.warm()
+    message = inbound("hello")
+    await Ingest(config, client).receive(message)
+    [job] = await worker.queue.read(count=1, block_ms=1000)
+    forged = dataclasses.replace(
+        job, fresh=True, payload={"base": "0.0", "entry": {"reply": {"platform": ["no"]}}})
+    llm.reply = "hi there"
+    await asyncio.wait_for(worker.turns.run(forged), 10)
+    assert list(sender.messages.values()) == ["hi there"]
+    assert any("no early start" in r.getMessage() for r in caplog.records)
     await client.aclose()
