@@ -57,9 +57,13 @@ async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
             await ingest.receive(inbound)
 
             async def partial_reply_posted() -> bool:
-                return bool(fake.messages_in(42))
+                # Posted, and its id stored: from then on a re-run edits it. (A crash
+                # between Telegram's answer and that write cannot be told from one
+                # before the send, so no run can promise anything there.)
+                stored = await redis_client.hlen(Keys.replies(inbound.session_key))
+                return bool(fake.messages_in(42)) and stored > 0
 
-            await until(partial_reply_posted, 30, "the first piece of the reply")
+            await until(partial_reply_posted, 30, "the first piece of the reply, its id stored")
             pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP,
                                                         "-", "+", 10)
             holder = pending[0]["consumer"]
