@@ -37,6 +37,18 @@ async def early_counts(harness: Harness) -> dict[str, int]:
     return early_counts_in(await harness.sessions.redis.hgetall(Keys.METRICS))
 
 
+async def unstarted_worker(
+        client: aioredis.Redis, redis_url: str, llm: FakeLLM) -> tuple[Worker, RecordingSender]:
+    """A worker ready to run jobs handed to it (its read loop is not running)."""
+    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=llm.api_base,
+                      GATEWAY_API_KEY="sk-test-key")
+    sender = RecordingSender()
+    worker = Worker(config, client, {"test": sender})
+    await worker.queue.ensure_groups()
+    await worker.turns.compressor.warm()
+    return worker, sender
+
+
 async def say(harness: Harness, text: str, channel: str = "C1") -> str:
     message = inbound(text, channel=channel)
     await harness.ingest.receive(message)
@@ -104,12 +116,8 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
     cancelled at once, nothing reaches the chat, and the turn runs once the lease is free."""
     caplog.set_level(logging.INFO, logger="gateway.turn")
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=llm.api_base,
-                      GATEWAY_API_KEY="sk-test-key")
-    sender = RecordingSender()
-    worker = Worker(config, client, {"test": sender})
-    await worker.queue.ensure_groups()
-    await worker.turns.compressor.warm()
+    worker, sender = await unstarted_worker(client, redis_url, llm)
+    config = worker.settings
     reading = asyncio.create_task(worker.queue.read(count=1, block_ms=10_000))
     async with asyncio.timeout(10):  # the read waits in Redis before the message lands
         while not any(c.get("cmd") == "xreadgroup" for c in await client.client_list()):
@@ -196,12 +204,8 @@ async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
 async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
         redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=llm.api_base,
-                      GATEWAY_API_KEY="sk-test-key")
-    sender = RecordingSender()
-    worker = Worker(config, client, {"test": sender})
-    await worker.queue.ensure_groups()
-    await worker.turns.compressor.warm()
+    worker, sender = await unstarted_worker(client, redis_url, llm)
+    config = worker.settings
     message = inbound("hello")
     await Ingest(config, client).receive(message)
     [job] = await worker.queue.read(count=1, block_ms=1000)
