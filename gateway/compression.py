@@ -198,31 +198,21 @@ class TokenCounter:
         extra: Sequence[Entry] = (),
     ) -> None:
         """Count what `view` (and `extra`) needs that is not counted yet, in one call."""
-        wanted = self._missing(system_prompt, view, group, reminder, extra)
+        wanted = self.missing(system_prompt, view, group, reminder, extra)
         if wanted:
             counts = await self.models.count_many(self.model, [[m] for _, m in wanted])
             for (key, _), count in zip(wanted, counts, strict=True):
                 self._remember(key, count)
 
-    def counted(
+    def missing(
         self,
         system_prompt: str,
         view: HistoryView,
         group: bool,
         reminder: str | None = None,
         extra: Sequence[Entry] = (),
-    ) -> bool:
-        """Whether every count the request needs is known (no tokenizer call needed)."""
-        return not self._missing(system_prompt, view, group, reminder, extra)
-
-    def _missing(
-        self,
-        system_prompt: str,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None,
-        extra: Sequence[Entry],
     ) -> list[tuple[tuple[str, bool], dict[str, Any]]]:
+        """The parts of the request not counted yet (cache key, message), oldest first."""
         segment, entries = split_view(view.entries, view.segments)
         fixed = [(system_prompt, "system")]
         if segment is not None:
@@ -426,8 +416,9 @@ class Compressor:
         extra: Sequence[Entry] = (),
     ) -> bool:
         """Whether the request from `view` fits `limit` tokens (counted only near it)."""
-        if self.known_within(limit, view, group, reminder, extra):
-            return True
+        known = self.known_within(limit, view, group, reminder, extra)
+        if known is not None:
+            return known
         await self.counter.ensure(self.settings.system_prompt, view, group, reminder, extra)
         return self.counter.within(
             limit, self.settings.system_prompt, view, group, reminder, extra
@@ -446,7 +437,7 @@ class Compressor:
         bound = self.counter.byte_bound(prompt, view, group, reminder, extra)
         if bound is not None and bound <= limit:
             return True
-        if not self.counter.counted(prompt, view, group, reminder, extra):
+        if self.counter.missing(prompt, view, group, reminder, extra):
             return None
         return self.counter.within(limit, prompt, view, group, reminder, extra)
 

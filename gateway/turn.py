@@ -137,13 +137,12 @@ class TurnRunner:
         if view is None:
             return None
         view = replace(view, entries=[*view.entries, user])
-        context = self._context(job.session_key, view, user, [])
-        compiler = MessageCompiler(job.session_key, self.settings.system_prompt)
-        request = compiler.compile(context)
-        budget = self.compressor.budget
-        if self.compressor.known_within(budget, view, context.group, request.reminder) is False:
+        address = Address.model_validate(user["reply"])
+        context = self._context(job.session_key, view, user, address, [])
+        prepared = self._compile(context, view)
+        reminder, budget = prepared.request.reminder, self.compressor.budget
+        if self.compressor.known_within(budget, view, context.group, reminder) is False:
             return None  # it compresses first; unknown is checked once the claim is back
-        prepared = PreparedTurn(compiler, context, request, view)
         usage, chain = Usage(), self._chain(prepared)
         return EarlyStart(prepared, chain, usage, EarlyCall(self._pieces(prepared, usage, chain)))
 
@@ -208,7 +207,7 @@ class TurnRunner:
             claim.turn_id,
             claim.length - claim.answered,
         )
-        context = self._context(key, view, user, list(claim.injections))
+        context = self._context(key, view, user, address, list(claim.injections))
         stream = self._reply_stream(key, claim, sender, address)
         started_early = early is not None
         prepared, early = await self._prepare(key, claim, context, view, early)
@@ -223,7 +222,7 @@ class TurnRunner:
         recorded = await self.sessions.finish(key, token, claim, entry, fields)
         self._remember(key, claim, prepared, entry, fields, recorded)
         if recorded:
-            self._compress_later(key, prepared, entry, prepared.context.group)
+            self._compress_later(key, prepared, entry)
         outcome = _outcome(result, recorded)
         seconds = time.monotonic() - started
         await self.metrics.turn(
@@ -267,10 +266,11 @@ class TurnRunner:
         return stream
 
     def _context(
-        self, key: str, view: HistoryView, user: Entry, injections: list[str]
+        self, key: str, view: HistoryView, user: Entry, address: Address, injections: list[str]
     ) -> TurnContext:
-        """What the turn answering `user` (the last user entry of `view`) compiles from."""
-        target = _target(user, Address.model_validate(user["reply"]))
+        """What the turn answering `user` (the last user entry of `view`, replied to at
+        `address`) compiles from."""
+        target = _target(user, address)
         group = bool(user.get("group"))
         cursor = self._cursor(view)
         return TurnContext(key, view.entries, target, injections, group, view.segments, cursor)
@@ -295,24 +295,22 @@ class TurnRunner:
 
         Also returns the early call when it is kept; otherwise it is cancelled here.
         """
-        compiler = MessageCompiler(key, self.settings.system_prompt)
-        request = compiler.compile(context)
-        prepared = PreparedTurn(compiler, context, request, view)
+        prepared = self._compile(context, view)
         early = await self._adopt(key, early, prepared)
         await self.compressor.warm()
-        budget = self.compressor.budget
-        if await self.compressor.within(budget, view, context.group, request.reminder):
+        reminder, budget = prepared.request.reminder, self.compressor.budget
+        if await self.compressor.within(budget, view, context.group, reminder):
             return prepared, early
         if early is not None:
             await early.call.cancel()
         log.info(
             "%s is over its budget (%d > %d tokens); compressing first",
             key,
-            await self.compressor.tokens(view, context.group, request.reminder),
+            await self.compressor.tokens(view, context.group, reminder),
             budget,
         )
         # Reload even when this worker wrote nothing: another one may have compressed.
-        await self.compressor.fit(key, context.group, request.reminder, claim.length)
+        await self.compressor.fit(key, context.group, reminder, claim.length)
         view = await self.sessions.view(key)
         context = replace(
             context,
@@ -320,8 +318,11 @@ class TurnRunner:
             segments=view.segments,
             cursor=self._cursor(view),
         )
-        request = compiler.compile(context)
-        return PreparedTurn(compiler, context, request, view), None
+        return self._compile(context, view), None
+
+    def _compile(self, context: TurnContext, view: HistoryView) -> PreparedTurn:
+        compiler = MessageCompiler(context.session_key, self.settings.system_prompt)
+        return PreparedTurn(compiler, context, compiler.compile(context), view)
 
     async def _adopt(
         self, key: str, early: EarlyStart | None, prepared: PreparedTurn
@@ -401,11 +402,9 @@ class TurnRunner:
             return self.models.stream(call, usage)
         return self.models.stream_response(call, usage, chain)
 
-    def _compress_later(
-        self, key: str, prepared: PreparedTurn, entry: Entry | None, group: bool
-    ) -> None:
+    def _compress_later(self, key: str, prepared: PreparedTurn, entry: Entry | None) -> None:
         """Start a compression off the hot path once the history passed the threshold."""
-        extra = [entry] if entry is not None else []
+        extra, group = ([entry] if entry is not None else []), prepared.context.group
         threshold = self.compressor.threshold
         if self.compressor.known_within(threshold, prepared.view, group, extra=extra):
             return
