@@ -24,7 +24,6 @@ import asyncio
 import json
 import logging
 import math
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -38,8 +37,10 @@ from gateway import side_question
 from gateway.compiler import entry_message, split_view, summary_message
 from gateway.config import Settings
 from gateway.errors import ModelError
+from gateway.lease import Lease
 from gateway.llm import ModelCall, Models, model_window
 from gateway.providers import base_model
+from gateway.scripts import load
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.store import Keys
 
@@ -65,21 +66,6 @@ open questions and requests not yet answered; errors and failures and what \
 was done about them. Drop greetings, small talk and repetition. Do not \
 invent anything and do not answer anyone. Write short Markdown bullet points, \
 grouped by topic, in the conversation's language."""
-
-_STORE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if (redis.call('HGET', KEYS[3], 'epoch') or '0') ~= ARGV[2] then return 0 end
-if ARGV[3] == '1' then redis.call('RPOP', KEYS[2]) end
-redis.call('RPUSH', KEYS[2], ARGV[4])
-redis.call('HSET', KEYS[3], 'history_start', ARGV[5])
-return 1
-"""
-
-_UNLOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
 
 class Outcome(StrEnum):
     """What one compression attempt did."""
@@ -363,9 +349,7 @@ class Compressor:
         self.models = models
         self.sessions = SessionStore(redis)
         self.counter = TokenCounter(models, settings.model)
-        self.lock_ttl = settings.model_timeout * (settings.model_retries + 1) + 30.0
-        self._store = redis.register_script(_STORE)
-        self._unlock = redis.register_script(_UNLOCK)
+        self._store = load("store_segment").bind(redis)
         self._warm = False
 
     async def warm(self) -> None:
@@ -484,23 +468,20 @@ class Compressor:
 
     async def compress(self, session_key: str, limit: int) -> Outcome:
         """One segment, under the session's lock, planned from the state read under it."""
-        token = secrets.token_hex(8)
-        lock = Keys.compressing(session_key)
-        if not await self.redis.set(lock, token, nx=True, px=int(self.lock_ttl * 1000)):
+        lock = Lease(self.redis, Keys.compressing(session_key), self.settings.lease_ttl)
+        if not await lock.acquire():
             return Outcome.BUSY
-        try:
+        async with lock.kept():  # renewed while the summariser works; freed if this worker dies
             view = await self.sessions.view(session_key)
             plan = plan_segment(view, limit)
             if plan is None:
                 return Outcome.NOTHING
             segment = await self._segment(session_key, plan)
             epoch = view.meta.get("epoch", "0")
-            if not await self._write(session_key, token, epoch, plan, segment):
+            if not await self._write(session_key, lock.token, epoch, plan, segment):
                 log.info("compression of %s discarded: the session changed", session_key)
                 return Outcome.LOST
             return Outcome.FALLBACK if segment.fallback else Outcome.SUMMARISED
-        finally:
-            await self._unlock(keys=[lock], args=[token])
 
     async def _segment(self, session_key: str, plan: Plan) -> Segment:
         entries = plan.entries
@@ -557,14 +538,18 @@ class Compressor:
     async def _write(
         self, session_key: str, token: str, epoch: str, plan: Plan, segment: Segment
     ) -> bool:
-        keys = [Keys.compressing(session_key), Keys.segments(session_key), Keys.meta(session_key)]
-        args = [
-            token,
-            epoch,
-            "1" if plan.replaces is not None else "0",
-            _json(segment.to_dict()),
-            segment.last_index + 1,
-        ]
+        keys = {
+            "lock": Keys.compressing(session_key),
+            "segments": Keys.segments(session_key),
+            "meta": Keys.meta(session_key),
+        }
+        args = {
+            "token": token,
+            "epoch": epoch,
+            "replace": "1" if plan.replaces is not None else "0",
+            "segment": _json(segment.to_dict()),
+            "history_start": segment.last_index + 1,
+        }
         return bool(await self._store(keys=keys, args=args))
 
 

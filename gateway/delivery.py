@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from adapters.base import Limits, Sender
 from gateway.errors import PlatformError, RateLimited
 from gateway.model import Address
+from gateway.scripts import load
 from gateway.store import Keys
 
 log = logging.getLogger(__name__)
@@ -115,41 +116,25 @@ def _fence_states(text: str) -> list[str | None]:
 
 # --- the shared send budget ------------------------------------------------------------------
 
-_ACQUIRE = """
-local now_parts = redis.call('TIME')
-local now = now_parts[1] * 1000 + math.floor(now_parts[2] / 1000)
-local next_at = tonumber(redis.call('GET', KEYS[1]) or '0')
-if now < next_at then return next_at - now end
-local interval = tonumber(ARGV[1])
-if interval > 0 then redis.call('SET', KEYS[1], now + interval, 'PX', interval + 1000) end
-return 0
-"""
-
-_BAN = """
-local now_parts = redis.call('TIME')
-local now = now_parts[1] * 1000 + math.floor(now_parts[2] / 1000)
-local wait = tonumber(ARGV[1])
-local next_at = tonumber(redis.call('GET', KEYS[1]) or '0')
-if now + wait > next_at then redis.call('SET', KEYS[1], now + wait, 'PX', wait + 1000) end
-return 1
-"""
-
-
 class SendBudget:
     """Per-chat pacing shared by every worker: one Redis key per chat, its next free time."""
 
     def __init__(self, redis: Redis) -> None:
-        self._acquire = redis.register_script(_ACQUIRE)
-        self._ban = redis.register_script(_BAN)
+        self._acquire = load("pace_acquire").bind(redis)
+        self._ban = load("pace_ban").bind(redis)
 
     async def acquire(self, chat_key: str, interval: float) -> float:
         """Take a send slot: 0 when granted, else the seconds to wait before asking again."""
-        wait_ms = await self._acquire(keys=[Keys.budget(chat_key)], args=[int(interval * 1000)])
+        wait_ms = await self._acquire(
+            keys={"budget": Keys.budget(chat_key)}, args={"interval_ms": int(interval * 1000)}
+        )
         return int(wait_ms) / 1000.0
 
     async def ban(self, chat_key: str, seconds: float) -> None:
         """Nothing goes to this chat, from any worker, for `seconds`."""
-        await self._ban(keys=[Keys.budget(chat_key)], args=[int(seconds * 1000) + 1])
+        await self._ban(
+            keys={"budget": Keys.budget(chat_key)}, args={"wait_ms": int(seconds * 1000) + 1}
+        )
 
 
 # --- delivering ------------------------------------------------------------------------------

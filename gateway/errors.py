@@ -14,6 +14,7 @@
           ├── ModelRateLimited
           ├── ModelUnavailable    connection refused, 5xx
           ├── ModelRejected       4xx other than 429: bad request, auth, unknown model
+          ├── ModelBadResponse    an answer of a shape the gateway cannot read (no choices, …)
           └── ProviderStateLost   a stateful provider no longer holds the conversation
 
 Callers catch the narrowest class they can act on. Every message is written so
@@ -83,6 +84,10 @@ class ModelUnavailable(ModelError):
 
 class ModelRejected(ModelError):
     user_text = "the model provider refused the request"
+
+
+class ModelBadResponse(ModelError):
+    user_text = "the model provider sent an answer I could not read"
 
 
 class ProviderStateLost(ModelError):

@@ -1,36 +1,44 @@
-"""The job streams: one Redis stream per platform, read through one consumer group.
+"""The job streams and a job's whole life: read, run while touched, complete or leave pending.
 
-A job stays pending (in the group's PEL) until the worker that ran it
-acknowledges it; a worker that dies leaves it there, and another worker claims
-it once it has been idle for longer than any live worker lets its jobs idle
-(live workers touch their running jobs on every lease heartbeat).
+One Redis stream per platform, read through one consumer group. A job is owed
+(counted in its session's `owed`) from enqueue until it completes, and it has
+one owner from the read on:
+
+    read / reclaim ──> running (touched every interval) ──> complete
+                                   │ any exception, cancellation, lost lease, lost Redis
+                                   └──> left pending ──> reclaimed once idle ──> running …
+
+A job completes only after its effect is recorded (the body returned), so a
+worker that dies or fails leaves it for another. A live worker touches every
+job it runs, whatever its kind, so no reclaim takes it back while it runs. A
+job delivered more than `MAX_DELIVERIES` times is given up on (the worker says
+so once) rather than retried forever.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
+from gateway.scripts import load
 from gateway.store import GROUP, Keys
 
-_COMPLETE = """
-local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if acked == 1 then
-  redis.call('XDEL', KEYS[1], ARGV[2])
-  redis.call('HINCRBY', KEYS[2], 'owed', -1)
-  redis.call('ZREM', KEYS[3], ARGV[2])
-end
-return acked
-"""
+log = logging.getLogger(__name__)
+
+MAX_DELIVERIES = 5
+START = "0-0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +53,22 @@ class Job:
 
     # Enqueued while its reader was already waiting (not read from a backlog).
     fresh: bool = False
+    # How many times it was handed to a worker (1 on its first read).
+    deliveries: int = 1
 
     @classmethod
     def from_fields(
-        cls, stream: str, job_id: str, fields: dict[str, str], fresh: bool = False
+        cls, stream: str, job_id: str, fields: dict[str, str], fresh: bool = False,
+        deliveries: int = 1,
     ) -> Job:
         payload = json.loads(fields["payload"]) if fields.get("payload") else {}
         session = fields.get("session", "")
-        return cls(stream, job_id, fields.get("kind", ""), session, payload, fresh)
+        kind = fields.get("kind", "")
+        return cls(stream, job_id, kind, session, payload, fresh, deliveries)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.deliveries > MAX_DELIVERIES
 
 
 def _millis(job_id: str) -> int:
@@ -65,7 +81,7 @@ def consumer_name() -> str:
 
 
 class JobQueue:
-    """Reading, reclaiming and completing jobs for one worker (one consumer)."""
+    """Reading, reclaiming, touching and completing jobs for one worker (one consumer)."""
 
     def __init__(self, redis: Redis, platforms: Sequence[str], consumer: str | None = None,
                  streams: Mapping[str, str] | None = None) -> None:
@@ -73,8 +89,12 @@ class JobQueue:
         routes = streams or {}
         self.streams = [routes.get(p) or Keys.jobs(p) for p in platforms]
         self.consumer = consumer or consumer_name()
-        self._complete = redis.register_script(_COMPLETE)
+        self._complete = load("complete").bind(redis)
         self.clock_offset = 0.0  # the Redis server's clock minus this machine's, in seconds
+        # Where each stream's reclaim scan goes on from: XAUTOCLAIM looks at a bounded
+        # slice of the pending list per call, so starting over at 0-0 every round
+        # would never reach the jobs behind the first slice.
+        self._cursors = dict.fromkeys(self.streams, START)
 
     async def ensure_groups(self) -> None:
         await self.measure_clock()
@@ -111,34 +131,85 @@ class JobQueue:
             if fields
         ]
 
-    async def reclaim(self, min_idle: float, count: int = 20) -> list[Job]:
-        """Jobs left pending by a worker that stopped touching them (crashed or hung)."""
+    async def unstarted(self, running: Collection[str], count: int) -> list[Job]:
+        """Jobs already delivered to this consumer that it is not running.
+
+        A read whose answer never reached this process (a dropped connection, a
+        retried command) leaves its jobs pending under this consumer's name;
+        they are picked up here, not after a reclaim's idle time.
+        """
+        if count <= 0:
+            return []
+        response: Any = await self.redis.xreadgroup(
+            GROUP, self.consumer, dict.fromkeys(self.streams, "0"), count=count + len(running)
+        )
+        jobs: list[Job] = []
+        for stream, entries in response or []:
+            for job_id, fields in entries:
+                if not fields:  # deleted after delivery: nothing left to run
+                    await self.redis.xack(stream, GROUP, job_id)
+                elif job_id not in running and len(jobs) < count:
+                    jobs.append(Job.from_fields(stream, job_id, fields))
+        return jobs
+
+    async def reclaim(self, min_idle: float, count: int) -> list[Job]:
+        """Up to `count` jobs left pending by a worker that stopped touching them."""
         await self.measure_clock()  # clocks drift: measured again on every round
         jobs: list[Job] = []
         for stream in self.streams:
-            result = await self.redis.xautoclaim(
-                stream, GROUP, self.consumer, int(min_idle * 1000), "0-0", count=count
-            )
-            for job_id, fields in result[1]:
-                if fields:
-                    jobs.append(Job.from_fields(stream, job_id, fields))
-                else:  # trimmed away: nothing left to run
-                    await self.redis.xack(stream, GROUP, job_id)
+            if len(jobs) >= count:
+                break
+            jobs += await self._reclaim_stream(stream, min_idle, count - len(jobs))
         return jobs
+
+    async def _reclaim_stream(self, stream: str, min_idle: float, count: int) -> list[Job]:
+        result = await self.redis.xautoclaim(
+            stream, GROUP, self.consumer, int(min_idle * 1000), self._cursors[stream], count=count
+        )
+        self._cursors[stream] = str(result[0])  # 0-0 again once the scan went round
+        jobs: list[Job] = []
+        for job_id, fields in result[1]:
+            if fields:
+                jobs.append(Job.from_fields(stream, job_id, fields,
+                                            deliveries=await self._deliveries(stream, job_id)))
+            else:  # trimmed away: nothing left to run
+                await self.redis.xack(stream, GROUP, job_id)
+        return jobs
+
+    async def _deliveries(self, stream: str, job_id: str) -> int:
+        rows = await self.redis.xpending_range(stream, GROUP, min=job_id, max=job_id, count=1)
+        return int(rows[0]["times_delivered"]) if rows else 1
 
     async def touch(self, job: Job) -> None:
         """Reset the job's idle time so no other worker reclaims it while it runs."""
         await self.redis.xclaim(job.stream, GROUP, self.consumer, 0, [job.id], justid=True)
 
     async def complete(self, job: Job) -> bool:
-        keys = [job.stream, Keys.meta(job.session_key), Keys.side_in_flight(job.session_key)]
-        return bool(await self._complete(keys=keys, args=[GROUP, job.id]))
+        """The job's effect is recorded: acknowledge it and stop owing it (once)."""
+        keys = {
+            "stream": job.stream,
+            "meta": Keys.meta(job.session_key),
+            "side_in_flight": Keys.side_in_flight(job.session_key),
+        }
+        return bool(await self._complete(keys=keys, args={"group": GROUP, "job": job.id}))
 
-    async def depth(self) -> dict[str, int]:
-        """Jobs waiting or running, by stream (for /metrics)."""
-        depths: dict[str, int] = {}
-        for stream in self.streams:
-            depths[stream] = (
-                int(await self.redis.xlen(stream)) if await self.redis.exists(stream) else 0
-            )
-        return depths
+    @contextlib.asynccontextmanager
+    async def owned(self, job: Job, touch_every: float) -> AsyncIterator[Job]:
+        """Own `job` while the body runs: touched every `touch_every` seconds, completed
+        when the body returns, left pending (for a re-run) when it raises."""
+        toucher = asyncio.create_task(self._keep_touched(job, touch_every))
+        try:
+            yield job
+        finally:
+            toucher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await toucher
+        await self.complete(job)
+
+    async def _keep_touched(self, job: Job, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.touch(job)
+            except RedisError as exc:  # tried again next time; reclaim waits 1.5 TTL
+                log.warning("touching %s job %s failed: %s", job.kind, job.id, exc)

@@ -24,6 +24,7 @@ from pydantic import SecretStr
 
 from gateway.config import ECHO_MODEL, Settings
 from gateway.errors import (
+    ModelBadResponse,
     ModelError,
     ModelRateLimited,
     ModelRejected,
@@ -203,7 +204,10 @@ class Models:
     async def complete_here(self, call: ModelCall, usage: Usage) -> tuple[str, Usage]:
         """`complete` in this process."""
         response = await self._with_retries(lambda: self._acompletion(call, stream=False))
-        text = response.choices[0].message.content or ""
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise ModelBadResponse("the answer held no choices")
+        text = choices[0].message.content or ""
         _fill_usage(usage, getattr(response, "usage", None))
         return str(text), usage
 

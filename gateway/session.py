@@ -15,124 +15,19 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, cast
 
 from redis.asyncio import Redis
 
 from gateway.model import Inbound
+from gateway.scripts import Arg, load
 from gateway.store import DEDUPE_TTL, Keys
 
 Entry = dict[str, Any]
 
 EARLY_ENTRY_MAX = 64 * 1024  # larger messages are not copied into their job
-
-_INGEST = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) == false then return {0, false} end
-redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[3], 'updated', ARGV[4])
-redis.call('HSETNX', KEYS[3], 'created', ARGV[4])
-redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
-redis.call('ZADD', KEYS[7], ARGV[4], ARGV[3])
-local job = false
-if redis.call('EXISTS', KEYS[4]) == 0 then
-  -- The base a worker may start early from (gateway.early): only when nothing
-  -- but this message is waiting and no turn is running.
-  local payload = ''
-  if ARGV[5] == '1' and redis.call('LLEN', KEYS[2]) == 1 and redis.call('EXISTS', KEYS[8]) == 0
-      and redis.call('EXISTS', KEYS[10]) == 0 then
-    local base = (redis.call('HGET', KEYS[3], 'epoch') or '0') .. '.' .. redis.call('LLEN', KEYS[9])
-    payload = '{"base":"' .. base .. '","entry":' .. ARGV[2] .. '}'
-  end
-  job = redis.call('XADD', KEYS[5], '*', 'kind', 'turn', 'session', ARGV[3], 'payload', payload)
-  redis.call('SET', KEYS[4], job)
-  redis.call('HINCRBY', KEYS[3], 'owed', 1)
-end
-return {1, job}
-"""
-
-_ENQUEUE = """
-if ARGV[5] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[6])
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[5]) then return {2, false} end
-end
-local job = redis.call('XADD', KEYS[1], '*', 'kind', ARGV[2], 'session', ARGV[3],
-                      'payload', ARGV[4])
-if ARGV[5] ~= '' then redis.call('ZADD', KEYS[3], ARGV[7], job) end
-redis.call('HINCRBY', KEYS[2], 'owed', 1)
-return {1, job}
-"""
-
-_CLAIM = """
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return {0} end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('DEL', KEYS[2])
-while true do
-  local entry = redis.call('LPOP', KEYS[3])
-  if not entry then break end
-  redis.call('RPUSH', KEYS[4], entry)
-end
-local answered = tonumber(redis.call('HGET', KEYS[5], 'answered') or '0')
-local length = redis.call('LLEN', KEYS[4])
-local epoch = redis.call('HGET', KEYS[5], 'epoch') or '0'
-if length <= answered then return {1, answered, length, epoch} end
-if redis.call('EXISTS', KEYS[8]) == 0 and redis.call('EXISTS', KEYS[7]) == 1 then
-  redis.call('RENAME', KEYS[7], KEYS[8])
-end
-local start = tonumber(redis.call('HGET', KEYS[5], 'history_start') or '0')
-return {1, answered, length, epoch, redis.call('HGETALL', KEYS[5]),
-        redis.call('LRANGE', KEYS[6], -2, -1), redis.call('LRANGE', KEYS[4], start, -1),
-        redis.call('LRANGE', KEYS[8], 0, -1),
-        redis.call('HGET', KEYS[9], epoch .. '.' .. answered) or ''}
-"""
-
-_FINISH = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local epoch = redis.call('HGET', KEYS[2], 'epoch') or '0'
-local answered = redis.call('HGET', KEYS[2], 'answered') or '0'
-if epoch ~= ARGV[2] or answered ~= ARGV[3] then
-  redis.call('DEL', KEYS[1])
-  return 0
-end
-if ARGV[4] ~= '' then
-  redis.call('RPUSH', KEYS[3], ARGV[4])
-  redis.call('HSET', KEYS[2], 'participated', '1')
-end
-redis.call('HSET', KEYS[2], 'answered', redis.call('LLEN', KEYS[3]), 'updated', ARGV[5])
-redis.call('HINCRBY', KEYS[2], 'turns', 1)
-if #ARGV > 6 then redis.call('HSET', KEYS[2], unpack(ARGV, 7)) end
-redis.call('HDEL', KEYS[5], ARGV[6])
-if ARGV[4] == '' then
-  -- No reply was recorded: the turn's injections go back, ahead of newer ones.
-  local taken = redis.call('LRANGE', KEYS[6], 0, -1)
-  for i = #taken, 1, -1 do redis.call('LPUSH', KEYS[7], taken[i]) end
-end
-redis.call('DEL', KEYS[1], KEYS[4], KEYS[6])
-return 1
-"""
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
-
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-_RESET = """
-local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-local owed = redis.call('HGET', KEYS[1], 'owed') or '0'
-for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'epoch', epoch, 'owed', owed, 'updated', ARGV[1])
-return epoch
-"""
-
+LIVE_TTL = 600  # a running reply's text outlives a writer that died by this much at most
 
 def new_entry_id() -> str:
     return secrets.token_hex(6)
@@ -198,19 +93,26 @@ class Claim:
         return f"{self.epoch}.{self.answered}"
 
 
+class Finish(IntEnum):
+    """What recording a turn did (the finish script's answer)."""
+
+    LOST = 0  # another holder, or the history moved: nothing written, the job stays pending
+    RECORDED = 1
+    SUPERSEDED = 2  # a reset or another run moved past this turn: nothing to record
+
+
 class SessionStore:
     """Every read and write of session state goes through here."""
 
     def __init__(self, redis: Redis, streams: Mapping[str, str] | None = None) -> None:
         self.redis = redis
         self.streams = dict(streams or {})
-        self._ingest = redis.register_script(_INGEST)
-        self._enqueue = redis.register_script(_ENQUEUE)
-        self._claim = redis.register_script(_CLAIM)
-        self._finish = redis.register_script(_FINISH)
-        self._renew = redis.register_script(_RENEW)
-        self._release = redis.register_script(_RELEASE)
-        self._reset = redis.register_script(_RESET)
+        self._ingest = load("ingest").bind(redis)
+        self._enqueue = load("enqueue").bind(redis)
+        self._claim = load("claim").bind(redis)
+        self._finish = load("finish").bind(redis)
+        self._reply_state = load("reply_state").bind(redis)
+        self._reset = load("reset").bind(redis)
 
     async def append_user(self, inbound: Inbound) -> tuple[bool, str | None]:
         """Dedupe, append to the inbox and enqueue a turn unless one is queued: one step.
@@ -219,20 +121,25 @@ class SessionStore:
         """
         key = inbound.session_key
         entry = json.dumps(user_entry(inbound), ensure_ascii=False)
-        keys = [
-            Keys.seen(key, inbound.event_id),
-            Keys.inbox(key),
-            Keys.meta(key),
-            Keys.queued(key),
-            self.stream(inbound.platform),
-            Keys.SESSIONS,
-            Keys.channel_sessions(inbound.channel_key),
-            Keys.lease(key),
-            Keys.history(key),
-            Keys.injections(key),
-        ]
-        early = "1" if len(entry) <= EARLY_ENTRY_MAX else ""
-        args: list[str | int | float] = [DEDUPE_TTL, entry, key, time.time(), early]
+        keys = {
+            "seen": Keys.seen(key, inbound.event_id),
+            "inbox": Keys.inbox(key),
+            "meta": Keys.meta(key),
+            "queued": Keys.queued(key),
+            "stream": self.stream(inbound.platform),
+            "sessions": Keys.SESSIONS,
+            "channel": Keys.channel_sessions(inbound.channel_key),
+            "lease": Keys.lease(key),
+            "history": Keys.history(key),
+            "injections": Keys.injections(key),
+        }
+        args: dict[str, Arg] = {
+            "dedupe_ttl": DEDUPE_TTL,
+            "entry": entry,
+            "session": key,
+            "now": time.time(),
+            "early": "1" if len(entry) <= EARLY_ENTRY_MAX else "",
+        }
         fresh, job = await self._ingest(keys=keys, args=args)
         return bool(fresh), job or None
 
@@ -261,16 +168,19 @@ class SessionStore:
         """
         key = inbound.session_key
         now = time.time()
-        keys = [self.stream(inbound.platform), Keys.meta(key), Keys.side_in_flight(key)]
-        args = [
-            "",
-            kind,
-            key,
-            json.dumps(payload, ensure_ascii=False),
-            side_limit or "",
-            now - side_window,
-            now,
-        ]
+        keys = {
+            "stream": self.stream(inbound.platform),
+            "meta": Keys.meta(key),
+            "side_in_flight": Keys.side_in_flight(key),
+        }
+        args = {
+            "kind": kind,
+            "session": key,
+            "payload": json.dumps(payload, ensure_ascii=False),
+            "side_limit": side_limit or "",
+            "since": now - side_window,
+            "now": now,
+        }
         status, job = await self._enqueue(keys=keys, args=args)
         return ("busy" if int(status) == 2 else "ok"), job or None
 
@@ -280,18 +190,18 @@ class SessionStore:
         The inbox moves into the history; the session's injections become this
         turn's (a re-run of the same turn sees them again).
         """
-        keys = [
-            Keys.lease(session_key),
-            Keys.queued(session_key),
-            Keys.inbox(session_key),
-            Keys.history(session_key),
-            Keys.meta(session_key),
-            Keys.segments(session_key),
-            Keys.injections(session_key),
-            Keys.turn_injections(session_key),
-            Keys.replies(session_key),
-        ]
-        result = await self._claim(keys=keys, args=[token, int(ttl * 1000)])
+        keys = {
+            "lease": Keys.lease(session_key),
+            "queued": Keys.queued(session_key),
+            "inbox": Keys.inbox(session_key),
+            "history": Keys.history(session_key),
+            "meta": Keys.meta(session_key),
+            "segments": Keys.segments(session_key),
+            "injections": Keys.injections(session_key),
+            "turn_injections": Keys.turn_injections(session_key),
+            "replies": Keys.replies(session_key),
+        }
+        result = await self._claim(keys=keys, args={"token": token, "ttl_ms": int(ttl * 1000)})
         if not int(result[0]):
             return Claim(ok=False)
         answered, length, epoch = int(result[1]), int(result[2]), str(result[3])
@@ -308,14 +218,6 @@ class SessionStore:
         ids = tuple(json.loads(raw_ids)) if raw_ids else ()
         return Claim(True, answered, length, epoch, view, tuple(injections), ids)
 
-    async def renew(self, session_key: str, token: str, ttl: float) -> bool:
-        return bool(
-            await self._renew(keys=[Keys.lease(session_key)], args=[token, int(ttl * 1000)])
-        )
-
-    async def release(self, session_key: str, token: str) -> None:
-        await self._release(keys=[Keys.lease(session_key)], args=[token])
-
     async def finish(
         self,
         session_key: str,
@@ -323,31 +225,56 @@ class SessionStore:
         claim: Claim,
         entry: Entry | None,
         meta_fields: dict[str, str] | None = None,
-    ) -> bool:
-        """Record the turn (once) and release the lease; False when the lease was lost.
+    ) -> Finish:
+        """Record the turn (once) and release the lease.
 
         A turn that records no reply (nothing to answer, a failed or empty call)
-        gives its injections back for the next turn.
-
-        `meta_fields` are set in the same step (a stateful provider's chain:
-        its response id and the cursor), so they never outlive a lost turn.
+        gives its injections back for the next turn. `meta_fields` are set in
+        the same step (a stateful provider's chain: its response id and the
+        cursor), so they never outlive a lost turn.
         """
-        keys = [
-            Keys.lease(session_key),
-            Keys.meta(session_key),
-            Keys.history(session_key),
-            Keys.live(session_key),
-            Keys.replies(session_key),
-            Keys.turn_injections(session_key),
-            Keys.injections(session_key),
-        ]
-        body = json.dumps(entry, ensure_ascii=False) if entry else ""
-        args: list[str | int | float] = [
-            token, claim.epoch, claim.answered, body, time.time(), claim.turn_id,
-        ]
-        for name, value in (meta_fields or {}).items():
-            args += [name, value]
-        return bool(await self._finish(keys=keys, args=args))
+        keys = {
+            "lease": Keys.lease(session_key),
+            "meta": Keys.meta(session_key),
+            "history": Keys.history(session_key),
+            "live": Keys.live(session_key),
+            "replies": Keys.replies(session_key),
+            "turn_injections": Keys.turn_injections(session_key),
+            "injections": Keys.injections(session_key),
+        }
+        args: dict[str, Arg] = {
+            "token": token,
+            "epoch": claim.epoch,
+            "answered": claim.answered,
+            "length": claim.length,
+            "entry": json.dumps(entry, ensure_ascii=False) if entry else "",
+            "now": time.time(),
+            "turn_id": claim.turn_id,
+        }
+        rest = [part for pair in (meta_fields or {}).items() for part in pair]
+        return Finish(int(await self._finish(keys=keys, args=args, rest=rest)))
+
+    async def show_progress(
+        self, session_key: str, token: str, claim: Claim, *, text: str = "",
+        ids: list[str] | None = None,
+    ) -> bool:
+        """Write a running turn's text so far (for /btw) or its messages' platform ids
+        (for a re-run), only while `token` holds the lease in the claim's epoch."""
+        keys = {
+            "lease": Keys.lease(session_key),
+            "meta": Keys.meta(session_key),
+            "live": Keys.live(session_key),
+            "replies": Keys.replies(session_key),
+        }
+        args: dict[str, Arg] = {
+            "token": token,
+            "epoch": claim.epoch,
+            "turn_id": claim.turn_id,
+            "live_text": text,
+            "live_ttl_s": LIVE_TTL,
+            "reply_ids": json.dumps(ids) if ids else "",
+        }
+        return bool(await self._reply_state(keys=keys, args=args))
 
     async def view(self, session_key: str) -> HistoryView:
         """The meta, the newest segments and the history after them, as one snapshot.
@@ -385,13 +312,6 @@ class SessionStore:
     async def is_running(self, session_key: str) -> bool:
         return bool(await self.redis.exists(Keys.lease(session_key)))
 
-    async def store_reply_ids(self, session_key: str, turn_id: str, ids: list[str]) -> None:
-        await self.redis.hset(Keys.replies(session_key), turn_id, json.dumps(ids))
-
-    async def set_live(self, session_key: str, text: str) -> None:
-        """The reply still being written, for /btw snapshots (expires if the writer dies)."""
-        await self.redis.set(Keys.live(session_key), text, ex=600)
-
     async def live(self, session_key: str) -> str | None:
         return cast(str | None, await self.redis.get(Keys.live(session_key)))
 
@@ -401,11 +321,18 @@ class SessionStore:
 
     async def reset(self, session_key: str) -> int:
         """Start a fresh conversation; a turn still running cannot record into it."""
-        parts = Keys.all_parts(session_key)
-        meta = Keys.meta(session_key)
-        return int(
-            await self._reset(keys=[meta, *[k for k in parts if k != meta]], args=[time.time()])
-        )
+        keys = {
+            "meta": Keys.meta(session_key),
+            "history": Keys.history(session_key),
+            "inbox": Keys.inbox(session_key),
+            "live": Keys.live(session_key),
+            "replies": Keys.replies(session_key),
+            "injections": Keys.injections(session_key),
+            "turn_injections": Keys.turn_injections(session_key),
+            "segments": Keys.segments(session_key),
+            "compressing": Keys.compressing(session_key),
+        }
+        return int(await self._reset(keys=keys, args={"now": time.time()}))
 
     async def owed(self, session_key: str) -> int:
         """Jobs of this session not yet completed (replies still owed)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -18,13 +17,21 @@ from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.delivery import ReplyStream, SendBudget
 from gateway.early import EarlyCall, RecentViews
-from gateway.errors import LeaseLost, ModelError, PlatformError, ProviderStateLost
+from gateway.errors import (
+    LeaseLost,
+    ModelBadResponse,
+    ModelError,
+    PlatformError,
+    ProviderStateLost,
+)
 from gateway.jobs import Job, JobQueue
+from gateway.lease import Lease
 from gateway.llm import ModelCall, Models, ResponseChain, Usage
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.providers import is_stateful
-from gateway.session import Claim, Entry, HistoryView, SessionStore, assistant_entry
+from gateway.session import Claim, Entry, Finish, HistoryView, SessionStore, assistant_entry
+from gateway.store import Keys
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,7 @@ class RunningTurn:
     """What the worker needs to stop a turn from outside (a /stop, a lost lease)."""
 
     session_key: str
+    lease: Lease
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reason: str = ""
@@ -98,30 +106,53 @@ class TurnRunner:
         self.recent = RecentViews()  # what each session's last turn here left
 
     async def run(self, job: Job) -> None:
+        """Answer everything the session has past its `answered` mark, under its lease.
+
+        Returns once the turn is recorded (or there was nothing to record); raises
+        when it could not record, so the job is left pending for a re-run.
+        """
         key = job.session_key
-        token = secrets.token_hex(8)
+        lease = Lease(self.sessions.redis, Keys.lease(key), self.ttl)
         try:
             early = self._start_early(job)
         except Exception as exc:  # a job with a payload of the wrong shape: start as usual
             log.warning("%s: no early start for job %s (%r)", key, job.id, exc)
             early = None
         try:
-            claim = await self._claim(job, token, early)
+            claim = await self._claim(job, lease, early)
             if not claim.has_work:
-                await self.sessions.release(key, token)
+                await lease.release()
                 return
-            running = self.running[key] = RunningTurn(key)
-            beat = asyncio.create_task(self._heartbeat(job, token, running))
+            running = self.running[key] = RunningTurn(key, lease)
             try:
-                await self._answer(key, token, claim, running, early)
+                # The finishing script releases the lease as it records; any other
+                # exit gives it up here, so a re-run need not wait out its TTL.
+                async with lease.kept(release=False):
+                    await self._answer(key, lease.token, claim, running, early)
+            except BaseException:
+                with contextlib.suppress(RedisError):
+                    await lease.release()
+                raise
             finally:
-                beat.cancel()
                 if self.running.get(key) is running:
                     del self.running[key]
                 running.done.set()
         finally:
             if early is not None:
                 await early.call.cancel()
+
+    async def give_up(self, job: Job) -> Address | None:
+        """Mark what the session's turn had to answer as answered, recording no reply
+        (a turn that failed on every delivery). Returns where to tell the user."""
+        lease = Lease(self.sessions.redis, Keys.lease(job.session_key), self.ttl)
+        claim = await self._claim(job, lease)
+        if not claim.has_work or claim.view is None:
+            await lease.release()
+            return None
+        user = _last_user(claim.view.entries[max(0, claim.answered - claim.view.start) :])
+        recorded = await self._record(job.session_key, lease.token, claim, None, None)
+        self.recent.forget(job.session_key)
+        return Address.model_validate(user["reply"]) if recorded and user else None
 
     def _start_early(self, job: Job) -> EarlyStart | None:
         """Compile from the view the last turn left and start the model call, when the
@@ -146,24 +177,22 @@ class TurnRunner:
         usage, chain = Usage(), self._chain(prepared)
         return EarlyStart(prepared, chain, usage, EarlyCall(self._pieces(prepared, usage, chain)))
 
-    async def _claim(self, job: Job, token: str, early: EarlyStart | None = None) -> Claim:
+    async def _claim(self, job: Job, lease: Lease, early: EarlyStart | None = None) -> Claim:
         """Take the session's lease, waiting while another turn holds it.
 
         When the holder runs in this process, its end wakes the waiter at once;
         a holder elsewhere is polled, quickly at first. An early call does not
-        wait with it: another turn's reply comes first.
+        wait with it: another turn's reply comes first. (The job is touched
+        meanwhile by its owner, `JobQueue.owned`.)
         """
-        delay, touched = 0.005, time.monotonic()
+        delay = 0.005
         while True:
-            claim = await self.sessions.claim(job.session_key, token, self.ttl)
+            claim = await self.sessions.claim(job.session_key, lease.token, self.ttl)
             if claim.ok:
                 return claim
             if early is not None and not early.call.cancelled:
                 log.info("%s is busy; cancelled its early model call", job.session_key)
                 await early.call.cancel()
-            if time.monotonic() - touched > self.ttl / 3:
-                await self.queue.touch(job)
-                touched = time.monotonic()
             local = self.running.get(job.session_key)
             if local is not None:
                 with contextlib.suppress(TimeoutError):
@@ -171,18 +200,6 @@ class TurnRunner:
                 continue
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
-
-    async def _heartbeat(self, job: Job, token: str, running: RunningTurn) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                if not await self.sessions.renew(job.session_key, token, self.ttl):
-                    log.warning("lease lost for %s; stopping the turn", job.session_key)
-                    running.request_stop(LEASE_LOST)
-                    return
-                await self.queue.touch(job)
-            except RedisError as exc:
-                log.warning("heartbeat for %s failed: %s", job.session_key, exc)
 
     async def _answer(
         self,
@@ -197,7 +214,7 @@ class TurnRunner:
         assert view is not None  # a claim with work carries its snapshot
         user = _last_user(view.entries[max(0, claim.answered - view.start) :])
         if user is None:
-            await self.sessions.finish(key, token, claim, None)
+            await self._record(key, token, claim, None, None)
             return
         address = Address.model_validate(user["reply"])
         sender = self.senders[address.platform]
@@ -208,21 +225,31 @@ class TurnRunner:
             claim.length - claim.answered,
         )
         context = self._context(key, view, user, address, list(claim.injections))
-        stream = self._reply_stream(key, claim, sender, address)
+        stream = self._reply_stream(key, token, claim, sender, address)
         started_early = early is not None
-        prepared, early = await self._prepare(key, claim, context, view, early)
-        usage = early.usage if early is not None else Usage()
-        result, chain = await self._call(key, prepared, usage, stream, running, early)
-        if running.reason == LEASE_LOST:
-            # Another run of this turn will edit the same message; say nothing here.
-            await stream.abandon()
-            raise LeaseLost(f"lease of {key} expired during turn {claim.turn_id}")
-        entry = await self._deliver(stream, result, claim.turn_id, key)
+        usage = Usage()
+        prepared: PreparedTurn | None = None
+        chain: ResponseChain | None = None
+        try:
+            try:
+                prepared, early = await self._prepare(key, claim, context, view, early)
+                usage = early.usage if early is not None else usage
+                result, chain = await self._call(key, prepared, usage, stream, running, early)
+            except ModelError as exc:  # counting or compressing went through a model that failed
+                result = TurnResult(stream.text, error=exc)
+            if running.reason == LEASE_LOST:
+                # Another run of this turn will edit the same message; say nothing here.
+                raise LeaseLost(f"lease of {key} expired during turn {claim.turn_id}")
+            entry = await self._deliver(stream, result, claim.turn_id, key)
+        except BaseException:
+            await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
+            raise
         fields = _chain_fields(prepared, chain, result, entry)
-        recorded = await self.sessions.finish(key, token, claim, entry, fields)
-        self._remember(key, claim, prepared, entry, fields, recorded)
-        if recorded:
-            self._compress_later(key, prepared, entry)
+        recorded = await self._record(key, token, claim, entry, fields)
+        if prepared is not None:
+            self._remember(key, claim, prepared, entry, fields, recorded)
+            if recorded:
+                self._compress_later(key, prepared, entry)
         outcome = _outcome(result, recorded)
         seconds = time.monotonic() - started
         await self.metrics.turn(
@@ -243,16 +270,29 @@ class TurnRunner:
             usage.completion_tokens,
         )
 
-    def _reply_stream(
-        self, key: str, claim: Claim, sender: Sender, address: Address
-    ) -> ReplyStream:
-        turn_id = claim.turn_id
+    async def _record(
+        self,
+        key: str,
+        token: str,
+        claim: Claim,
+        entry: Entry | None,
+        fields: dict[str, str] | None,
+    ) -> bool:
+        """Record the turn; True when recorded, False when a reset or another run of it
+        got there first. Raises LeaseLost when it could not record (left for a re-run)."""
+        outcome = await self.sessions.finish(key, token, claim, entry, fields)
+        if outcome is Finish.LOST:
+            raise LeaseLost(f"{key} turn {claim.turn_id} lost its lease before recording")
+        return outcome is Finish.RECORDED
 
+    def _reply_stream(
+        self, key: str, token: str, claim: Claim, sender: Sender, address: Address
+    ) -> ReplyStream:
         async def store_ids(ids: list[str]) -> None:
-            await self.sessions.store_reply_ids(key, turn_id, ids)
+            await self.sessions.show_progress(key, token, claim, ids=ids)
 
         async def show_live(text: str) -> None:
-            await self.sessions.set_live(key, text)
+            await self.sessions.show_progress(key, token, claim, text=text)
 
         stream = ReplyStream(
             sender,
@@ -438,8 +478,12 @@ class TurnRunner:
 
         producing = asyncio.create_task(consume())
         stopping = asyncio.create_task(running.stop.wait())
-        await asyncio.wait({producing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        losing = asyncio.create_task(running.lease.lost.wait())
+        await asyncio.wait({producing, stopping, losing}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
+        losing.cancel()
+        if running.lease.lost.is_set():
+            running.request_stop(LEASE_LOST)
         if not producing.done():
             producing.cancel()
             await asyncio.gather(producing, return_exceptions=True)
@@ -447,8 +491,9 @@ class TurnRunner:
         error = producing.exception()
         if isinstance(error, ModelError):
             return TurnResult(stream.text, error=error)
-        if error is not None:
-            raise error
+        if error is not None:  # a provider's answer of a shape nothing expected
+            log.error("the model's answer could not be read: %r", error, exc_info=error)
+            return TurnResult(stream.text, error=ModelBadResponse(type(error).__name__))
         return TurnResult(stream.text)
 
     async def _deliver(
@@ -499,10 +544,13 @@ def _chain_base(view: HistoryView) -> str:
 
 
 def _chain_fields(
-    prepared: PreparedTurn, chain: ResponseChain | None, result: TurnResult, entry: Entry | None
+    prepared: PreparedTurn | None,
+    chain: ResponseChain | None,
+    result: TurnResult,
+    entry: Entry | None,
 ) -> dict[str, str] | None:
     """The chain to continue next turn: set only when the provider holds this whole turn."""
-    if chain is None or not chain.response_id or entry is None:
+    if prepared is None or chain is None or not chain.response_id or entry is None:
         return None
     if result.error is not None or result.stopped:
         return None  # the next turn resends these entries on the chain it had

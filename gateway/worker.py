@@ -1,6 +1,10 @@
 """The worker: reads jobs, runs main turns, side questions and command replies.
 
-    run() -> _read_loop() -> _start(job) -> _run_job(job) -> queue.complete(job)
+    run() -> _read_loop() -> _start(job) -> _run_job(job) -> queue.owned(job) -> _dispatch(job)
+
+A job is read or reclaimed only into a free slot, so no job waits, untouched,
+for a slot while another worker could have run it; from then on its owner
+(`JobQueue.owned`) touches it until it completes or is left pending.
 
 Many sessions run at once in one process (`concurrency` caps it); one
 session runs one main turn at a time (its lease). Side questions take no
@@ -10,6 +14,7 @@ lease, so they are answered while the session's main turn is still streaming.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -32,6 +37,10 @@ from gateway.store import Keys
 from gateway.turn import TurnRunner
 
 log = logging.getLogger(__name__)
+
+GIVE_UP_TEXT = (
+    "⚠️ Sorry, something went wrong on my side and I could not answer that. Please ask again."
+)
 
 
 class Worker:
@@ -68,6 +77,7 @@ class Worker:
         )
         self.slots = asyncio.Semaphore(concurrency or settings.worker_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.running_jobs: set[str] = set()
         self.ready = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -114,36 +124,53 @@ class Worker:
     async def _read_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self.slots.acquire()
+            taken = 1 + await self._take_free_slots()
             try:
-                jobs = await self.queue.read(count=1 + self._free_slots(), block_ms=1000)
+                jobs = await self.queue.read(count=taken, block_ms=1000)
+                if not jobs:  # idle: anything read earlier whose answer never arrived
+                    jobs = await self.queue.unstarted(self.running_jobs, taken)
             except RedisError as exc:
-                self.slots.release()
+                self._give_slots(taken)
                 log.warning("reading jobs failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
-            if not jobs:
-                self.slots.release()
-                continue
-            self._start(jobs[0], slot_taken=True)
-            for job in jobs[1:]:
-                await self.slots.acquire()
-                self._start(job, slot_taken=True)
+            self._start_all(jobs, taken)
             await asyncio.sleep(0)  # the new jobs send their claims before the next read
 
-    def _free_slots(self) -> int:
-        return int(getattr(self.slots, "_value", 0))
+    async def _take_free_slots(self) -> int:
+        """Take every slot that is free now (acquiring a free slot never suspends)."""
+        taken = 0
+        while not self.slots.locked():
+            await self.slots.acquire()
+            taken += 1
+        return taken
+
+    def _give_slots(self, count: int) -> None:
+        for _ in range(count):
+            self.slots.release()
+
+    def _start_all(self, jobs: list[Job], taken: int) -> None:
+        for job in jobs:
+            self._start(job, slot_taken=True)
+        self._give_slots(taken - len(jobs))
 
     async def _reclaim_loop(self, stop: asyncio.Event) -> None:
         min_idle = max(2.0, self.settings.lease_ttl * 1.5)
         while not stop.is_set():
             await asyncio.sleep(min_idle / 2)
+            # Slots first, then claims: a busy worker claims nothing it cannot start at once.
+            await self.slots.acquire()
+            taken = 1 + await self._take_free_slots()
             try:
-                for job in await self.queue.reclaim(min_idle):
-                    log.info("reclaimed %s job %s of %s", job.kind, job.id, job.session_key)
-                    await self.slots.acquire()
-                    self._start(job, slot_taken=True)
+                jobs = await self.queue.reclaim(min_idle, taken)
             except RedisError as exc:
+                self._give_slots(taken)
                 log.warning("reclaiming jobs failed: %s", exc)
+                continue
+            for job in jobs:
+                log.info("reclaimed %s job %s of %s (delivery %d)",
+                         job.kind, job.id, job.session_key, job.deliveries)
+            self._start_all(jobs, taken)
 
     async def _cancel_listener(self) -> None:
         while True:
@@ -166,17 +193,24 @@ class Worker:
     def _start(self, job: Job, *, slot_taken: bool) -> None:
         task = asyncio.create_task(self._run_job(job))
         self.tasks.add(task)
+        self.running_jobs.add(job.id)
 
         def done(finished: asyncio.Task[None]) -> None:
             self.tasks.discard(finished)
+            self.running_jobs.discard(job.id)
             if slot_taken:
                 self.slots.release()
 
         task.add_done_callback(done)
 
     async def _run_job(self, job: Job) -> None:
+        """Run a job under its owner: completed when it returns, left pending when it raises."""
         try:
-            await self._dispatch(job)
+            async with self.queue.owned(job, touch_every=self.settings.lease_ttl / 3):
+                if job.exhausted:
+                    await self._give_up(job)
+                else:
+                    await self._dispatch(job)
         except LeaseLost as exc:
             # Left pending on purpose: reclaimed once idle, the turn runs again and
             # edits the message this run had posted.
@@ -197,11 +231,25 @@ class Worker:
             )
             raise
         except Exception:
-            log.exception("%s job %s of %s failed", job.kind, job.id, job.session_key)
-            await self.metrics.count("errors", f"job_{job.kind}")
-        await self.queue.complete(job)
+            # Left pending: reclaimed once idle and run again, up to MAX_DELIVERIES.
+            log.exception(
+                "%s job %s of %s failed (delivery %d); left for a retry",
+                job.kind, job.id, job.session_key, job.deliveries,
+            )
+            with contextlib.suppress(RedisError):
+                await self.metrics.count("errors", f"job_{job.kind}")
+
+    async def _give_up(self, job: Job) -> None:
+        """A job that failed on every delivery: said once, then done with."""
+        log.error("%s job %s of %s failed %d times; giving up",
+                  job.kind, job.id, job.session_key, job.deliveries - 1)
+        await self.metrics.count("errors", "job_given_up")
+        address = await self.turns.give_up(job) if job.kind == "turn" else _address_of(job)
+        if address is not None and job.kind != "notice":
+            await self._send(address, GIVE_UP_TEXT)
 
     async def _dispatch(self, job: Job) -> None:
+        """Run the job's effect; it returns once that effect is recorded."""
         if job.kind == "turn":
             await self._turn(job)
         elif job.kind == "side":
@@ -268,3 +316,8 @@ class Worker:
         except PlatformError as exc:
             log.error("could not send to %s: %s", address.chat_key, exc)
             await self.metrics.count("errors", "delivery")
+
+
+def _address_of(job: Job) -> Address | None:
+    raw = job.payload.get("address")
+    return Address.model_validate(raw) if isinstance(raw, dict) else None

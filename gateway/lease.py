@@ -1,0 +1,90 @@
+"""Leases: a Redis key held by one owner's token for a TTL, renewed while the owner works.
+
+A session's lease makes one turn at a time run in it; a compression lock makes
+one compression at a time rewrite its segments. Both are held the same way:
+
+    lease = Lease(redis, key, ttl)
+    if await lease.acquire():            # or taken by a script (a turn's claim)
+        async with lease.kept():         # renewed every ttl/3 until the body ends
+            ...                          # `lease.lost` is set if another owner took it
+                                         # released (if still ours) on the way out
+
+The heartbeat is the only writer of the TTL, so a holder that dies or hangs
+loses the key within one TTL, and a live one never does while its loop runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.scripts import load
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    """One holder's claim on one key."""
+
+    def __init__(self, redis: Redis, key: str, ttl: float, token: str | None = None) -> None:
+        self.redis = redis
+        self.key = key
+        self.ttl = ttl
+        self.token = token or secrets.token_hex(8)
+        self.lost = asyncio.Event()
+        self._renew = load("renew").bind(redis)
+        self._release = load("release").bind(redis)
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.ttl * 1000)
+
+    async def acquire(self) -> bool:
+        """Take the key if nobody holds it."""
+        return bool(await self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
+
+    async def renew(self) -> bool:
+        """Extend the TTL; False (and `lost` set) when another owner holds the key or it expired."""
+        held = bool(
+            await self._renew(keys={"lease": self.key},
+                              args={"token": self.token, "ttl_ms": self.ttl_ms})
+        )
+        if not held:
+            self.lost.set()
+        return held
+
+    async def release(self) -> None:
+        """Give the key up, if it is still ours."""
+        await self._release(keys={"lease": self.key}, args={"token": self.token})
+
+    @contextlib.asynccontextmanager
+    async def kept(self, *, release: bool = True) -> AsyncIterator[Lease]:
+        """Renew the lease while the body runs; release it at the end (unless told not to:
+        a turn's finishing script releases it in the same step as it records)."""
+        beat = asyncio.create_task(self._heartbeat())
+        try:
+            yield self
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            if release:
+                with contextlib.suppress(RedisError):
+                    await self.release()
+
+    async def _heartbeat(self) -> None:
+        while not self.lost.is_set():
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                if not await self.renew():
+                    log.warning("lease %s lost", self.key)
+            except RedisError as exc:
+                # The next beat tries again; a lease that expires meanwhile is
+                # found lost then, and the holder's writes are fenced anyway.
+                log.warning("renewing lease %s failed: %s", self.key, exc)

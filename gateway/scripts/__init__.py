@@ -1,0 +1,87 @@
+"""The Lua scripts, one file each, loaded once and called with named keys and arguments.
+
+Each file opens with two comment lines that name its keys and arguments, in
+the order the script reads them:
+
+    -- KEYS: lease queued inbox
+    -- ARGV: token ttl_ms
+
+A trailing `...` on the ARGV line takes any number of further arguments (as
+field/value pairs, say). `Script.bind(redis)` registers the source with that
+client (EVALSHA, loading it on first use); the bound script takes mappings and
+refuses a missing or unknown name, so no call site can pass them out of order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+
+Arg = str | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One script's source and the names of its keys and arguments."""
+
+    name: str
+    source: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+    variadic: bool = False
+
+    def bind(self, redis: Redis) -> BoundScript:
+        return BoundScript(self, redis)
+
+
+class BoundScript:
+    """A script registered with one client."""
+
+    def __init__(self, script: Script, redis: Redis) -> None:
+        self.script = script
+        self._call = redis.register_script(script.source)
+
+    async def __call__(
+        self,
+        keys: Mapping[str, str],
+        args: Mapping[str, Arg] | None = None,
+        rest: Sequence[Arg] = (),
+    ) -> Any:
+        values = args or {}
+        _check(self.script.name, "keys", self.script.keys, keys)
+        _check(self.script.name, "args", self.script.args, values)
+        if rest and not self.script.variadic:
+            raise TypeError(f"script {self.script.name} takes no further arguments")
+        ordered = [values[name] for name in self.script.args]
+        return await self._call(keys=[keys[name] for name in self.script.keys],
+                                args=[*ordered, *rest])
+
+
+def _check(script: str, what: str, expected: Sequence[str], given: Mapping[str, Any]) -> None:
+    if set(given) != set(expected):
+        missing = sorted(set(expected) - set(given))
+        unknown = sorted(set(given) - set(expected))
+        raise TypeError(f"script {script}: {what} missing {missing}, unknown {unknown}")
+
+
+@cache
+def load(name: str) -> Script:
+    """The script in `<name>.lua` beside this module (read once per process)."""
+    source = resources.files(__package__).joinpath(f"{name}.lua").read_text()
+    header = dict(_header_line(line) for line in source.splitlines()[:2])
+    keys = tuple(header.get("KEYS", "").split())
+    args = header.get("ARGV", "").split()
+    variadic = bool(args) and args[-1] == "..."
+    return Script(name, source, keys, tuple(args[:-1] if variadic else args), variadic)
+
+
+def _header_line(line: str) -> tuple[str, str]:
+    if not line.startswith("-- KEYS:") and not line.startswith("-- ARGV:"):
+        raise ValueError(f"a script must open with '-- KEYS:' and '-- ARGV:' lines: {line!r}")
+    label, _, names = line[3:].partition(":")
+    return label, names.strip()

@@ -1,0 +1,31 @@
+-- KEYS: lease queued inbox history meta segments injections turn_injections replies
+-- ARGV: token ttl_ms
+-- Take a session's lease (or keep it: the same token renews) and move the inbox
+-- into the history. With work past the `answered` mark, also read everything the
+-- turn starts from: the snapshot, its injections and its reply's platform ids.
+local lease, queued, inbox, history, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local segments, injections, turn_injections, replies = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local token, ttl_ms = ARGV[1], ARGV[2]
+
+local holder = redis.call('GET', lease)
+if holder and holder ~= token then return {0} end
+redis.call('SET', lease, token, 'PX', ttl_ms)
+redis.call('DEL', queued)
+while true do
+  local entry = redis.call('LPOP', inbox)
+  if not entry then break end
+  redis.call('RPUSH', history, entry)
+end
+local answered = tonumber(redis.call('HGET', meta, 'answered') or '0')
+local length = redis.call('LLEN', history)
+local epoch = redis.call('HGET', meta, 'epoch') or '0'
+if length <= answered then return {1, answered, length, epoch} end
+-- The injections become this turn's; a re-run of the same turn sees them again.
+if redis.call('EXISTS', turn_injections) == 0 and redis.call('EXISTS', injections) == 1 then
+  redis.call('RENAME', injections, turn_injections)
+end
+local start = tonumber(redis.call('HGET', meta, 'history_start') or '0')
+return {1, answered, length, epoch, redis.call('HGETALL', meta),
+        redis.call('LRANGE', segments, -2, -1), redis.call('LRANGE', history, start, -1),
+        redis.call('LRANGE', turn_injections, 0, -1),
+        redis.call('HGET', replies, epoch .. '.' .. answered) or ''}

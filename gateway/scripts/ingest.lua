@@ -1,0 +1,47 @@
+-- KEYS: seen inbox meta queued stream sessions channel lease history injections
+-- ARGV: dedupe_ttl entry session now early
+-- A user message: dedupe on the platform's event id, append it to the inbox and
+-- enqueue a turn unless one is already queued, in one step (a message is never
+-- in the inbox without a job, nor a job without its message).
+local seen, inbox, meta, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local stream, sessions, channel, lease = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local history, injections = KEYS[9], KEYS[10]
+local dedupe_ttl, entry, session, now, early = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+
+if redis.call('SET', seen, '1', 'NX', 'EX', dedupe_ttl) == false then return {0, false} end
+redis.call('RPUSH', inbox, entry)
+-- The bot was addressed here: follow-ups in this thread are answered from now on,
+-- not only once the first answer is recorded.
+redis.call('HSET', meta, 'updated', now, 'participated', '1')
+redis.call('HSETNX', meta, 'created', now)
+redis.call('ZADD', sessions, now, session)
+redis.call('ZADD', channel, now, session)
+
+-- A marker whose job is gone (its stream was removed, as a console's is when its
+-- process exits) would block every later turn: that job will never run or complete.
+local marker = redis.call('GET', queued)
+if marker then
+  local marker_stream, marker_job = string.match(marker, '^(%S+) (%S+)$')
+  if not marker_job or #redis.call('XRANGE', marker_stream, marker_job, marker_job) == 0 then
+    redis.call('DEL', queued)
+    if tonumber(redis.call('HGET', meta, 'owed') or '0') > 0 then
+      redis.call('HINCRBY', meta, 'owed', -1)
+    end
+    marker = false
+  end
+end
+if marker then return {1, false} end
+
+-- The base a worker may start early from (gateway.early): only when nothing but
+-- this message is waiting, no turn is running and no injection is queued.
+local payload = ''
+if early == '1' and redis.call('LLEN', inbox) == 1 and redis.call('EXISTS', lease) == 0
+    and redis.call('EXISTS', injections) == 0 then
+  local base = (redis.call('HGET', meta, 'epoch') or '0') .. '.' .. redis.call('LLEN', history)
+  payload = '{"base":"' .. base .. '","entry":' .. entry .. '}'
+end
+local job = redis.call('XADD', stream, '*', 'kind', 'turn', 'session', session,
+                       'payload', payload)
+redis.call('SET', queued, stream .. ' ' .. job)
+redis.call('HINCRBY', meta, 'owed', 1)
+return {1, job}
