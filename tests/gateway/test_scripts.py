@@ -1,0 +1,137 @@
+"""Each Lua script against a real Redis, one test per fence it enforces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.scripts import load
+from gateway.session import Claim, Finish, SessionStore
+from gateway.store import Keys
+from tests.gateway.helpers import inbound
+
+KEY = "test:W:C1"
+
+
+@pytest.fixture
+def sessions(redis_client: aioredis.Redis) -> SessionStore:
+    return SessionStore(redis_client)
+
+
+async def _claimed(sessions: SessionStore, token: str = "t1") -> Claim:
+    await sessions.append_user(inbound("hello"))
+    claim = await sessions.claim(KEY, token, 30)
+    assert claim.ok and claim.has_work
+    return claim
+
+
+def test_every_script_names_its_keys_and_arguments() -> None:
+    for name in ("ingest", "enqueue", "claim", "finish", "renew", "release", "reset",
+                 "complete", "reply_state", "store_segment", "pace_acquire", "pace_ban"):
+        script = load(name)
+        assert script.keys and script.args, name
+
+
+async def test_a_script_refuses_keys_out_of_its_names(redis_client: aioredis.Redis) -> None:
+    release = load("release").bind(redis_client)
+    with pytest.raises(TypeError, match="missing"):
+        await release(keys={"lock": "x"}, args={"token": "t"})
+
+
+async def test_finish_records_once_for_the_holder(sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    entry = {"id": "a1", "role": "assistant", "text": "hi"}
+    assert await sessions.finish(KEY, "t1", claim, entry) is Finish.RECORDED
+    assert await sessions.finish(KEY, "t1", claim, entry) is Finish.SUPERSEDED
+    assert [e["role"] for e in await sessions.history(KEY)] == ["user", "assistant"]
+
+
+async def test_finish_on_a_stolen_lease_writes_nothing(sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    await sessions.redis.set(Keys.lease(KEY), "thief")
+    outcome = await sessions.finish(KEY, "t1", claim, {"id": "a", "role": "assistant"})
+    assert outcome is Finish.LOST
+    assert len(await sessions.history(KEY)) == 1
+
+
+async def test_finish_on_an_expired_lease_records_when_nothing_moved(
+        sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    await sessions.redis.delete(Keys.lease(KEY))
+    outcome = await sessions.finish(KEY, "t1", claim, {"id": "a", "role": "assistant"})
+    assert outcome is Finish.RECORDED
+
+
+async def test_finish_on_an_expired_lease_after_another_claim_writes_nothing(
+        sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    await sessions.redis.delete(Keys.lease(KEY))
+    await sessions.append_user(inbound("more"))
+    assert (await sessions.claim(KEY, "t2", 30)).ok  # moves the new message into history
+    await sessions.redis.delete(Keys.lease(KEY))
+    outcome = await sessions.finish(KEY, "t1", claim, {"id": "a", "role": "assistant"})
+    assert outcome is Finish.LOST
+
+
+async def test_finish_after_a_reset_is_superseded(sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    await sessions.reset(KEY)
+    outcome = await sessions.finish(KEY, "t1", claim, {"id": "a", "role": "assistant"})
+    assert outcome is Finish.SUPERSEDED
+    assert await sessions.history(KEY) == []
+
+
+async def test_finish_without_a_reply_gives_injections_back(sessions: SessionStore) -> None:
+    await sessions.inject(KEY, "old")
+    claim = await _claimed(sessions)
+    await sessions.inject(KEY, "new")
+    assert await sessions.finish(KEY, "t1", claim, None) is Finish.RECORDED
+    assert await sessions.redis.lrange(Keys.injections(KEY), 0, -1) == ["old", "new"]
+
+
+async def test_a_running_turns_text_is_fenced_by_lease_and_epoch(sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    assert await sessions.show_progress(KEY, "t1", claim, text="so far")
+    await sessions.reset(KEY)
+    assert not await sessions.show_progress(KEY, "t1", claim, text="after reset", ids=["9"])
+    assert await sessions.live(KEY) is None
+    assert await sessions.redis.hlen(Keys.replies(KEY)) == 0
+
+
+async def test_reply_ids_are_kept_after_the_lease_is_lost(sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    await sessions.redis.set(Keys.lease(KEY), "thief")
+    await sessions.show_progress(KEY, "t1", claim, text="late", ids=["7"])
+    assert json.loads(await sessions.redis.hget(Keys.replies(KEY), "0.0")) == ["7"]
+    assert await sessions.live(KEY) is None
+
+
+async def test_ingest_marks_the_thread_as_taken_part_in(sessions: SessionStore) -> None:
+    await sessions.append_user(inbound("first", dm=False))
+    assert await sessions.participated(KEY)
+
+
+async def test_ingest_does_not_wait_on_a_marker_whose_job_is_gone(sessions: SessionStore) -> None:
+    first = inbound("hello")
+    _, job = await sessions.append_user(first)
+    assert job is not None
+    await sessions.redis.delete(sessions.stream("test"))  # a console's stream, at its exit
+    _, second_job = await sessions.append_user(inbound("again"))
+    assert second_job is not None
+    assert await sessions.owed(KEY) == 1
+
+
+async def test_complete_counts_a_job_once(redis_client: aioredis.Redis) -> None:
+    sessions = SessionStore(redis_client)
+    await redis_client.xgroup_create(sessions.stream("test"), "gw-workers", id="0", mkstream=True)
+    _, job_id = await sessions.append_user(inbound("hello"))
+    await redis_client.xreadgroup("gw-workers", "w", {sessions.stream("test"): ">"})
+    complete = load("complete").bind(redis_client)
+    keys = {"stream": sessions.stream("test"), "meta": Keys.meta(KEY),
+            "side_in_flight": Keys.side_in_flight(KEY)}
+    args = {"group": "gw-workers", "job": str(job_id)}
+    assert await complete(keys=keys, args=args) == 1
+    assert await complete(keys=keys, args=args) == 0
+    assert await sessions.owed(KEY) == 0
