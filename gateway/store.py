@@ -115,6 +115,7 @@ class Keys:
     SESSIONS = f"{PREFIX}:sessions"
     CANCEL_CHANNEL = f"{PREFIX}:cancel"
     METRICS = f"{PREFIX}:metrics"
+    HEALTH = f"{PREFIX}:health"  # a hash: component -> its latest report
 
     @staticmethod
     def channel_sessions(channel_key: str) -> str:
@@ -132,9 +133,6 @@ class Keys:
     def user_name(platform: str, user_id: str) -> str:
         return f"{PREFIX}:user:{platform}:{user_id}"
 
-    @staticmethod
-    def health(component: str) -> str:
-        return f"{PREFIX}:health:{component}"
 
 
 def connect(url: str, max_connections: int = 256) -> aioredis.Redis:

@@ -6,7 +6,9 @@ run behind a load balancer. It never imports litellm.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -15,12 +17,19 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from adapters.base import Platform
 from gateway import health, metrics
 from gateway.ingest import Ingest
+
+log = logging.getLogger(__name__)
+
+# Probes give up after 1 to 5 s. The Redis client retries a lost connection for
+# about 9 s, which is right for ingest and wrong here: past this, Redis counts as down.
+PROBE_TIMEOUT = 0.5
+REDIS_DOWN = (RedisError, OSError, TimeoutError)
 
 
 def create_app(
@@ -30,17 +39,23 @@ def create_app(
 
     async def healthz(request: Request) -> Response:
         try:
-            await redis.ping()
-        except (RedisError, OSError):
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                connections = await health.read_all(redis)  # also the proof that Redis answers
+        except REDIS_DOWN as exc:
+            log.warning("/healthz: Redis does not answer (%s)", type(exc).__name__)
             return JSONResponse({"status": "down", "redis": "down"}, status_code=503)
-        connections = await health.read_all(redis)
         degraded = any(not report.get("up") for report in connections.values())
         return JSONResponse(
             {"status": "degraded" if degraded else "ok", "redis": "up", "connections": connections}
         )
 
     async def metrics_endpoint(request: Request) -> Response:
-        values, depth = await metrics.snapshot(redis, platform_names)
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                values, depth = await metrics.snapshot(redis, platform_names)
+        except REDIS_DOWN as exc:
+            log.warning("/metrics: Redis does not answer (%s)", type(exc).__name__)
+            return PlainTextResponse("redis down", status_code=503)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(metrics.SnapshotCollector(values, depth))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

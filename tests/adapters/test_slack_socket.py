@@ -44,7 +44,7 @@ class Socket:
     task: asyncio.Task[None]
 
     async def health(self) -> dict[str, Any] | None:
-        raw = await self.redis.get(Keys.health("slack"))
+        raw = await self.redis.hget(Keys.HEALTH, "slack")
         return json.loads(raw) if raw else None
 
     async def until(self, condition: Callable[[], Any], timeout: float = 10.0) -> None:

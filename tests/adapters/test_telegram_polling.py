@@ -110,7 +110,7 @@ async def test_updates_are_ingested_once_and_confirmed(fake: FakeTelegram,
 async def test_health_is_reported_up(fake: FakeTelegram, redis_client: aioredis.Redis,
                                      polling: TelegramPlatform) -> None:
     async def reported() -> bool:
-        raw = await redis_client.get(Keys.health("telegram-polling"))
+        raw = await redis_client.hget(Keys.HEALTH, "telegram-polling")
         return raw is not None and json.loads(raw)["up"] is True
 
     await until(reported)
