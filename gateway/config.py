@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     slack_edit_interval: float = Field(default=1.0, alias="SLACK_EDIT_INTERVAL", ge=0)
+    slack_allow_external: bool = Field(default=False, alias="SLACK_ALLOW_EXTERNAL")
 
     telegram_bot_token: SecretStr | None = Field(default=None, alias="TELEGRAM_BOT_TOKEN")
     telegram_webhook_secret: SecretStr | None = Field(default=None, alias="TELEGRAM_WEBHOOK_SECRET")

@@ -74,13 +74,27 @@ class Ingest:
         return await self.sessions.latest_in_channel(channel_key)
 
     def allowed(self, inbound: Inbound) -> bool:
-        if inbound.platform in OPEN_PLATFORMS:
+        """Whether the speaker may use the bot (INTERFACE.md, access rules).
+
+        A user in GATEWAY_ALLOWED_USERS always may. A member of another organisation
+        (a Slack Connect guest) only where the platform's opt-in says so: shared
+        channels and Connect DMs otherwise open the bot to strangers. Everyone else may
+        on Slack and the console, and on an open network only with its allow-all switch.
+        """
+        if inbound.user_key in self.settings.allowed_user_set:
             return True
-        allow_all = {
+        if inbound.speaker.external:
+            return self._external_allowed(inbound.platform)
+        return inbound.platform in OPEN_PLATFORMS or self._allow_all(inbound.platform)
+
+    def _external_allowed(self, platform: str) -> bool:
+        return {"slack": self.settings.slack_allow_external}.get(platform, False)
+
+    def _allow_all(self, platform: str) -> bool:
+        return {
             "telegram": self.settings.telegram_allow_all,
             "discord": self.settings.discord_allow_all,
-        }.get(inbound.platform, False)
-        return allow_all or inbound.user_key in self.settings.allowed_user_set
+        }.get(platform, False)
 
     async def _addressed(self, inbound: Inbound) -> bool:
         if inbound.is_dm or inbound.mentions_bot or inbound.replies_to_bot:

@@ -17,11 +17,17 @@ class _Frozen(BaseModel):
 
 
 class Speaker(_Frozen):
-    """Who wrote a message."""
+    """Who wrote a message.
+
+    `external` marks a member of another organisation than the one the bot is
+    installed for (a Slack Connect guest in a shared channel or DM): the adapter
+    knows the platform's notion of an organisation, the core only the flag.
+    """
 
     id: str
     name: str
     is_bot: bool = False
+    external: bool = False
 
 
 class Attachment(_Frozen):

@@ -4,8 +4,9 @@ It asks for the guilds, guild messages, DMs and the privileged message content
 intents; reconnecting and resuming are discord.py's. Messages become Inbound
 through `adapters.discord.inbound`; the `/btw` application command is deferred
 at once (Discord allows 3 s) and handed to the core, whose side job posts the
-interaction's follow-up. With auto-thread on, a mention in a channel opens a
-thread from the message, and that thread is the session.
+interaction's follow-up. With auto-thread on, a mention in a channel by someone
+allowed to use the bot opens a thread from the message, and that thread is the
+session.
 """
 
 from __future__ import annotations
@@ -150,8 +151,13 @@ class GatewayClient(discord.AutoShardedClient):
             await self._receive(inbound)
 
     def _opens_thread(self, message: discord.Message, inbound: Inbound) -> bool:
-        # Commands (`@bot /reset`, `@bot !btw q`) act on the channel's conversation.
-        return (self.auto_thread and inbound.mentions_bot
+        """Whether this mention gets a thread of its own.
+
+        Commands (`@bot /reset`, `@bot !btw q`) act on the channel's conversation. A
+        stranger gets none: a thread is public and named after their text, so access is
+        decided first, and their refusal is answered in the channel.
+        """
+        return (self.auto_thread and inbound.mentions_bot and self.ingest.allowed(inbound)
                 and isinstance(message.channel, discord.TextChannel)
                 and not inbound.text.startswith(("/", "!")))
 

@@ -3,7 +3,18 @@
 Sessions: one per thread, one per DM. A mention at the top level of a channel
 is answered in a new thread under it, so its session is named by the message's
 own ts. In a DM the session is the DM itself, unless the user wrote inside a
-DM thread.
+DM thread. The workspace of a session is the installation's team, whoever
+writes: in a Slack Connect channel the envelope's `team_id` is the author's.
+
+Slack Connect: a member of another organisation (a shared channel's guest, the
+other side of a Connect DM) is marked `external`, and the core refuses them
+unless SLACK_ALLOW_EXTERNAL is set. The author's organisation is the event's
+`user_team` (a mention, which may name an Enterprise Grid organisation rather
+than a team), else its `team`, else the envelope's `team_id`; where that team
+is the envelope's, the envelope's `enterprise_id` is the author's Grid org. The
+installation is the envelope's first `authorizations` entry (team and Grid
+org) and the bot's own team from auth.test. Sharing any id with it means the
+same workspace or the same Grid organisation.
 """
 
 from __future__ import annotations
@@ -77,14 +88,14 @@ def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> 
     thread_ts = event.get("thread_ts") or None
     is_dm = _is_dm(event)
     raw_text = event.get("text") or ""
-    workspace = str(body.get("team_id") or event.get("team") or bot.team_id or "")
+    workspace = installation_team(body, bot)
     session_thread = thread_ts if is_dm else (thread_ts or ts)
     return Inbound(
         platform=PLATFORM, workspace=workspace, channel=channel,
         thread=session_thread,
         message_id=ts,
         event_id=str(body.get("event_id") or f"{channel}:{ts}"),
-        speaker=Speaker(id=user, name=speaker_name),
+        speaker=Speaker(id=user, name=speaker_name, external=is_external(body, bot)),
         text=strip_mention(raw_text, bot),
         is_dm=is_dm,
         mentions_bot=event.get("type") == "app_mention" or bool(bot.mention().search(raw_text)),
@@ -105,12 +116,16 @@ def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,
     channel = str(command["channel_id"])
     workspace = str(command.get("team_id") or "")
     thread = session_thread(session_key)
+    # A command names the invoker's own team and Grid org; the session's workspace is
+    # the installation's.
+    invoker = {command.get("team_id"), command.get("enterprise_id")}
     return Inbound(
         platform=PLATFORM, workspace=workspace, channel=channel,
         thread=thread,
         message_id=quote_ts,
         event_id=str(command.get("trigger_id") or f"btw:{channel}:{quote_ts}"),
-        speaker=Speaker(id=str(command["user_id"]), name=speaker_name),
+        speaker=Speaker(id=str(command["user_id"]), name=speaker_name,
+                        external=session_workspace(session_key) not in invoker),
         text=f"/btw {(command.get('text') or '').strip()}",
         is_dm=channel.startswith("D") or command.get("channel_name") == "directmessage",
         mentions_bot=True,
@@ -129,6 +144,44 @@ def session_thread(session_key: str) -> str | None:
     """The thread part of `slack:workspace:channel[:thread]`."""
     parts = session_key.split(":", 3)
     return parts[3] if len(parts) == 4 and parts[3] else None
+
+
+def session_workspace(session_key: str) -> str:
+    """The workspace part of `slack:workspace:channel[:thread]`."""
+    parts = session_key.split(":", 3)
+    return parts[1] if len(parts) > 1 else ""
+
+
+def installation_team(body: Mapping[str, Any], bot: BotIdentity) -> str:
+    """The team of the installation the event was delivered to."""
+    event = body.get("event") or {}
+    team = _authorization(body).get("team_id") or bot.team_id or body.get("team_id")
+    return str(team or event.get("team") or "")
+
+
+def is_external(body: Mapping[str, Any], bot: BotIdentity) -> bool:
+    """Whether the event's author belongs to another organisation than the installation."""
+    return not _installation(body, bot) & _authors_org(body)
+
+
+def _installation(body: Mapping[str, Any], bot: BotIdentity) -> frozenset[str]:
+    """The team and Grid organisation ids of the installation."""
+    authorization = _authorization(body)
+    ids = (authorization.get("team_id"), authorization.get("enterprise_id"), bot.team_id)
+    return frozenset(str(i) for i in ids if i)
+
+
+def _authors_org(body: Mapping[str, Any]) -> frozenset[str]:
+    """The team and, where the event says, the Grid organisation ids of the event's author."""
+    event = body["event"]
+    team = event.get("user_team") or event.get("team") or body.get("team_id")
+    enterprise = body.get("enterprise_id") if team == body.get("team_id") else None
+    return frozenset(str(i) for i in (team, enterprise) if i)
+
+
+def _authorization(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    authorizations = body.get("authorizations") or ()
+    return authorizations[0] if authorizations else {}
 
 
 def strip_mention(text: str, bot: BotIdentity) -> str:

@@ -214,6 +214,31 @@ async def test_auto_thread_opens_a_thread_that_becomes_the_session(fake: FakeDis
     assert later.channel == mention["id"] and later.follows_thread
 
 
+async def test_a_strangers_mention_opens_no_thread_and_gets_one_refusal(
+        fake: FakeDiscord, redis_client: Redis) -> None:
+    stranger, alice = fake.user("66", "mallory"), fake.user("42")
+    async with Gateway(fake, redis_client, DISCORD_AUTO_THREAD=True, DISCORD_ALLOW_ALL=False,
+                       GATEWAY_ALLOWED_USERS="discord:42") as gateway:
+        await gateway.ready(fake)
+        for text in ("name a thread after me", "and another one"):
+            await fake.dispatch("MESSAGE_CREATE", fake.message(
+                CHANNEL, f"<@{fake.bot['id']}> {text}", stranger, guild_id=GUILD,
+                mentions=(fake.bot,)))
+        await gateway.seen(fake, 2)
+        allowed = fake.message(CHANNEL, f"<@{fake.bot['id']}> plan the launch", alice,
+                               guild_id=GUILD, mentions=(fake.bot,))
+        await fake.dispatch("MESSAGE_CREATE", allowed)
+        seen = await gateway.seen(fake, 3)
+    threads = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages/\d+/threads")
+    assert [call.body["name"] for call in threads] == ["plan the launch"]
+    refused = [inbound for inbound, outcome in seen if outcome == Outcome.REFUSED]
+    assert [inbound.speaker.id for inbound in refused] == ["66", "66"]
+    assert all(inbound.channel == CHANNEL for inbound in refused)
+    jobs = [fields for _, fields in await redis_client.xrange(Keys.jobs("discord"))]
+    notices = [json.loads(job["payload"])["text"] for job in jobs if job["kind"] == "notice"]
+    assert len(notices) == 1 and "discord:66" in notices[0]
+
+
 async def test_auto_thread_falls_back_to_a_reply_and_logs_once(
         fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture) -> None:
     fake.forbid_threads = True

@@ -1,12 +1,33 @@
-"""Slack events -> Inbound: sessions, threads, what is ignored."""
+"""Slack events -> Inbound: sessions, threads, what is ignored, who is external."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import urlencode
 
+import httpx
 import pytest
+from redis.asyncio import Redis
 
+from adapters.slack import SlackPlatform
 from adapters.slack.inbound import BotIdentity, btw_inbound, session_thread, to_inbound
+from gateway.config import load_settings
+from gateway.ingest import Ingest
+from gateway.store import Keys
+from gateway.web import create_app
+from tests.adapters.slack_helpers import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    event_body,
+    json_bytes,
+    signed_headers,
+)
+from tests.adapters.slack_helpers import mention as slack_mention
+from tests.adapters.slack_helpers import message as slack_message
+from tests.fakes.slack_api import TEAM_ID, FakeSlack
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
 
@@ -130,3 +151,176 @@ def test_native_btw_in_a_dm() -> None:
 def test_session_thread() -> None:
     assert session_thread("slack:T1:C1:100.1") == "100.1"
     assert session_thread("slack:T1:D1") is None
+
+
+# -- Slack Connect: who belongs to the installing organisation ------------------------
+
+def installed(event: dict[str, Any], *, team_id: str = "T1", enterprise_id: str | None = None,
+              home_enterprise: str | None = None) -> dict[str, Any]:
+    """An envelope as Slack sends it to the installation in T1 (`authorizations`), where
+    `team_id` / `enterprise_id` name the team the event came from."""
+    envelope = {**body(event), "team_id": team_id, "is_ext_shared_channel": True,
+                "authorizations": [{"enterprise_id": home_enterprise, "team_id": "T1",
+                                    "user_id": "UBOT", "is_bot": True,
+                                    "is_enterprise_install": False}]}
+    if enterprise_id is not None:
+        envelope["enterprise_id"] = enterprise_id
+    return envelope
+
+
+def test_a_member_of_the_installing_workspace_is_not_external() -> None:
+    for envelope in (body(mention()), body(mention(team="T1")),
+                     installed(mention(team="T1", user_team="T1"))):
+        inbound = to_inbound(envelope, BOT, "Ada")
+        assert inbound is not None and not inbound.speaker.external
+
+
+@pytest.mark.parametrize("envelope", [
+    # A message in a shared channel: the envelope names the author's team.
+    installed(message(thread_ts="100.1", team="T2"), team_id="T2", enterprise_id="E2"),
+    # A mention: the event keeps the installing team and names the author's in user_team,
+    installed(mention(team="T1", user_team="T2", source_team="T2")),
+    # or, for a member of another Enterprise Grid organisation, that organisation.
+    installed(mention(team="T1", user_team="E2", source_team="E2")),
+    # A Slack Connect DM.
+    installed(message(channel="D1", channel_type="im", team="T2"), team_id="T2"),
+])
+def test_a_member_of_another_organisation_is_external(envelope: dict[str, Any]) -> None:
+    inbound = to_inbound(envelope, BOT, "Eve")
+    assert inbound is not None and inbound.speaker.external
+
+
+def test_a_member_of_another_workspace_of_the_same_grid_organisation_is_not_external() -> None:
+    sibling = installed(message(thread_ts="100.1", team="T3"), team_id="T3", enterprise_id="E1",
+                        home_enterprise="E1")
+    grid_mention = installed(mention(team="T1", user_team="E1"), home_enterprise="E1")
+    for envelope in (sibling, grid_mention):
+        inbound = to_inbound(envelope, BOT, "Ada")
+        assert inbound is not None and not inbound.speaker.external
+
+
+def test_a_shared_channel_keeps_one_session_whoever_writes() -> None:
+    # The envelope's team_id is the author's team: the session is named by the installation.
+    guest = to_inbound(installed(message(ts="150.3", thread_ts="100.1", team="T2"),
+                                 team_id="T2"), BOT, "Eve")
+    member = to_inbound(installed(message(ts="150.4", thread_ts="100.1", team="T1")), BOT, "Ada")
+    assert guest is not None and member is not None
+    assert guest.session_key == member.session_key == "slack:T1:C1:100.1"
+    assert guest.reply.workspace == "T1"
+
+
+def test_native_btw_from_another_organisation_is_external() -> None:
+    command = {"team_id": "T2", "channel_id": "C1", "user_id": "U7", "text": "q",
+               "trigger_id": "t"}
+    assert btw_inbound(command, "slack:T1:C1:100.1", "400.3", "Eve").speaker.external
+    own = {**command, "team_id": "T1", "user_id": "U1"}
+    assert not btw_inbound(own, "slack:T1:C1:100.1", "400.4", "Ada").speaker.external
+
+
+# -- through the real bolt app: `POST /slack/events` into the real Ingest ---------------
+
+GUEST, GUEST_TEAM = "U0GUEST", "T0GUEST"
+
+
+@dataclass
+class Web:
+    http: httpx.AsyncClient
+    redis: Redis
+
+    async def post(self, body: bytes, content_type: str = "application/json") -> int:
+        headers = signed_headers(body, content_type=content_type)
+        response = await self.http.post("/slack/events", content=body, headers=headers)
+        return response.status_code
+
+    async def event(self, event: dict[str, Any], **envelope: Any) -> int:
+        return await self.post(json_bytes({**event_body(event), **envelope}))
+
+    async def guest_event(self, event: dict[str, Any]) -> int:
+        """An event from GUEST, a member of another organisation, in a shared channel."""
+        shared = {"is_ext_shared_channel": True}
+        if event["type"] == "message":  # the envelope names the author's team
+            return await self.event({**event, "team": GUEST_TEAM}, team_id=GUEST_TEAM, **shared)
+        return await self.event({**event, "user_team": GUEST_TEAM, "source_team": GUEST_TEAM},
+                                **shared)
+
+    async def jobs(self) -> list[dict[str, Any]]:
+        entries = cast(list[tuple[str, dict[str, str]]],
+                       await self.redis.xrange(Keys.jobs("slack")))
+        return [{**fields, "payload": json.loads(fields.get("payload") or "{}")}
+                for _, fields in entries]
+
+
+@pytest.fixture
+async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
+    slack.add_user(GUEST, "Eve")
+    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
+                             SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url)
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    platform = SlackPlatform(settings, redis)
+    app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
+    await platform.startup()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        yield Web(http, redis)
+    await redis.aclose()
+
+
+async def session_texts(redis: Redis) -> list[str]:
+    """Every user message written into any session."""
+    texts = []
+    for key in await redis.keys("*inbox*"):
+        texts += [json.loads(entry)["text"] for entry in await redis.lrange(key, 0, -1)]
+    return texts
+
+
+async def test_a_guest_from_another_organisation_gets_one_refusal_and_no_turn(web: Web) -> None:
+    assert await web.guest_event(slack_mention("what is our plan?", user=GUEST)) == 200
+    assert await web.guest_event(slack_message("hello?", user=GUEST, channel="D9",
+                                               channel_type="im")) == 200
+    jobs = await web.jobs()
+    assert [job["kind"] for job in jobs] == ["notice"]
+    assert f"slack:{GUEST}" in jobs[0]["payload"]["text"]
+    assert await session_texts(web.redis) == []
+
+
+async def test_reset_and_stop_from_a_guest_leave_the_conversation_alone(web: Web) -> None:
+    thread = slack_mention("remember 42")
+    await web.event(thread)
+    for command in ("/reset", "/stop"):
+        await web.guest_event(slack_mention(command, user=GUEST, thread_ts=thread["ts"]))
+    jobs = await web.jobs()
+    assert [job["kind"] for job in jobs] == ["turn", "notice"]
+    session = f"slack:{TEAM_ID}:C1:{thread['ts']}"
+    assert await web.redis.hget(Keys.meta(session), "epoch") is None
+    assert await session_texts(web.redis) == ["remember 42"]
+
+
+async def test_native_btw_from_a_guest_reaches_no_model(web: Web, slack: FakeSlack) -> None:
+    await web.guest_event(slack_message("hi from outside", user=GUEST, channel="D9",
+                                        channel_type="im"))
+    form = {"team_id": GUEST_TEAM, "channel_id": "D9", "channel_name": "directmessage",
+            "user_id": GUEST, "command": "/btw", "text": "what did we say?",
+            "trigger_id": "trig.guest", "api_app_id": "A0001"}
+    assert await web.post(urlencode(form).encode(), "application/x-www-form-urlencoded") == 200
+    assert not slack.calls_to("chat.postMessage")
+    assert [job["kind"] for job in await web.jobs()] == ["notice"]
+
+
+async def test_slack_allow_external_lets_a_guest_in(slack: FakeSlack, redis_url: str) -> None:
+    slack.add_user(GUEST, "Eve")
+    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
+                             SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url,
+                             SLACK_ALLOW_EXTERNAL="1")
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    platform = SlackPlatform(settings, redis)
+    app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
+    await platform.startup()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        web = Web(http, redis)
+        thread = slack_mention("a plan, please", user=GUEST)
+        await web.guest_event(thread)
+        jobs = await web.jobs()
+    await redis.aclose()
+    assert [job["kind"] for job in jobs] == ["turn"]
+    assert jobs[0]["session"] == f"slack:{TEAM_ID}:C1:{thread['ts']}"

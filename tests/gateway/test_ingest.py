@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from gateway.ingest import Ingest, Outcome
 from gateway.jobs import JobQueue
+from gateway.model import Inbound, Speaker
 from gateway.session import SessionStore
 from gateway.store import Keys
 from tests.gateway.helpers import inbound, settings
@@ -83,6 +85,60 @@ async def test_allow_all_opens_the_platform(redis_url: str, redis_client: aiored
     assert await ingest.receive(inbound("hi", platform="discord", user="5")) == Outcome.REFUSED
 
 
+def guest(text: str, **extra: Any) -> Inbound:
+    """A Slack message from a member of another organisation (a Slack Connect guest)."""
+    message = inbound(text, platform="slack", user="U7", **extra)
+    return message.model_copy(update={"speaker": Speaker(id="U7", name="Eve", external=True)})
+
+
+async def test_a_member_of_another_organisation_gets_one_refusal_and_reaches_nothing(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    ingest = Ingest(settings(redis_url), redis_client)
+    first = guest("hi")
+    assert await ingest.receive(first) == Outcome.REFUSED
+    assert await ingest.receive(guest("again")) == Outcome.REFUSED
+    notices = await jobs(redis_client, "slack")
+    assert [j["kind"] for j in notices] == ["notice"]
+    text = json.loads(notices[0]["payload"])["text"]
+    assert "slack:U7" in text and "\n" not in text
+    assert await SessionStore(redis_client).inbox(first.session_key) == []
+    assert await ingest.receive(inbound("hi", platform="slack", user="U1")) == Outcome.QUEUED
+
+
+async def test_reset_and_stop_from_another_organisation_do_nothing(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    ingest = Ingest(settings(redis_url), redis_client)
+    member = inbound("remember 42", platform="slack")
+    await ingest.receive(member)
+    pubsub = redis_client.pubsub()
+    await pubsub.subscribe(Keys.CANCEL_CHANNEL)
+    await pubsub.get_message(timeout=1)
+    for text in ("/reset", "/new", "/stop"):
+        assert await ingest.receive(guest(text)) == Outcome.REFUSED
+    # Published after the commands on the same connection: it arrives first only if
+    # none of them published a cancel.
+    await redis_client.publish(Keys.CANCEL_CHANNEL, "marker")
+    received = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+    await pubsub.aclose()
+    assert received is not None and received["data"] == "marker"
+    store = SessionStore(redis_client)
+    assert [e["text"] for e in await store.inbox(member.session_key)] == ["remember 42"]
+    assert "epoch" not in await store.meta(member.session_key)
+
+
+async def test_slack_allow_external_or_a_listing_lets_another_organisation_in(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    opened = Ingest(settings(redis_url, SLACK_ALLOW_EXTERNAL="1"), redis_client)
+    assert await opened.receive(guest("hi")) == Outcome.QUEUED
+    listed = Ingest(settings(redis_url, GATEWAY_ALLOWED_USERS="slack:U7"), redis_client)
+    assert await listed.receive(guest("hi again", channel="C2")) == Outcome.QUEUED
+    assert await jobs(redis_client, "slack") != []
+    assert all(j["kind"] == "turn" for j in await jobs(redis_client, "slack"))
+
+
 async def test_group_messages_need_a_mention_a_reply_or_a_thread_the_bot_is_in(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
@@ -98,8 +154,6 @@ async def test_group_messages_need_a_mention_a_reply_or_a_thread_the_bot_is_in(
 
 
 async def test_bots_are_ignored(redis_url: str, redis_client: aioredis.Redis) -> None:
-    from gateway.model import Speaker
-
     ingest = Ingest(settings(redis_url), redis_client)
     message = inbound("beep").model_copy(update={"speaker": Speaker(id="B", name="b", is_bot=True)})
     assert await ingest.receive(message) == Outcome.IGNORED
