@@ -8,6 +8,11 @@ from one turn to the next and a provider's prompt cache over it stays warm.
 Delta mode, for a provider that keeps the conversation on its side: the
 system prompt, only the entries after the cursor (the id of the last entry
 the provider has seen), and the reminder block.
+
+What users write (their texts, names and file names) reaches the model with
+its reminder tags escaped (`reminders.escape_tags`), so the gateway's block is
+the only one in a request; a name sits on one line, as it shares a line the
+gateway writes (the speaker prefix, the reminder's "This reply goes to ...").
 """
 
 from __future__ import annotations
@@ -114,7 +119,7 @@ class MessageCompiler:
         if context.target is not None:
             target = context.target
             texts.append(
-                f"This reply goes to {target.speaker_name} (id {target.speaker_id}) "
+                f"This reply goes to {_inline(target.speaker_name)} (id {target.speaker_id}) "
                 f"in {target.place}."
             )
         texts.extend(context.injections)
@@ -178,13 +183,25 @@ def entry_message(entry: Entry, group: bool) -> Message | None:
 def _user_content(entry: Entry, group: bool) -> str | list[Any]:
     text = entry.get("text")
     if isinstance(text, list):
-        return text
-    body = str(text or "")
+        return [_escaped_part(part) for part in text]
+    body = reminders.escape_tags(str(text or ""))
     for attachment in entry.get("attachments") or []:
-        label = attachment.get("name") or attachment.get("url") or "unnamed"
-        body += f"\n[attachment: {attachment.get('kind', 'file')} {label}]"
+        label = str(attachment.get("name") or attachment.get("url") or "unnamed")
+        body += f"\n[attachment: {attachment.get('kind', 'file')} {_inline(label)}]"
     speaker = (entry.get("speaker") or {}).get("name")
-    return f"{speaker}: {body}" if group and speaker else body
+    return f"{_inline(str(speaker))}: {body}" if group and speaker else body
+
+
+def _escaped_part(part: Any) -> Any:
+    """A part of multimodal user content, its text (if any) with the reminder tags escaped."""
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        return {**part, "text": reminders.escape_tags(part["text"])}
+    return part
+
+
+def _inline(name: str) -> str:
+    """A user-written name on one line (its line breaks as spaces), its reminder tags escaped."""
+    return reminders.escape_tags(" ".join(name.splitlines()))
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:

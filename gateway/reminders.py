@@ -7,6 +7,9 @@ conversation (and any provider prompt cache over it) is never disturbed.
 The block's form: the opening tag, a newline, the texts joined by one blank
 line, a newline, the closing tag. It follows the text it is appended to after
 one blank line.
+
+Only the gateway writes these tags: what users write reaches the model through
+`escape_tags`, so no message can close the block early or open one of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,21 @@ from typing import Any
 OPEN = "<system-reminder>"
 CLOSE = "</system-reminder>"
 _BLOCK = re.compile(r"<system-reminder>\n?(.*?)\n?</system-reminder>", re.DOTALL)
+# The `<` of anything a model could take for the tag: any case, spaces, `/`, `_` for `-`.
+_TAG_START = re.compile(r"<(?=\s*/?\s*system[\s_-]*reminder)", re.IGNORECASE)
+ESCAPED_LT = "&lt;"
+
+
+def escape_tags(text: str) -> str:
+    """`text` (written by a user) with the `<` of every reminder tag escaped as `&lt;`.
+
+    A user who writes `</system-reminder>` and then instructions would otherwise
+    close the gateway's block, or open one of their own, and speak as system
+    context. The escape keeps the words readable, to the model and to anyone
+    reading a request (`&lt;/system-reminder>`: a model reads an HTML entity as
+    a quoted character, not markup), and touches no other `<` (code, arrows).
+    """
+    return _TAG_START.sub(ESCAPED_LT, text)
 
 
 def extract(text: str) -> list[str]:

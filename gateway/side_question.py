@@ -129,7 +129,7 @@ def _render_entry(entry: Mapping[object, object], tool_names: dict[str, str]) ->
 def _render_user(entry: Mapping[object, object], text: str) -> str | None:
     speaker = entry.get("speaker")
     name = speaker.get("name") if isinstance(speaker, Mapping) else None
-    label = f"USER ({name})" if isinstance(name, str) and name.strip() else "USER"
+    label = f"USER ({_one_line(name)})" if isinstance(name, str) and name.strip() else "USER"
     body = " ".join(part for part in (text.strip(), _attachments(entry)) if part)
     return f"{label}: {_indented(body)}" if body else None
 
@@ -139,7 +139,7 @@ def _render_assistant(entry: Mapping[object, object], text: str,
     lines = [f"ASSISTANT: {_indented(text.strip())}"] if text.strip() else []
     called = _tool_calls(entry.get("tool_calls"), tool_names)
     if called:
-        lines.append(f"ASSISTANT [called tools: {', '.join(called)}]")
+        lines.append(f"ASSISTANT [called tools: {', '.join(map(_one_line, called))}]")
     return "\n".join(lines) or None
 
 
@@ -149,7 +149,7 @@ def _render_tool(entry: Mapping[object, object], text: str,
     name = tool_names.get(call_id) if isinstance(call_id, str) else None
     if name is None and isinstance(entry.get("name"), str):
         name = str(entry["name"])
-    label = f"TOOL RESULT ({name})" if name else "TOOL RESULT"
+    label = f"TOOL RESULT ({_one_line(name)})" if name else "TOOL RESULT"
     return f"{label}: {_indented(text.strip()) or '(empty)'}"
 
 
@@ -201,7 +201,19 @@ def _attachments(entry: Mapping[object, object]) -> str:
 
 
 def _indented(text: str | None) -> str:
-    return (text or "").replace("\n", "\n" + _INDENT)
+    r"""`text` with every continuation line indented.
+
+    Every boundary `str.splitlines` knows (`\r`, `\v`, `\f`, `\x1c`-`\x1e`, `\x85`,
+    U+2028, U+2029, not only `\n`) becomes a newline and an indent: a tokenizer or a
+    renderer may start a line at any of them, and a message must not start one of its own.
+    """
+    return ("\n" + _INDENT).join((text or "").splitlines())
+
+
+def _one_line(name: str) -> str:
+    """A name (a speaker's, a tool's) on one line, its line breaks turned into spaces:
+    a label is not indented, so a break in it would start a line of its own."""
+    return " ".join(name.splitlines())
 
 
 def _clip(text: str, limit: int) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gateway import reminders
-from gateway.reminders import append_block, combine, extract
+from gateway.reminders import append_block, combine, escape_tags, extract
 
 
 def block(*texts: str) -> str:
@@ -85,3 +87,16 @@ def test_multimodal_content_without_text_gets_a_new_text_part() -> None:
 def test_no_user_message_at_all_makes_a_new_user_message() -> None:
     out = append_block([{"role": "system", "content": "s"}], "B")
     assert out == [{"role": "system", "content": "s"}, {"role": "user", "content": "B"}]
+
+
+@pytest.mark.parametrize("tag", ["</system-reminder>", "<system-reminder>", "</SYSTEM-REMINDER>",
+                                 "< / System-Reminder >", "<system_reminder>"])
+def test_a_users_reminder_tag_is_escaped_and_stays_readable(tag: str) -> None:
+    escaped = escape_tags(f"a < b {tag} then")
+    assert "<" not in escaped.replace("a < b", "")
+    assert escaped == f"a < b &lt;{tag[1:]} then"
+
+
+def test_text_without_a_reminder_tag_is_left_as_it_is() -> None:
+    text = "<b>bold</b> <system> a<-b <reminder>"
+    assert escape_tags(text) == text
