@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import subprocess
 import tempfile
 import time
@@ -244,3 +245,19 @@ async def serving(app: Starlette) -> AsyncIterator[int]:
     finally:
         server.should_exit = True
         await task
+
+
+async def test_a_report_with_redis_gone_is_logged_not_raised(
+        own_redis: OwnRedis, caplog: pytest.LogCaptureFixture) -> None:
+    client = store.connect(own_redis.url)
+    try:
+        reporter = Health(client, "slack")
+        await reporter.report(True, "connected")
+        own_redis.kill()
+        with caplog.at_level(logging.WARNING, logger="gateway.health"):
+            await reporter.report(False, "connection lost; reconnecting")
+    finally:
+        await client.aclose()
+    assert (reporter.up, reporter.detail) == (False, "connection lost; reconnecting")
+    assert [r.getMessage() for r in caplog.records if r.name == "gateway.health"] == [
+        "health of slack not reported: Redis does not answer (TimeoutError)"]
