@@ -3,6 +3,7 @@
     GatewayError
      ├── ConfigError              a setting is missing or contradicts another
      ├── StoreUnavailable         Redis does not answer
+     ├── MalformedRequest         an HTTP request body is not what its route accepts
      ├── UsageError               a chat command was used wrongly (the text is the hint)
      ├── ContextMismatch          a compiler was handed another session's context
      ├── LeaseLost                a turn's session lease expired under it (left for a re-run)
@@ -34,6 +35,10 @@ class ConfigError(GatewayError):
 
 class StoreUnavailable(GatewayError):
     """Redis cannot be reached."""
+
+
+class MalformedRequest(GatewayError):
+    """An HTTP request body is not what its route accepts (not UTF-8, not JSON, too deep)."""
 
 
 class UsageError(GatewayError):

@@ -10,12 +10,14 @@ is not shown as the last thing it said.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from typing import Any, cast
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from gateway.store import Keys
 
@@ -24,6 +26,9 @@ log = logging.getLogger(__name__)
 # Reporters renew well within this. The clocks of reporter and reader are compared,
 # so machines whose clocks differ by a sizeable part of it misreport.
 REPORT_TTL = 30.0
+# A reporter is a connection's supervisor: it must not wait out the client's ~9 s of
+# retries, nor fail, because Redis is away.
+REPORT_TIMEOUT = 2.0
 
 
 class Health:
@@ -36,9 +41,16 @@ class Health:
         self.detail = "starting"
 
     async def report(self, up: bool, detail: str = "") -> None:
+        """Best effort: with Redis away there is nowhere to report to, and the last report
+        ages out of `/healthz` (which answers 503 meanwhile anyway)."""
         self.up, self.detail = up, detail
         body = json.dumps({"up": up, "detail": detail, "at": time.time()})
-        await self.redis.hset(Keys.HEALTH, self.component, body)
+        try:
+            async with asyncio.timeout(REPORT_TIMEOUT):
+                await self.redis.hset(Keys.HEALTH, self.component, body)
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("health of %s not reported: Redis does not answer (%s)",
+                        self.component, type(exc).__name__)
 
 
 async def read_all(redis: Redis, now: float | None = None) -> dict[str, dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The HTTP app of `gateway web`: adapter routes, `/healthz`, `/metrics`.
 
 Stateless: every request reads or writes Redis, so any number of these can
-run behind a load balancer. It never imports litellm.
+run behind a load balancer. It never imports litellm. Every route sits behind
+`BodyLimit` (gateway/http_limits.py), so no route reads an unbounded body.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from prometheus_client.registry import CollectorRegistry
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from adapters.base import Platform
 from gateway import health, metrics
+from gateway.http_limits import BodyLimit
 from gateway.ingest import Ingest
 
 log = logging.getLogger(__name__)
@@ -73,4 +76,4 @@ def create_app(
     routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
     for platform in platforms:
         routes.extend(platform.routes(ingest))
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(BodyLimit)])

@@ -4,7 +4,9 @@ The same app serves HTTP (`POST /slack/events`, bolt's own v0 signature check
 stays on) and Socket Mode. Listeners run before the acknowledgement is sent
 (`process_before_response`): ingest is a few Redis round trips, so Slack still
 gets its answer well within 3 s, and an event Redis could not take gets a 5xx,
-which makes Slack deliver it again instead of losing it.
+which makes Slack deliver it again instead of losing it. A delivery whose
+fields are of the wrong type (a list where text belongs) gets a 400 and one
+log line, not bolt's 500 with a stack trace.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
+from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.inbound import PLATFORM, BotIdentity, btw_inbound, to_inbound, wanted
+from adapters.slack.inbound import PLATFORM, BotIdentity, btw_inbound, to_inbound
 from adapters.slack.mrkdwn import escape
 from adapters.slack.names import UserNames
 from adapters.slack.sender import platform_error
-from gateway.errors import PlatformError
+from gateway.errors import GatewayError, PlatformError
+from gateway.http_limits import one_line
 
 if TYPE_CHECKING:
     from gateway.ingest import Ingest
@@ -34,6 +39,8 @@ NO_SESSION = ("There is no conversation in this channel yet: mention me first, "
               "then `/btw` asks about it.")
 CANNOT_POST = ("I could not post in this channel; invite me first (`/invite @gateway`), "
                "or ask with `!btw <question>` in the conversation's thread.")
+# What reading a field of the wrong type raises, in bolt or in the listeners below.
+SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 BTW_USAGE = ("Usage: `/btw <question>` asks a side question about this channel's "
              "latest conversation.")
 
@@ -51,12 +58,14 @@ class Listeners:
     async def on_message(self, body: dict[str, Any]) -> None:
         """`app_mention` and `message` events (channels, groups, DMs, threads)."""
         bot = await self.identity()
-        user = wanted(body, bot)
-        if user is None:
-            return
-        inbound = to_inbound(body, bot, await self.names.get(user))
+        # Converted before the name is looked up (and cached): a malformed event fails
+        # here, having written nothing.
+        inbound = to_inbound(body, bot, "")
         if inbound is None:
             return
+        name = await self.names.get(inbound.speaker.id)
+        speaker = inbound.speaker.model_copy(update={"name": name})
+        inbound = inbound.model_copy(update={"speaker": speaker})
         outcome = await self.ingest.receive(inbound)
         log.debug("slack event %s -> %s", inbound.event_id, outcome)
 
@@ -128,7 +137,22 @@ def build_app(client: AsyncWebClient, listeners: Listeners, *,
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.
     app.event(re.compile(".*"))(_ignore)
     app.action(re.compile(".*"))(_ack_only)
+    app.error(_failed)
     return app
+
+
+async def _failed(error: Exception) -> BoltResponse:
+    """bolt's answer when a listener or middleware raised: 5xx when Slack should deliver
+    it again, 400 when the delivery itself is malformed; either way one log line."""
+    if isinstance(error, GatewayError | RedisError):
+        log.warning("slack: delivery not stored (%s), answered 500 so that Slack sends it again",
+                    one_line(error, 120))
+        return BoltResponse(status=500, body="")
+    if isinstance(error, SHAPE_ERRORS):
+        log.warning("slack: delivery of the wrong shape refused with 400 (%s)", one_line(error))
+        return BoltResponse(status=400, body="")
+    log.error("slack: a listener failed", exc_info=error)
+    return BoltResponse(status=500, body="")
 
 
 async def _ack_only(ack: Ack) -> None:

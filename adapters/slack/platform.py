@@ -8,15 +8,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import aiohttp
-from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from adapters.base import Mode, Platform
 from adapters.slack.app import Listeners, build_app
+from adapters.slack.http import events_route
 from adapters.slack.inbound import BotIdentity
 from adapters.slack.names import UserNames
 from adapters.slack.sender import SlackSender, platform_error, web_client
@@ -32,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EVENTS_PATH = "/slack/events"
 NEEDS_APP_TOKEN = "SLACK_APP_TOKEN is required for Slack Socket Mode (gateway slack)"
 
 
@@ -111,12 +108,7 @@ class SlackPlatform(Platform):
             raise ConfigError("SLACK_SIGNING_SECRET is required for Slack over HTTP (gateway web)")
         app = build_app(self.client, self.listeners(ingest),
                         signing_secret=secret.get_secret_value())
-        handler = AsyncSlackRequestHandler(app)
-
-        async def events(request: Request) -> Response:
-            return await handler.handle(request)
-
-        return [Route(EVENTS_PATH, events, methods=["POST"])]
+        return [events_route(app, secret.get_secret_value())]
 
     async def connect(self, ingest: Ingest, health: Health) -> None:
         app_token = self.settings.slack_app_token

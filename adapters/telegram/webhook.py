@@ -2,16 +2,20 @@
 
 Telegram sends the secret given to setWebhook in `X-Telegram-Bot-Api-Secret-Token`;
 a request without the right one is answered 401 before its body is read, so
-it changes nothing. A body that is not an update is answered 400 (Telegram
-does not retry 4xx) and logged in one short line. Anything else is converted
-and handed to ingest; a failure there is a 5xx, so Telegram delivers the update
-again later (ingest dedupes on `update_id`).
+it changes nothing. The body is bounded by the app's `BodyLimit` (413 past it).
+
+Telegram retries every answer that is not 2xx, and holds the bot's later
+updates back while it does. So an update that carries the right secret but is
+malformed (not UTF-8 JSON, nested deeper than any real update, an object of
+the wrong type where a message belongs) is acknowledged with 200 and dropped,
+with one short log line: a retry would bring the same bytes back. A well-formed
+update is converted and handed to ingest; a failure there is a 503, so
+Telegram delivers it again later (ingest dedupes on `update_id`).
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,7 +26,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from telegram import Update
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, MalformedRequest
+from gateway.http_limits import json_body, one_line
 from gateway.model import Inbound
 
 if TYPE_CHECKING:
@@ -32,7 +37,8 @@ log = logging.getLogger(__name__)
 
 PATH = "/telegram/webhook"
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
-MAX_BODY = 1024 * 1024  # updates are a few kilobytes; anything this big is not one
+# What python-telegram-bot's de_json and the converter raise on a field of the wrong type.
+SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 
 Convert = Callable[[Update], Inbound | None]
 
@@ -42,7 +48,7 @@ def webhook_route(secret: str, ingest: Ingest, convert: Callable[[], Convert | N
     expected = secret.encode()
 
     async def endpoint(request: Request) -> Response:
-        given = request.headers.get(SECRET_HEADER, "").encode()
+        given = request.headers.get(SECRET_HEADER, "").encode("latin-1")
         if not hmac.compare_digest(given, expected):
             return PlainTextResponse("unauthorized", status_code=401)
         converter = convert()
@@ -50,34 +56,37 @@ def webhook_route(secret: str, ingest: Ingest, convert: Callable[[], Convert | N
             return PlainTextResponse("starting", status_code=503)
         media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
+            log.warning("telegram webhook: body of type %r refused with 415", media_type[:40])
             return PlainTextResponse("expected application/json", status_code=415)
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return PlainTextResponse("too large", status_code=413)
-        update = _parse(body)
-        if update is None:
-            return PlainTextResponse("malformed update", status_code=400)
-        inbound = converter(update)
-        if inbound is not None:
-            try:
-                await ingest.receive(inbound)
-            except (GatewayError, RedisError) as exc:
-                # Telegram delivers the update again later; ingest dedupes it then.
-                log.warning("telegram webhook: update %s not stored (%s), answered 503",
-                            update.update_id, exc)
-                return PlainTextResponse("try again", status_code=503)
-        return JSONResponse({"ok": True})
+        try:
+            inbound = _convert(await request.body(), converter)
+        except MalformedRequest as exc:
+            log.warning("telegram webhook: malformed update acknowledged and dropped (%s)", exc)
+            return JSONResponse({"ok": True})
+        return await _receive(ingest, inbound)
 
     return Route(PATH, endpoint, methods=["POST"])
 
 
-def _parse(body: bytes) -> Update | None:
+def _convert(body: bytes, converter: Convert) -> Inbound | None:
+    """The Inbound of `body` (None when the update is not a message for the bot)."""
+    data: Any = json_body(body)
+    update_id = data.get("update_id") if isinstance(data, dict) else None
+    if type(update_id) is not int:  # bool is an int to isinstance()
+        raise MalformedRequest("no integer update_id")
     try:
-        data: Any = json.loads(body)
-        if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
-            raise ValueError("no update_id")
-        return Update.de_json(data, None)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        log.warning("telegram webhook: malformed update (%s: %s), answered 400",
-                    type(exc).__name__, str(exc)[:80])
-        return None
+        return converter(Update.de_json(data, None))
+    except SHAPE_ERRORS as exc:
+        raise MalformedRequest(f"update {update_id}: {one_line(exc)}") from None
+
+
+async def _receive(ingest: Ingest, inbound: Inbound | None) -> Response:
+    if inbound is not None:
+        try:
+            await ingest.receive(inbound)
+        except (GatewayError, RedisError) as exc:
+            # Telegram delivers the update again later; ingest dedupes it then.
+            log.warning("telegram webhook: update %s not stored (%s), answered 503",
+                        inbound.event_id, exc)
+            return PlainTextResponse("try again", status_code=503)
+    return JSONResponse({"ok": True})

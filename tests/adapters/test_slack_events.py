@@ -7,6 +7,7 @@ the real Ingest on a real Redis, slack-sdk talking to the loopback fake.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from slack_sdk.signature import Clock, SignatureVerifier
 from adapters.slack import SlackPlatform
 from adapters.slack.app import CANNOT_POST, NO_SESSION
 from gateway.config import load_settings
+from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest
 from gateway.store import Keys
 from gateway.web import create_app
@@ -33,6 +35,7 @@ from tests.adapters.slack_helpers import (
     message,
     signed_headers,
 )
+from tests.fakes.fuzz import slack_signature
 from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, TEAM_ID, FakeSlack
 
 # The worked example of Slack's "Verifying requests from Slack" page.
@@ -244,3 +247,85 @@ async def test_other_events_are_acknowledged(web: Web) -> None:
                                 "item": {"type": "message", "channel": "C1", "ts": "1.1"}})
     assert response.status_code == 200
     assert await web.jobs() == []
+
+
+# -- what is refused before it reaches bolt ----------------------------------------
+
+async def test_a_body_over_the_limit_is_413_before_anything_else(web: Web) -> None:
+    body = b'{"type": "event_callback", "pad": "' + b"x" * MAX_BODY + b'"}'
+    response = await web.post(body, signed_headers(body))
+    assert response.status_code == 413
+    assert await web.redis.dbsize() == 0
+
+
+async def test_a_chunked_body_is_cut_off_at_the_limit_unread(web: Web) -> None:
+    sent = 0
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for _ in range(1024):  # 64 MiB, if anyone kept reading
+            sent += 64 * 1024
+            yield b"x" * (64 * 1024)
+
+    response = await web.http.post("/slack/events", content=chunks(),
+                                   headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert sent <= MAX_BODY + 2 * 64 * 1024
+
+
+async def test_a_signed_body_that_is_not_utf8_is_400_and_changes_nothing(web: Web) -> None:
+    body = json_bytes(event_body(mention("caf"))).replace(b"caf", b"caf\xe9")
+    stamp = str(int(time.time()))  # slack-sdk's signer decodes the body as UTF-8 first
+    response = await web.post(body, {"X-Slack-Request-Timestamp": stamp,
+                                     "X-Slack-Signature": slack_signature(SIGNING_SECRET, stamp,
+                                                                          body),
+                                     "Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert await web.redis.dbsize() == 0
+
+
+@pytest.mark.parametrize("body", [
+    b'{"type": "event_callback", "event": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"type": "event_callback", "event": ' + b"[" * 500 + b"]" * 500 + b"}",
+    b"[1, 2]",
+    b'{"type": "event_callback", "event": ',
+    b'{"type": "event_callback", "event": {"type": "app_mention", "text": NaN}}',
+])
+async def test_signed_json_that_is_not_an_event_is_400_logged_once(
+        web: Web, caplog: pytest.LogCaptureFixture, body: bytes) -> None:
+    with caplog.at_level(logging.INFO):
+        response = await web.post(body, signed_headers(body))
+    assert response.status_code == 400
+    lines = [r for r in caplog.records if r.name.startswith(("adapters", "gateway"))]
+    assert len(lines) == 1 and "\n" not in lines[0].getMessage() and not lines[0].exc_info
+    assert SIGNING_SECRET not in lines[0].getMessage()
+    assert await web.redis.dbsize() == 0
+
+
+async def test_an_event_of_the_wrong_shape_is_400_without_a_stack_trace(
+        web: Web, caplog: pytest.LogCaptureFixture) -> None:
+    event = mention("hello")
+    event["text"] = {"not": "text"}
+    with caplog.at_level(logging.INFO):
+        response = await web.event(event)
+    assert response.status_code == 400
+    lines = [r for r in caplog.records if r.name.startswith(("adapters", "gateway", "slack"))]
+    assert len(lines) == 1 and not lines[0].exc_info
+    assert await web.jobs() == []
+
+
+async def test_a_json_body_sent_as_another_content_type_is_415(web: Web) -> None:
+    body = json_bytes(event_body(mention("hello")))
+    for content_type in ("text/plain", "multipart/form-data; boundary=x"):
+        response = await web.post(body, signed_headers(body, content_type=content_type))
+        assert response.status_code == 415
+    assert await web.jobs() == []
+
+
+async def test_an_unsigned_body_is_refused_before_it_is_parsed(
+        web: Web, caplog: pytest.LogCaptureFixture) -> None:
+    body = b'{"event": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with caplog.at_level(logging.INFO):
+        response = await web.post(body, {"Content-Type": "application/json"})
+    assert response.status_code == 401
+    assert len([r for r in caplog.records if r.name.startswith(("adapters", "gateway"))]) <= 1

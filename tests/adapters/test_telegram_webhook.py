@@ -15,8 +15,10 @@ from starlette.applications import Starlette
 from adapters.telegram import PLATFORM, TelegramPlatform
 from gateway.config import load_settings
 from gateway.errors import ConfigError
+from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
+from gateway.web import create_app
 from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running
 
@@ -56,7 +58,8 @@ async def platform(fake: FakeTelegram, redis_client: aioredis.Redis
 @pytest.fixture
 async def client(platform: TelegramPlatform, redis_client: aioredis.Redis
                  ) -> AsyncIterator[httpx.AsyncClient]:
-    app = Starlette(routes=list(platform.routes(Ingest(platform.settings, redis_client))))
+    app = create_app(redis_client, Ingest(platform.settings, redis_client), [platform],
+                     ["telegram"])
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
         yield http
@@ -99,17 +102,51 @@ async def test_the_same_update_twice_is_stored_once(client: httpx.AsyncClient,
     assert await stored_texts(redis_client, "telegram:123456:42") == ["once"]
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'{"message": {}}',
-                                  b'{"update_id": "x"}'])
-async def test_malformed_body_is_400_logged_once(client: httpx.AsyncClient,
-                                                 redis_client: aioredis.Redis,
-                                                 caplog: pytest.LogCaptureFixture,
-                                                 body: bytes) -> None:
-    with caplog.at_level(logging.WARNING, logger="adapters.telegram.webhook"):
+@pytest.mark.parametrize("body", [
+    b"{not json", b"[1, 2]", b'{"message": {}}', b'{"update_id": "x"}', b'{"update_id": true}',
+    b'{"update_id": 5, "message": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"update_id": 5, "message": ' + b"[" * 500 + b"]" * 500 + b"}",
+    b'{"update_id": 5, "message": [1, 2]}',
+    b'{"update_id": 5, "message": {"message_id": 1, "date": 1, "chat": "42", "text": "hi"}}',
+    b'{"update_id": 5, "message": {"message_id": 1, "text": "caf\xe9"}}',
+    b'{"update_id": 5, "message": {"message_id": 1, "date": NaN}}',
+])
+async def test_malformed_update_is_acknowledged_and_dropped_logged_once(
+        client: httpx.AsyncClient, redis_client: aioredis.Redis,
+        caplog: pytest.LogCaptureFixture, body: bytes) -> None:
+    with caplog.at_level(logging.INFO):
         response = await post(client, body)
-    assert response.status_code == 400
-    lines = [r for r in caplog.records if r.name == "adapters.telegram.webhook"]
-    assert len(lines) == 1 and "\n" not in lines[0].getMessage()
+    assert response.status_code == 200  # Telegram would retry anything else, and hold the queue
+    lines = [r for r in caplog.records if r.name.startswith(("adapters", "gateway"))]
+    assert len(lines) == 1 and "\n" not in lines[0].getMessage() and not lines[0].exc_info
+    assert SECRET not in lines[0].getMessage()
+    assert await redis_client.dbsize() == 0
+
+
+async def test_a_reply_chain_nested_deeper_than_telegram_sends_is_dropped(
+        client: httpx.AsyncClient, redis_client: aioredis.Redis) -> None:
+    message = private_update(1)["message"]
+    for n in range(2, 200):
+        message = {**private_update(n)["message"], "reply_to_message": message}
+    response = await post(client, {"update_id": 500, "message": message})
+    assert response.status_code == 200
+    assert await redis_client.dbsize() == 0
+
+
+async def test_a_chunked_body_over_the_limit_is_413_and_read_no_further(
+        client: httpx.AsyncClient, redis_client: aioredis.Redis) -> None:
+    sent = 0
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for _ in range(1024):  # 64 MiB, if anyone kept reading
+            sent += 64 * 1024
+            yield b"x" * (64 * 1024)
+
+    headers = {"content-type": "application/json", "X-Telegram-Bot-Api-Secret-Token": SECRET}
+    response = await client.post("/telegram/webhook", content=chunks(), headers=headers)
+    assert response.status_code == 413
+    assert sent <= MAX_BODY + 2 * 64 * 1024
     assert await redis_client.dbsize() == 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import subprocess
 import tempfile
 import time
@@ -26,9 +27,12 @@ from starlette.applications import Starlette
 from gateway import store
 from gateway.config import load_settings
 from gateway.health import REPORT_TTL, Health, read_all
+from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest
 from gateway.web import create_app
 from tests.conftest import free_port
+
+CHUNK = 64 * 1024
 
 
 @dataclass
@@ -162,6 +166,63 @@ async def test_a_report_its_process_stopped_renewing_is_no_longer_shown(redis_ur
         await client.aclose()
 
 
+# -- body limits -------------------------------------------------------------------
+
+async def test_a_content_length_over_the_limit_is_413_before_any_body_is_sent(
+        redis_url: str) -> None:
+    async with serving(bare_app(redis_url)) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /anything HTTP/1.1\r\nHost: gateway\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 5000000000\r\n\r\n")
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 5)
+        writer.close()
+    assert status.startswith(b"HTTP/1.1 413")
+
+
+async def test_a_chunked_body_is_cut_off_at_the_limit(redis_url: str) -> None:
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for _ in range(1024):  # 64 MiB, if anyone kept reading
+            sent += CHUNK
+            yield b"x" * CHUNK
+
+    transport = httpx.ASGITransport(app=bare_app(redis_url))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        response = await http.post("/anything", content=endless())
+    assert response.status_code == 413
+    assert sent <= MAX_BODY + 2 * CHUNK
+
+
+async def test_a_chunked_body_over_the_limit_is_413_on_the_wire(redis_url: str) -> None:
+    async with serving(bare_app(redis_url)) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /anything HTTP/1.1\r\nHost: gateway\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"%x\r\n" % CHUNK + b"x" * CHUNK + b"\r\n"
+        for _ in range(MAX_BODY // CHUNK + 1):  # just over the limit, then wait for the answer
+            writer.write(chunk)
+            await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 5)
+        writer.close()
+    assert status.startswith(b"HTTP/1.1 413")
+
+
+async def test_a_body_within_the_limit_reaches_the_route(redis_url: str) -> None:
+    transport = httpx.ASGITransport(app=bare_app(redis_url))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        response = await http.post("/healthz", content=b"x" * (MAX_BODY - 1))
+    assert response.status_code == 405  # the route's own answer: the body was let through
+
+
+def bare_app(redis_url: str) -> Starlette:
+    client = Redis.from_url(redis_url, decode_responses=True)
+    settings = load_settings(_env_file=None, REDIS_URL=redis_url)
+    return create_app(client, Ingest(settings, client), [], [])
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -184,3 +245,19 @@ async def serving(app: Starlette) -> AsyncIterator[int]:
     finally:
         server.should_exit = True
         await task
+
+
+async def test_a_report_with_redis_gone_is_logged_not_raised(
+        own_redis: OwnRedis, caplog: pytest.LogCaptureFixture) -> None:
+    client = store.connect(own_redis.url)
+    try:
+        reporter = Health(client, "slack")
+        await reporter.report(True, "connected")
+        own_redis.kill()
+        with caplog.at_level(logging.WARNING, logger="gateway.health"):
+            await reporter.report(False, "connection lost; reconnecting")
+    finally:
+        await client.aclose()
+    assert (reporter.up, reporter.detail) == (False, "connection lost; reconnecting")
+    assert [r.getMessage() for r in caplog.records if r.name == "gateway.health"] == [
+        "health of slack not reported: Redis does not answer (TimeoutError)"]
