@@ -21,6 +21,7 @@ from drill_stack import (
     ChaosLLM,
     Stack,
     assistant_texts,
+    describe_session,
     poll,
     rss_kib,
     stack,
@@ -52,22 +53,43 @@ def group_chat(number: int) -> int:
 
 
 async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> tuple[Tally, int]:
-    """Wait for the answers, then count them and the stuck sessions (Redis, typing)."""
+    """Wait for the answers, then count them and the stuck sessions (Redis, typing).
+
+    What the first lost and stuck sessions left in Redis goes into `evidence`.
+    """
     await wait_finished(sents, tg.finished_at, within)
     counted = tally(sents, tg.finished_at, tg.replies)
     client = s.client()
     try:
         stuck = set(await stuck_sessions(client, sorted({x.session for x in sents})))
+        lost = [x for x in sents if x.acked and tg.finished_at(x) is None]
+        for x in lost[:2]:
+            evidence.append(f"lost {x.tag}, {len(tg.replies(x))} replies posted; "
+                            + await describe_session(client, x.session))
+        for x in [x for x in sents if len(tg.replies(x)) > 1][:2]:
+            texts = [m.text[:40] for m in tg.replies(x)]
+            evidence.append(f"duplicated {x.tag}: {len(texts)} messages posted {texts}; "
+                            + await describe_session(client, x.session))
+        for key in sorted(stuck)[:2]:
+            evidence.append("stuck " + await describe_session(client, key))
     finally:
         await client.aclose()
     typing = await observe_typing(s, {x.chat for x in sents})
     stuck |= {tg.session_key(int(chat)) for chat in typing}
+    if typing:
+        evidence.append(f"typing still renewed in chats {typing[:3]}")
     return counted, len(stuck)
 
 
+evidence: list[str] = []  # what settle() found, added to the row's notes by row()
+
+
 def row(name: str, counted: Tally, stuck: int, ok: bool, figure: str) -> Row:
+    clean = not (counted.lost or counted.duplicated or stuck)
+    found = list(evidence)
+    evidence.clear()
     return Row(name, counted.trials, counted.lost, counted.duplicated, stuck, counted.worst,
-               verdict(ok and not (counted.lost or counted.duplicated or stuck), figure))
+               verdict(ok and clean, figure), found)
 
 
 # -- SIGKILL a worker mid-stream -----------------------------------------------------------------

@@ -34,7 +34,7 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from gateway.store import Keys, find_redis_server
+from gateway.store import GROUP, Keys, find_redis_server
 from tests.adapters.slack_helpers import BOT_TOKEN, SIGNING_SECRET
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm_server import FakeLLM
@@ -458,3 +458,21 @@ async def assistant_texts(client: aioredis.Redis, session_key: str) -> list[str]
     entries = [json.loads(raw) for raw in await client.lrange(Keys.history(session_key), 0, -1)]
     return [str(e.get("text", "")) for e in entries if e.get("role") == "assistant"]
 
+
+
+async def describe_session(client: aioredis.Redis, session_key: str) -> str:
+    """A session's state in one line: what a lost or stuck message left behind in Redis."""
+    meta = await client.hgetall(Keys.meta(session_key))
+    jobs = []
+    async for stream in client.scan_iter(match=Keys.jobs("*")):
+        pending = {item["message_id"]: item for item in
+                   await client.xpending_range(stream, GROUP, "-", "+", 1000)}
+        for job_id, fields in await client.xrange(stream):
+            if fields.get("session") == session_key:
+                state = "pending" if job_id in pending else "unread"
+                jobs.append(f"{fields.get('kind')}:{state}")
+    lease = await client.pttl(Keys.lease(session_key))
+    return (f"{session_key}: history {await client.llen(Keys.history(session_key))}, "
+            f"answered {meta.get('answered', 0)}, owed {meta.get('owed', 0)}, "
+            f"inbox {await client.llen(Keys.inbox(session_key))}, "
+            f"lease {'none' if lease < 0 else f'{lease}ms'}, jobs {jobs or 'none'}")

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
+import re
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
@@ -30,6 +32,7 @@ from typing import Any
 
 import httpx
 from drill_faults import crash, group_chat, model_chaos, platform_429, redis_restart, settle
+from drill_faults import row as _row
 from drill_faults import slow_side as slow_side_drill
 from drill_fuzz import adversarial_markdown
 from drill_stack import (
@@ -48,7 +51,6 @@ from drill_traffic import (
     Row,
     Sent,
     Slack,
-    Tally,
     Telegram,
     post,
     tag,
@@ -122,12 +124,6 @@ def _model_calls_by_tag(llm: FakeLLM) -> dict[str, int]:
     return calls
 
 
-def _row(name: str, counted: Tally, stuck: int, ok: bool, figure: str) -> Row:
-    clean = not (counted.lost or counted.duplicated or stuck)
-    return Row(name, counted.trials, counted.lost, counted.duplicated, stuck, counted.worst,
-               verdict(ok and clean, figure))
-
-
 # -- fuzzed payloads -----------------------------------------------------------------------------
 
 
@@ -152,6 +148,7 @@ async def fuzz(quick: bool) -> Row:
             healthy = (await http.get(s.url("/healthz"))).status_code == 200
         dead = [p.name for p in s.procs if not p.alive()]
         tracebacks = len(s.log_lines("Traceback"))
+        raised = _exceptions(s)
         bad = {f"{path} {phase}": _failures(counts)
                for phase, runs in (("unsigned", unsigned), ("signed", signed))
                for path, counts in runs.items()}
@@ -163,12 +160,26 @@ async def fuzz(quick: bool) -> Row:
             ok, f"{failed} 5xx or dropped, {len(dead)} crashed, {enqueued} written from "
                 f"unsigned"))
         result.notes.append(f"5xx/dropped per route and phase {bad}; unsigned phase changed "
-                            f"{written}; {tracebacks} tracebacks logged; healthz ok: {healthy}")
+                            f"{written}; healthz ok: {healthy}")
+        result.notes.append(f"{tracebacks} tracebacks logged: {raised}")
         result.notes.append("statuses: " + "; ".join(
             f"{path} {phase} {dict(sorted(c.items()))}"
             for phase, runs in (("unsigned", unsigned), ("signed", signed))
             for path, c in runs.items()))
         return result
+
+
+CUT_OFF = -2  # the connection closed on a body over any route's limit
+OVER_ANY_LIMIT = 1024 * 1024
+_EXCEPTION = re.compile(r"^([A-Za-z_.]+(?:Error|Exception))\b")
+
+
+def _exceptions(s: Stack) -> str:
+    """The most frequent exception types in the logs of `gateway web`: where the 5xx came from."""
+    found = collections.Counter(match.group(1) for proc in s.procs
+                                for line in proc.output().splitlines()
+                                if (match := _EXCEPTION.match(line)))
+    return ", ".join(f"{name} x{n}" for name, n in found.most_common(5)) or "none"
 
 
 def _failures(counts: dict[int, int]) -> int:
@@ -189,14 +200,22 @@ async def _fire(s: Stack, path: str, cases: Iterator[tuple[dict[str, str], bytes
                 connections: int = 8) -> dict[int, int]:
     """Send every case over a few connections; the count of each status."""
     counts: dict[int, int] = {}
+    dropped_sizes: list[int] = []
     url = s.url(path)
     async with httpx.AsyncClient(timeout=30) as http:
         async def sender() -> None:
             for headers, body, _ in cases:
                 status = await post(http, url, body, headers)
+                if status == CONNECTION_FAILED and len(body) > OVER_ANY_LIMIT:
+                    status = CUT_OFF  # refused while still uploading: allowed, counted apart
+                elif status == CONNECTION_FAILED:
+                    dropped_sizes.append(len(body))
                 counts[status] = counts.get(status, 0) + 1
 
         await asyncio.gather(*(sender() for _ in range(connections)))
+    if dropped_sizes:
+        print(f"  {path}: {len(dropped_sizes)} connections dropped, bodies of "
+              f"{min(dropped_sizes)} to {max(dropped_sizes)} bytes", flush=True)
     return counts
 
 
@@ -281,22 +300,30 @@ async def markdown_flood(quick: bool) -> Row:
             baseline = tally(quiet_load, tg.finished_at, tg.replies)
             flood = await tg.send(http, group_chat(0), tag(0, 1))
             await poll(lambda: tg.replies(flood), 30)
-            loaded = await _normal_load(tg, http, users, turns, first=100)
             chat = group_chat(0)
-            delivered = await poll(lambda: any(done_marker(tag(0, 1)) in m.text
-                                               for m in s.telegram.messages_in(chat)), 180, 0.2)
+
+            def delivered() -> bool:
+                return any(done_marker(tag(0, 1)) in m.text for m in s.telegram.messages_in(chat))
+
+            # The others keep talking for as long as the flood is being written (bounded).
+            loaded: list[Sent] = []
+            until = time.monotonic() + (45 if quick else 120)
+            while not delivered() and time.monotonic() < until:
+                loaded += await _normal_load(tg, http, users, 1, first=100 + len(loaded))
+        delivered_flood = delivered()
         counted, stuck = await settle(s, tg, loaded, 30)
         normal_worst = max(baseline.latencies, default=0.0)
         limit = max(2 * normal_worst, normal_worst + 1.0)
-        ok = counted.worst is not None and counted.worst <= limit and delivered
+        ok = counted.worst is not None and counted.worst <= limit and delivered_flood
         pieces = len(s.telegram.messages_in(chat))
         refused = sum(1 for c in s.telegram.calls if c.params.get("chat_id") == chat
                       and c.status not in (200, 429))
         result = _row("markdown-100k", counted, stuck, ok,
                       f"others' worst {_s(counted.worst)} against normal {_s(normal_worst)} "
-                      f"(limit {_s(limit)}); flood delivered: {delivered}")
+                      f"(limit {_s(limit)}); flood delivered: {delivered_flood}")
+        lost_leases = len(s.log_lines("lease lost for " + tg.session_key(chat)))
         result.notes.append(f"the flood came in {pieces} messages; {refused} calls refused in "
-                            f"its chat")
+                            f"its chat; its turn lost its lease {lost_leases} times")
         return result
 
 
