@@ -3,7 +3,8 @@
 A stream that goes silent is cut off after the idle timeout
 (GATEWAY_STREAM_IDLE_TIMEOUT), in this process and through a model process:
 retried while nothing was shown, ended with ModelStalled once text was, and
-never cut while it keeps sending.
+never cut while it keeps sending. The turn then finishes the visible reply
+with the text shown and a note that it was cut off.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
@@ -18,13 +20,15 @@ from gateway.errors import ModelStalled
 from gateway.llm import ModelCall, Models, ResponseChain, Usage, load_litellm
 from gateway.model_host import ModelPool
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.helpers import settings
+from tests.gateway.helpers import inbound, settings
+from tests.gateway.test_worker import start_workers, texts
 
 IDLE = 0.5
 # Far above the idle timeout: a test that waits for it would fail its time bound.
 TOTAL = 20.0
 QUICK = 8.0  # a stalled call is over well within this (a model process starts apart)
 REPLY = "one two three four five six"
+CUT_NOTE = "_(the answer was cut off: the model stopped responding)_"
 MODES = pytest.mark.parametrize("processes", [0, 1], ids=["in-process", "model-process"])
 # litellm streams the Responses API only for a model its map says can; for any
 # other it makes one whole call and replays it as a stream.
@@ -146,3 +150,44 @@ async def test_a_responses_stream_is_retried_while_silent_and_cut_off_once_it_sp
         assert pieces == ["one ", "two "]
         assert time.monotonic() - started < QUICK
         assert len(llm.requests) == 3
+
+
+# -- the turn ----------------------------------------------------------------------
+
+
+@MODES
+async def test_a_reply_that_stalls_is_finished_with_its_text_and_a_cut_off_note(
+        redis_url: str, llm: FakeLLM, processes: int) -> None:
+    values: dict[str, Any] = {"GATEWAY_STREAM_IDLE_TIMEOUT": IDLE, "GATEWAY_MODEL_TIMEOUT": TOTAL,
+                              "GATEWAY_MODEL_PROCESSES": processes}
+    async for harness in start_workers(redis_url, llm, 1, **values):
+        llm.reply = REPLY
+        llm.hang_next(after_tokens=3)
+        message = inbound("tell me a story")
+        started = time.monotonic()
+        await harness.ingest.receive(message)
+        await harness.idle(message.session_key, timeout=QUICK)
+        assert time.monotonic() - started < QUICK
+        assert texts(harness.sender) == [f"one two three\n\n{CUT_NOTE}"]
+        history = await harness.history(message.session_key)
+        assert [(e["role"], e["text"]) for e in history] == [
+            ("user", "tell me a story"), ("assistant", "one two three")]
+
+        await harness.ingest.receive(inbound("go on"))
+        await harness.idle(message.session_key, timeout=QUICK)
+        assert texts(harness.sender)[-1] == REPLY
+        assert [m["role"] for m in llm.requests[-1]["messages"]] == [
+            "system", "user", "assistant", "user"]
+
+
+async def test_a_reply_that_never_started_says_the_model_stopped_responding(
+        redis_url: str, llm: FakeLLM) -> None:
+    values: dict[str, Any] = {"GATEWAY_STREAM_IDLE_TIMEOUT": IDLE, "GATEWAY_MODEL_TIMEOUT": TOTAL}
+    async for harness in start_workers(redis_url, llm, 1, **values):
+        llm.hang_next(times=2, after_headers=True)
+        message = inbound("hello?")
+        await harness.ingest.receive(message)
+        await harness.idle(message.session_key, timeout=QUICK)
+        (shown,) = texts(harness.sender)
+        assert shown.startswith("⚠️ Sorry, I could not answer: the model stopped responding")
+        assert [e["role"] for e in await harness.history(message.session_key)] == ["user"]
