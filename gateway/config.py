@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     system_prompt: str = Field(default=DEFAULT_SYSTEM_PROMPT, alias="GATEWAY_SYSTEM_PROMPT")
     token_budget: int | None = Field(default=None, alias="GATEWAY_TOKEN_BUDGET", gt=0)
     model_timeout: float = Field(default=120.0, alias="GATEWAY_MODEL_TIMEOUT", gt=0)
+    # The longest silence between two pieces of a streamed answer, apart from the
+    # whole call's model_timeout: a stream that stalls is cut off after this.
+    stream_idle_timeout: float = Field(default=30.0, alias="GATEWAY_STREAM_IDLE_TIMEOUT", gt=0)
     model_retries: int = Field(default=2, alias="GATEWAY_MODEL_RETRIES", ge=0, le=10)
     max_tokens: int | None = Field(default=None, alias="GATEWAY_MAX_TOKENS", gt=0)
     max_message_chars: int = Field(default=100_000, alias="GATEWAY_MAX_MESSAGE_CHARS", ge=100)

@@ -12,6 +12,7 @@
      │    └── MessageRejected     the platform refused the content (formatting, length)
      └── ModelError               the model call failed for good
           ├── ModelTimeout
+          │    └── ModelStalled   the stream went silent for the idle timeout
           ├── ModelRateLimited
           ├── ModelUnavailable    connection refused, 5xx
           ├── ModelRejected       4xx other than 429: bad request, auth, unknown model
@@ -77,6 +78,16 @@ class ModelError(GatewayError):
 
 class ModelTimeout(ModelError):
     user_text = "the model took too long to answer"
+
+
+class ModelStalled(ModelTimeout):
+    """A streamed answer sent nothing for the idle timeout.
+
+    Before any text is shown it is retried like any timeout; after, the turn
+    keeps the text shown and says it was cut off.
+    """
+
+    user_text = "the model stopped responding"
 
 
 class ModelRateLimited(ModelError):

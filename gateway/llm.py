@@ -28,6 +28,7 @@ from gateway.errors import (
     ModelError,
     ModelRateLimited,
     ModelRejected,
+    ModelStalled,
     ModelTimeout,
     ModelUnavailable,
     ProviderStateLost,
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
+# An opened stream: its first text (None: it ended without any) and its iterator.
+Opened = tuple[str | None, Any]
+CLOSE_TIMEOUT = 5.0  # for closing a stalled stream's connection
 ECHO_LABEL = "(echo: no model is configured, so I repeat what you wrote; set GATEWAY_MODEL)"
 
 
@@ -130,28 +134,45 @@ class Models:
         self.api_base = settings.api_base
         self.api_key = settings.api_key.get_secret_value() if settings.api_key else None
         self.retries = settings.model_retries
+        self.idle_timeout = settings.stream_idle_timeout
         self.pool = pool  # model processes that make the calls, when set
 
     @classmethod
-    def from_values(cls, api_base: str | None, api_key: str | None, retries: int) -> Models:
+    def from_values(
+        cls,
+        api_base: str | None,
+        api_key: str | None,
+        retries: int,
+        idle_timeout: float | None = None,
+    ) -> Models:
         """Models from what `process_init` gave (in a model process: no environment read)."""
+        values: dict[str, Any] = {"stream_idle_timeout": idle_timeout} if idle_timeout else {}
         settings = Settings.model_construct(
             api_base=api_base,
             api_key=SecretStr(api_key) if api_key else None,
             model_retries=retries,
+            **values,
         )
         return cls(settings)
 
     def process_init(self) -> dict[str, Any]:
         """What a model process needs to make the same calls (the key included)."""
-        return {"api_base": self.api_base, "api_key": self.api_key, "retries": self.retries}
+        return {
+            "api_base": self.api_base,
+            "api_key": self.api_key,
+            "retries": self.retries,
+            "idle_timeout": self.idle_timeout,
+        }
 
     async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
         """The reply's text in pieces; `usage` is filled in when the stream ends.
 
         Failures before the first piece are retried with backoff (429, 5xx,
         timeouts, refused connections); after it, they end the stream with a
-        ModelError, since a half-shown answer cannot be silently redone.
+        ModelError, since a half-shown answer cannot be silently redone. A
+        stream silent for the idle timeout (`GATEWAY_STREAM_IDLE_TIMEOUT`) is
+        cut off with ModelStalled: retried like a timeout before the first
+        piece, the end of the stream after it.
         """
         if call.model == ECHO_MODEL:
             async for piece in _echo(call, usage):
@@ -163,7 +184,7 @@ class Models:
 
     async def stream_here(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
         """`stream` in this process."""
-        opened = await self._with_retries(lambda: self._open_stream(call))
+        opened = await self._with_retries(lambda: self._open_stream(call, usage))
         async for piece in self._read_stream(opened, call, usage):
             yield piece
 
@@ -187,7 +208,7 @@ class Models:
         self, call: ModelCall, usage: Usage, chain: ResponseChain
     ) -> AsyncIterator[str]:
         """`stream_response` in this process."""
-        opened = await self._with_retries(lambda: self._open_response_stream(call, chain))
+        opened = await self._with_retries(lambda: self._open_response_stream(call, usage, chain))
         async for piece in self._read_response_stream(opened, call, usage, chain):
             yield piece
 
@@ -283,46 +304,70 @@ class Models:
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
             raise self._map(exc) from exc
 
-    async def _open_response_stream(self, call: ModelCall, chain: ResponseChain) -> tuple[Any, Any]:
+    async def _open_response_stream(
+        self, call: ModelCall, usage: Usage, chain: ResponseChain
+    ) -> Opened:
+        """Open a Responses stream and read it up to its first text (see `_open_stream`)."""
         response = await self._aresponses(call, chain)
         iterator = response.__aiter__()
-        return await self._next_item(iterator, call.timeout), iterator
+        text = await self._first_text(iterator, call, lambda e: _response_event(e, usage, chain))
+        return text, iterator
 
     async def _read_response_stream(
-        self, opened: tuple[Any, Any], call: ModelCall, usage: Usage, chain: ResponseChain
+        self, opened: Opened, call: ModelCall, usage: Usage, chain: ResponseChain
     ) -> AsyncIterator[str]:
-        event, iterator = opened
-        while event is not None:
-            text = _response_event(event, usage, chain)
-            if text:
+        text, iterator = opened
+        if text is None:
+            return
+        yield text
+        while (event := await self._next_item(iterator, call)) is not None:
+            if text := _response_event(event, usage, chain):
                 yield text
-            event = await self._next_item(iterator, call.timeout)
 
-    async def _next_item(self, iterator: Any, timeout: float) -> Any:
-        """The stream's next item, None at its end; a failure becomes a ModelError."""
-        try:
-            return await asyncio.wait_for(iterator.__anext__(), timeout)
-        except StopAsyncIteration:
-            return None
-        except Exception as exc:  # litellm raises many types; each is mapped to our tree
-            raise self._map(exc) from exc
-
-    async def _open_stream(self, call: ModelCall) -> tuple[Any, Any]:
-        """Open the stream and wait for its first chunk, so failures before it can retry."""
+    async def _open_stream(self, call: ModelCall, usage: Usage) -> Opened:
+        """Open the stream and read it up to its first text, so that every failure
+        before anything is shown (a stall after the headers included) can retry."""
         response = await self._acompletion(call, stream=True)
         iterator = response.__aiter__()
-        return await self._next_item(iterator, call.timeout), iterator
+        return await self._first_text(iterator, call, lambda c: _chunk_text(c, usage)), iterator
 
     async def _read_stream(
-        self, opened: tuple[Any, Any], call: ModelCall, usage: Usage
+        self, opened: Opened, call: ModelCall, usage: Usage
     ) -> AsyncIterator[str]:
-        chunk, iterator = opened
-        while chunk is not None:
-            text = _chunk_text(chunk)
-            _fill_usage(usage, getattr(chunk, "usage", None))
-            if text:
+        text, iterator = opened
+        if text is None:
+            return
+        yield text
+        while (chunk := await self._next_item(iterator, call)) is not None:
+            if text := _chunk_text(chunk, usage):
                 yield text
-            chunk = await self._next_item(iterator, call.timeout)
+
+    async def _first_text(
+        self, iterator: Any, call: ModelCall, text_of: Callable[[Any], str]
+    ) -> str | None:
+        """The stream's first text, its items before it read by `text_of`; None when it
+        ends without any."""
+        while (item := await self._next_item(iterator, call)) is not None:
+            if text := text_of(item):
+                return text
+        return None
+
+    async def _next_item(self, iterator: Any, call: ModelCall) -> Any:
+        """The stream's next item, None at its end; a failure becomes a ModelError.
+
+        A stream that sends nothing for the idle timeout is closed (its connection
+        is not left to the garbage collector) and raises ModelStalled.
+        """
+        idle = min(self.idle_timeout, call.timeout)
+        try:
+            return await asyncio.wait_for(iterator.__anext__(), idle)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            await _close(iterator)
+            raise ModelStalled(f"the model sent nothing for {idle:g}s") from None
+        except Exception as exc:  # litellm raises many types; each is mapped to our tree
+            raise self._map(exc) from exc
 
     async def _with_retries(self, attempt: Any) -> Any:
         for number in range(self.retries + 1):
@@ -369,12 +414,25 @@ class Models:
         return text.replace(self.api_key, "***") if self.api_key else text
 
 
-def _chunk_text(chunk: Any) -> str:
+def _chunk_text(chunk: Any, usage: Usage) -> str:
+    """The text of one chat stream chunk; records the usage it carries."""
+    _fill_usage(usage, getattr(chunk, "usage", None))
     choices = getattr(chunk, "choices", None) or []
     if not choices:
         return ""
     delta = getattr(choices[0], "delta", None)
     return str(getattr(delta, "content", None) or "")
+
+
+async def _close(stream: Any) -> None:
+    """Close a stalled stream's connection now; a close that fails or hangs is only logged."""
+    close = getattr(stream, "aclose", None)
+    if close is None:
+        return
+    try:
+        await asyncio.wait_for(close(), CLOSE_TIMEOUT)
+    except Exception as exc:  # the stream is given up either way; the close is a courtesy
+        log.debug("closing a stalled model stream failed: %r", exc)
 
 
 def _response_event(event: Any, usage: Usage, chain: ResponseChain) -> str:

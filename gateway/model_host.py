@@ -349,7 +349,9 @@ async def serve() -> None:
     api_key = init.get("api_key")
     setup(os.environ.get("GATEWAY_LOG_LEVEL", "WARNING").upper(),
           os.environ.get("GATEWAY_LOG_FORMAT", "text"), [api_key] if api_key else [])
-    models = Models.from_values(init.get("api_base"), api_key, int(init["retries"]))
+    models = Models.from_values(
+        init.get("api_base"), api_key, int(init["retries"]), init.get("idle_timeout")
+    )
     load_litellm()
     host = Host(models, writer)
     await host.send({"ready": True})

@@ -21,6 +21,7 @@ from gateway.errors import (
     LeaseLost,
     ModelBadResponse,
     ModelError,
+    ModelStalled,
     PlatformError,
     ProviderStateLost,
 )
@@ -499,10 +500,20 @@ class TurnRunner:
     async def _deliver(
         self, stream: ReplyStream, result: TurnResult, turn_id: str, key: str
     ) -> Entry | None:
-        """Post the final text; the assistant entry to record, or None for a failed call."""
+        """Post the final text; the assistant entry to record, or None for a failed call.
+
+        A stream that stalled after some text keeps that text on screen with a note
+        that it was cut off, and it is recorded as the answer (as after a /stop): the
+        history holds what the user saw, so a "go on" has something to go on from.
+        """
         if result.error is not None:
             log.warning("model failed in %s: %s", key, result.error)
             await self.metrics.count("errors", type(result.error).__name__)
+            if isinstance(result.error, ModelStalled) and result.text.strip():
+                text = result.text.strip()
+                note = f"\n\n_(the answer was cut off: {result.error.user_text})_"
+                ids = await self._finish_stream(stream, f"{text}{note}")
+                return assistant_entry(text, turn_id, ids)
             await self._finish_stream(stream, failure_text(result.error))
             return None
         text = result.text.strip() or ("" if result.stopped else EMPTY_REPLY)

@@ -10,7 +10,8 @@ litellm talks to it over real HTTP, exactly as it talks to OpenAI:
 It serves `POST /v1/chat/completions` and `POST /v1/responses` (streamed as SSE or
 whole), records every JSON body it receives, and can be scripted: the reply text,
 delays before the first token and between tokens, per-model behaviour, failures
-with OpenAI's error body, and requests that hang. The aiohttp server runs on its
+with OpenAI's error body, and requests that hang (before their headers, right after
+them, or after a few tokens). The aiohttp server runs on its
 own event loop in a background thread, so in-process async tests and subprocesses
 can both use it.
 
@@ -130,6 +131,11 @@ class _Hang:
     times: int
     model: str | None
     after_tokens: int
+    after_headers: bool = False
+
+    def streams(self, body: JSON) -> bool:
+        """Whether this hang lets a streamed answer start (headers, maybe tokens) first."""
+        return bool(body.get("stream")) and (self.after_headers or self.after_tokens > 0)
 
 
 class _Stalled(Exception):
@@ -287,14 +293,16 @@ class FakeLLM:
                                            None if model is None else _bare_model(model)))
 
     def hang_next(self, times: int = 1, *, model: str | None = None,
-                  after_tokens: int = 0) -> None:
+                  after_tokens: int = 0, after_headers: bool = False) -> None:
         """Make the next `times` requests never finish (until stop() or release_hangs()).
 
         With `after_tokens`, a streamed reply sends that many tokens first, then stalls.
+        With `after_headers`, a streamed reply sends its status and headers, then not
+        one byte of its body (a provider that accepted the call and went silent).
         """
         with self._lock:
             self._hangs.append(_Hang(times, None if model is None else _bare_model(model),
-                                     after_tokens))
+                                     after_tokens, after_headers))
 
     def release_hangs(self) -> None:
         """Let every hanging request end (the connection is closed without an answer)."""
@@ -356,6 +364,12 @@ class FakeLLM:
         assert self._release is not None
         await self._release.wait()
 
+    async def _silent(self, received: ReceivedRequest,
+                      stream: web.StreamResponse) -> web.StreamResponse:
+        """A stream whose headers went out: send nothing more until released."""
+        await self._hang()
+        return self._finish(received, stream)
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         received = await self._receive(request)
         if isinstance(received, web.Response):
@@ -364,7 +378,7 @@ class FakeLLM:
         if failed is not None:
             return failed
         hang: _Hang | None = self._take(self._hangs, received.model)
-        if hang is not None and not (received.get("stream") and hang.after_tokens):
+        if hang is not None and not hang.streams(received):
             await self._hang()
             raise web.HTTPServiceUnavailable()
         behaviour = self.behaviour_for(received.model)
@@ -377,6 +391,8 @@ class FakeLLM:
                 chat_completion(completion_id, received.model, text, usage)))
         include_usage = bool((received.get("stream_options") or {}).get("include_usage"))
         stream = await self._open_stream(request)
+        if hang is not None and hang.after_headers:
+            return await self._silent(received, stream)
         with contextlib.suppress(_Stalled, ConnectionResetError):
             await self._stream_chat(stream, received.model, completion_id, behaviour, text,
                                     hang, usage if include_usage else None)
@@ -402,7 +418,7 @@ class FakeLLM:
         if failed is not None:
             return failed
         hang: _Hang | None = self._take(self._hangs, received.model)
-        if hang is not None and not (received.get("stream") and hang.after_tokens):
+        if hang is not None and not hang.streams(received):
             await self._hang()
             raise web.HTTPServiceUnavailable()
         behaviour = self.behaviour_for(received.model)
@@ -418,6 +434,8 @@ class FakeLLM:
             await self._pace_whole(behaviour, text)
             return self._finish(received, web.json_response(done))
         stream = await self._open_stream(request)
+        if hang is not None and hang.after_headers:
+            return await self._silent(received, stream)
         events = ResponseEvents(stream, item_id)
         started = response_object(response_id, received, status="in_progress", output=[],
                                   usage=None)
