@@ -30,11 +30,11 @@ async def slow_ttl(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
 
 async def test_a_side_question_slower_than_the_reclaim_time_is_answered_once(
         harness: Harness) -> None:
-    # Lease TTL 1 s: a job idle for 2 s is reclaimed. The side model takes 5 s.
-    harness.llm.set_model_behaviour("openai/side-model", reply="the side answer", delay=5.0)
+    # Lease TTL 1 s: a job idle for 2 s is reclaimed. The side model takes 4 s.
+    harness.llm.set_model_behaviour("openai/side-model", reply="the side answer", delay=4.0)
     question = inbound("/btw what was decided?")
     await harness.ingest.receive(question)
-    await harness.idle(question.session_key, timeout=20)
+    await harness.idle(question.session_key, timeout=45)
     answers = [c for c in harness.sender.calls if "the side answer" in c.text]
     assert len(answers) == 1
     assert len(harness.llm.requests_for("side-model")) == 1
