@@ -52,13 +52,14 @@ def group_chat(number: int) -> int:
     return -(1_000_000 + number)
 
 
-async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> tuple[Tally, int]:
+async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> Tally:
     """Wait for the answers, then count them and the stuck sessions (Redis, typing).
 
-    What the first lost and stuck sessions left in Redis goes into `evidence`.
+    What the first lost, duplicated and stuck sessions left in Redis is kept as evidence.
     """
     await wait_finished(sents, tg.finished_at, within)
     counted = tally(sents, tg.finished_at, tg.replies)
+    evidence = counted.evidence
     client = s.client()
     try:
         stuck = set(await stuck_sessions(client, sorted({x.session for x in sents})))
@@ -78,18 +79,15 @@ async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> tu
     stuck |= {tg.session_key(int(chat)) for chat in typing}
     if typing:
         evidence.append(f"typing still renewed in chats {typing[:3]}")
-    return counted, len(stuck)
+    counted.stuck = len(stuck)
+    return counted
 
 
-evidence: list[str] = []  # what settle() found, added to the row's notes by row()
-
-
-def row(name: str, counted: Tally, stuck: int, ok: bool, figure: str) -> Row:
-    clean = not (counted.lost or counted.duplicated or stuck)
-    found = list(evidence)
-    evidence.clear()
-    return Row(name, counted.trials, counted.lost, counted.duplicated, stuck, counted.worst,
-               verdict(ok and clean, figure), found)
+def row(name: str, counted: Tally, ok: bool, figure: str) -> Row:
+    """The drill's line: `ok` is its own check; lost, duplicated or stuck always miss."""
+    clean = not (counted.lost or counted.duplicated or counted.stuck)
+    return Row(name, counted.trials, counted.lost, counted.duplicated, counted.stuck,
+               counted.worst, verdict(ok and clean, figure), list(counted.evidence))
 
 
 # -- SIGKILL a worker mid-stream -----------------------------------------------------------------
@@ -133,12 +131,12 @@ async def crash(quick: bool) -> Row:
                 await wait_finished(round_, tg.finished_at, 60)
                 await replacement
         await client.aclose()
-        counted, stuck = await settle(s, tg, sents, 30)
+        counted = await settle(s, tg, sents, 30)
         counted.trials = trials
         reclaims = len(s.log_lines("reclaimed turn job"))
-        result = row("sigkill-worker", counted, stuck, trials >= target,
+        result = row("sigkill-worker", counted, trials >= target,
                      f"{trials} turns killed mid-stream, {counted.lost} lost, "
-                     f"{counted.duplicated} duplicated, {stuck} stuck")
+                     f"{counted.duplicated} duplicated, {counted.stuck} stuck")
         result.notes.append(f"{reclaims} reclaims logged; {orphans} model processes outlived "
                             f"their SIGKILLed worker by 5 s; logs in {s.workdir}")
         return result
@@ -208,12 +206,12 @@ async def redis_restart(quick: bool) -> Row:
 
         async with httpx.AsyncClient(timeout=30) as http:
             await asyncio.gather(restarter(), *(user(n, http) for n in range(users)))
-        counted, stuck = await settle(s, tg, sents, 60)
+        counted = await settle(s, tg, sents, 60)
         refused = collections.Counter(st for x in sents for st in x.statuses if st != 200)
         dead = [p.name for p in s.procs if not p.alive()]
-        result = row("redis-restart", counted, stuck, not dead,
+        result = row("redis-restart", counted, not dead,
                      f"{counted.lost} of {counted.trials} acknowledged lost, "
-                     f"{counted.duplicated} duplicated, {stuck} stuck")
+                     f"{counted.duplicated} duplicated, {counted.stuck} stuck")
         result.notes.append(f"{restarts} SIGKILL+restart of Redis; not acknowledged while down: "
                             f"{dict(refused)} (re-delivered); "
                             f"{sum(not x.acked for x in sents)} never acknowledged; "
@@ -244,14 +242,14 @@ async def model_chaos(quick: bool) -> Row:
 
         async with httpx.AsyncClient(timeout=30) as http:
             await asyncio.gather(*(user(n, http) for n in range(users)))
-        counted, stuck = await settle(s, tg, sents, 30)
+        counted = await settle(s, tg, sents, 30)
         client = s.client()
         half = [text for key in sorted({x.session for x in sents})
                 for text in await assistant_texts(client, key)
                 if not WHOLE_REPLY.search(text.strip())]
         await client.aclose()
         told = sum(1 for x in sents for m in tg.replies(x) if "could not answer" in m.text)
-        result = row("model-chaos-30%", counted, stuck, not half,
+        result = row("model-chaos-30%", counted, not half,
                      f"{counted.trials - counted.lost} of {counted.trials} answered or told, "
                      f"{len(half)} half replies in history")
         result.notes.append(f"faults injected {llm.injected} over {len(llm.requests)} calls; "
@@ -284,12 +282,12 @@ async def platform_429(quick: bool) -> Row:
                 s.telegram.fail_next("editMessageText", status=429, retry_after=wait,
                                      count=len(round_))
                 await wait_finished(round_, tg.finished_at, 60)
-        counted, stuck = await settle(s, tg, sents, 30)
+        counted = await settle(s, tg, sents, 30)
         refusals = [c for c in s.telegram.calls if c.status == 429]
         early = [c for r in refusals for c in s.telegram.calls
                  if c is not r and c.params.get("chat_id") == r.params.get("chat_id")
                  and r.at < c.at < r.at + wait - 0.05]
-        result = row("platform-429", counted, stuck, bool(refusals) and not early,
+        result = row("platform-429", counted, bool(refusals) and not early,
                      f"{len(early)} calls into a chat during its {len(refusals)} waits, "
                      f"{counted.trials - counted.lost}/{counted.trials} final texts delivered")
         if early:
@@ -334,7 +332,7 @@ async def slow_side(quick: bool) -> Row:
         await _drained(s, 30)
         counted = tally(asked, answered, tg.replies)
         calls = len(llm.requests_for("side-model"))
-        result = row("slow-side-model", counted, 0, True,
+        result = row("slow-side-model", counted, True,
                      f"{counted.trials - counted.duplicated - counted.lost} of {counted.trials} "
                      f"questions got exactly one side answer ({calls} side model calls)")
         result.stuck = None

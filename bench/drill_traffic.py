@@ -174,6 +174,8 @@ class Tally:
     lost: int = 0
     duplicated: int = 0
     latencies: list[float] = field(default_factory=list)
+    stuck: int = 0
+    evidence: list[str] = field(default_factory=list)  # what Redis showed for the failures
 
     @property
     def worst(self) -> float | None:
@@ -184,6 +186,8 @@ class Tally:
         self.lost += other.lost
         self.duplicated += other.duplicated
         self.latencies += other.latencies
+        self.stuck += other.stuck
+        self.evidence += other.evidence
 
 
 async def wait_finished(sents: Iterable[Sent], finished: Finished, within: float) -> bool:
