@@ -321,17 +321,7 @@ class SessionStore:
 
     async def reset(self, session_key: str) -> int:
         """Start a fresh conversation; a turn still running cannot record into it."""
-        keys = {
-            "meta": Keys.meta(session_key),
-            "history": Keys.history(session_key),
-            "inbox": Keys.inbox(session_key),
-            "live": Keys.live(session_key),
-            "replies": Keys.replies(session_key),
-            "injections": Keys.injections(session_key),
-            "turn_injections": Keys.turn_injections(session_key),
-            "segments": Keys.segments(session_key),
-            "compressing": Keys.compressing(session_key),
-        }
+        keys = Keys.parts(session_key)
         return int(await self._reset(keys=keys, args={"now": time.time()}))
 
     async def owed(self, session_key: str) -> int:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import IO
+from typing import IO, ClassVar
 
 import redis as sync_redis
 import redis.asyncio as aioredis
@@ -96,21 +96,27 @@ class Keys:
     def seen(session_key: str, event_id: str) -> str:
         return Keys.session(session_key, f"seen:{event_id}")
 
+    # The parts of a session that a reset removes, by the names the reset script takes.
+    _PARTS: ClassVar[dict[str, str]] = {
+        "meta": "meta",
+        "history": "history",
+        "inbox": "inbox",
+        "live": "live",
+        "replies": "replies",
+        "injections": "injections",
+        "turn_injections": "injections:turn",
+        "segments": "segments",
+        "compressing": "compressing",
+    }
+
+    @staticmethod
+    def parts(session_key: str) -> dict[str, str]:
+        """Every key of a session except dedupe marks (reset keeps those), by name."""
+        return {name: Keys.session(session_key, part) for name, part in Keys._PARTS.items()}
+
     @staticmethod
     def all_parts(session_key: str) -> list[str]:
-        """Every key of a session except dedupe marks (reset keeps those)."""
-        parts = (
-            "history",
-            "inbox",
-            "meta",
-            "live",
-            "replies",
-            "injections",
-            "injections:turn",
-            "segments",
-            "compressing",
-        )
-        return [Keys.session(session_key, p) for p in parts]
+        return list(Keys.parts(session_key).values())
 
     @staticmethod
     def jobs(platform: str) -> str:
