@@ -17,7 +17,6 @@ so once) rather than retried forever.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -32,6 +31,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
+from gateway.lease import every
 from gateway.scripts import load
 from gateway.store import GROUP, Keys
 
@@ -197,19 +197,13 @@ class JobQueue:
     async def owned(self, job: Job, touch_every: float) -> AsyncIterator[Job]:
         """Own `job` while the body runs: touched every `touch_every` seconds, completed
         when the body returns, left pending (for a re-run) when it raises."""
-        toucher = asyncio.create_task(self._keep_touched(job, touch_every))
-        try:
-            yield job
-        finally:
-            toucher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await toucher
-        await self.complete(job)
 
-    async def _keep_touched(self, job: Job, every: float) -> None:
-        while True:
-            await asyncio.sleep(every)
+        async def touch() -> None:
             try:
                 await self.touch(job)
             except RedisError as exc:  # tried again next time; reclaim waits 1.5 TTL
                 log.warning("touching %s job %s failed: %s", job.kind, job.id, exc)
+
+        async with every(touch_every, touch):
+            yield job
+        await self.complete(job)

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -67,24 +67,45 @@ class Lease:
     async def kept(self, *, release: bool = True) -> AsyncIterator[Lease]:
         """Renew the lease while the body runs; release it at the end (unless told not to:
         a turn's finishing script releases it in the same step as it records)."""
-        beat = asyncio.create_task(self._heartbeat())
-        try:
+        async with every(self.ttl / 3, self._beat):
             yield self
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
-            if release:
-                with contextlib.suppress(RedisError):
-                    await self.release()
+        if release:
+            with contextlib.suppress(RedisError):
+                await self.release()
 
-    async def _heartbeat(self) -> None:
-        while not self.lost.is_set():
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                if not await self.renew():
-                    log.warning("lease %s lost", self.key)
-            except RedisError as exc:
-                # The next beat tries again; a lease that expires meanwhile is
-                # found lost then, and the holder's writes are fenced anyway.
-                log.warning("renewing lease %s failed: %s", self.key, exc)
+    async def _beat(self) -> None:
+        if self.lost.is_set():
+            return
+        try:
+            if not await self.renew():
+                log.warning("lease %s lost", self.key)
+        except RedisError as exc:
+            # The next beat tries again; a lease that expires meanwhile is
+            # found lost then, and the holder's writes are fenced anyway.
+            log.warning("renewing lease %s failed: %s", self.key, exc)
+
+
+@contextlib.asynccontextmanager
+async def every(seconds: float, step: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Run `step` every `seconds` while the body runs.
+
+    The loop is told to stop, never cancelled: a Redis call cut off halfway can
+    leave its connection waiting for an answer that never comes, and the body's
+    exit would wait on it for good.
+    """
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), seconds)
+            if stop.is_set():
+                return
+            await step()
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
