@@ -191,6 +191,12 @@ class Worker:
             turn.request_stop("stopped by user")
 
     def _start(self, job: Job, *, slot_taken: bool) -> None:
+        if job.id in self.running_jobs:
+            # Found twice (a reclaim round and the check for unstarted jobs both saw
+            # it before either started it): it runs once.
+            if slot_taken:
+                self.slots.release()
+            return
         task = asyncio.create_task(self._run_job(job))
         self.tasks.add(task)
         self.running_jobs.add(job.id)

@@ -178,3 +178,23 @@ async def test_a_busy_worker_claims_no_job_it_cannot_start(one_slot: Harness) ->
         await asyncio.sleep(0.1)
     await h.sender.wait_for(lambda: any(c.text == "left behind" for c in h.sender.calls),
                             timeout=20)  # and run once the slot is free
+
+
+async def test_a_job_found_twice_runs_once(redis_url: str, llm: FakeLLM) -> None:
+    config = settings(redis_url)
+    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    sender = RecordingSender()
+    worker = Worker(config, redis, {"test": sender})
+    await worker.queue.ensure_groups()
+    job_id = await _left_by_dead_worker(redis, "found twice")
+    (job,) = await worker.queue.reclaim(0, 1)
+    assert job.id == job_id
+    worker._start(job, slot_taken=False)  # by a reclaim round
+    worker._start(job, slot_taken=False)  # and by the check for unstarted jobs
+    await asyncio.gather(*worker.tasks)
+    await redis.aclose()
+    assert await _sent_calls(sender, "found twice") == 1
+
+
+async def _sent_calls(sender: RecordingSender, text: str) -> int:
+    return sum(1 for c in sender.calls if c.op == "send" and c.text == text)
