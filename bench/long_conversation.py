@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import common  # noqa: F401  first: it puts the project and the fakes on sys.path
 import redis.asyncio as aioredis
 
 from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext

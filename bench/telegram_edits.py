@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # noqa: F401  first: it puts the project and the fakes on sys.path
+
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
 from gateway import store
