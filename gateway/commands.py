@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 NAMES = frozenset({"btw", "reset", "new", "stop", "status", "help"})
-_COMMAND = re.compile(r"^\s*([/!])([A-Za-z]+)(?:@([\w.-]+))?(?=\s|$)\s*(.*)\Z", re.DOTALL)
+_COMMAND = re.compile(r"^\s*([/!])([A-Za-z]+)(?:@[\w.-]+)?(?=\s|$)\s*(.*)\Z", re.DOTALL)
 
 HELP_TEXT = (
     "Commands:\n"
@@ -24,7 +24,6 @@ BTW_USAGE = "Usage: /btw <question> — ask a side question about this conversat
 class Command:
     name: str
     argument: str
-    addressed_to: str | None = None
 
 
 def parse(text: str) -> Command | None:
@@ -32,8 +31,8 @@ def parse(text: str) -> Command | None:
     match = _COMMAND.match(text)
     if not match:
         return None
-    sigil, name, target, argument = match.groups()
+    sigil, name, argument = match.groups()
     name = name.lower()
     if name not in NAMES or (sigil == "!" and name != "btw"):
         return None
-    return Command("reset" if name == "new" else name, argument.strip(), target)
+    return Command("reset" if name == "new" else name, argument.strip())

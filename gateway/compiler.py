@@ -18,7 +18,7 @@ gateway writes (the speaker prefix, the reminder's "This reply goes to ...").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway import reminders
@@ -56,8 +56,6 @@ class CompiledRequest:
     messages: list[Message]
     mode: Mode
     reminder: str | None = None
-    history_messages: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class MessageCompiler:
@@ -83,7 +81,7 @@ class MessageCompiler:
         messages = [{"role": "system", "content": self.system_prompt}, *history]
         if block is not None:
             messages = reminders.append_block(messages, block)
-        return CompiledRequest(messages, mode, block, len(history))
+        return CompiledRequest(messages, mode, block)
 
     def history_view(self, context: TurnContext) -> list[Message]:
         """The history as provider messages, compression segments applied.

@@ -37,13 +37,10 @@ class Health:
     def __init__(self, redis: Redis, component: str) -> None:
         self.redis = redis
         self.component = component
-        self.up = False
-        self.detail = "starting"
 
     async def report(self, up: bool, detail: str = "") -> None:
         """Best effort: with Redis away there is nowhere to report to, and the last report
         ages out of `/healthz` (which answers 503 meanwhile anyway)."""
-        self.up, self.detail = up, detail
         body = json.dumps({"up": up, "detail": detail, "at": time.time()})
         try:
             async with asyncio.timeout(REPORT_TIMEOUT):

@@ -258,6 +258,5 @@ async def test_a_report_with_redis_gone_is_logged_not_raised(
             await reporter.report(False, "connection lost; reconnecting")
     finally:
         await client.aclose()
-    assert (reporter.up, reporter.detail) == (False, "connection lost; reconnecting")
     assert [r.getMessage() for r in caplog.records if r.name == "gateway.health"] == [
         "health of slack not reported: Redis does not answer (TimeoutError)"]
