@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from adapters.base import Platform
+from gateway.ports import Platform
 
 NAMES = ("slack", "telegram", "discord")
 

@@ -13,9 +13,9 @@ import sys
 import uuid
 from typing import TextIO
 
-from adapters.base import Limits
 from gateway.ingest import Ingest
 from gateway.model import Address, Inbound, Speaker
+from gateway.ports import Limits
 from gateway.session import SessionStore
 
 PLATFORM = "console"

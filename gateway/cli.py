@@ -21,12 +21,12 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from adapters.base import Mode, Platform, Sender
 from gateway import logs, store
 from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
 from gateway.ingest import Ingest
+from gateway.ports import Mode, Platform, Sender
 
 log = logging.getLogger("gateway")
 

@@ -21,9 +21,9 @@ from typing import Generic, TypeVar
 
 from redis.asyncio import Redis
 
-from adapters.base import Limits, Sender
 from gateway.errors import PlatformError, RateLimited
 from gateway.model import Address
+from gateway.ports import Limits, Sender
 from gateway.scripts import load
 from gateway.store import Keys
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 
 from redis.exceptions import RedisError
 
-from adapters.base import Sender
 from gateway.compiler import CompiledRequest, MessageCompiler, ReplyTarget, TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
@@ -30,6 +29,7 @@ from gateway.lease import Lease
 from gateway.llm import ModelCall, Models, ResponseChain, Usage
 from gateway.metrics import Metrics
 from gateway.model import Address
+from gateway.ports import Sender
 from gateway.providers import is_stateful
 from gateway.session import Claim, Entry, Finish, HistoryView, SessionStore, assistant_entry
 from gateway.store import Keys

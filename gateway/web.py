@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from adapters.base import Platform
 from gateway import health, metrics
 from gateway.http_limits import BodyLimit
 from gateway.ingest import Ingest
+from gateway.ports import Platform
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from adapters.base import Sender
 from gateway import side_question
 from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
@@ -32,6 +31,7 @@ from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.model_host import ModelPool
+from gateway.ports import Sender
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.turn import TurnRunner

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
-from adapters.base import Mode, Platform
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, platform_error
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
+from gateway.ports import Mode, Platform
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -26,10 +26,10 @@ import aiohttp
 import discord
 from discord.http import HTTPClient, handle_message_parameters
 
-from adapters.base import Limits
 from adapters.discord.render import render
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
+from gateway.ports import Limits
 
 log = logging.getLogger(__name__)
 

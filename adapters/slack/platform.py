@@ -12,7 +12,6 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.routing import BaseRoute
 
-from adapters.base import Mode, Platform
 from adapters.slack.app import Listeners, build_app
 from adapters.slack.http import events_route
 from adapters.slack.inbound import BotIdentity
@@ -20,6 +19,7 @@ from adapters.slack.names import UserNames
 from adapters.slack.sender import SlackSender, platform_error, web_client
 from adapters.slack.socket import Backoff, SocketSupervisor, Timing
 from gateway.errors import ConfigError, PlatformError
+from gateway.ports import Mode, Platform
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from telegram import BotCommand, Update
 from telegram.error import InvalidToken, TelegramError
 
-from adapters.base import Mode, Platform
 from adapters.telegram.client import BotClient
 from adapters.telegram.inbound import to_inbound
 from adapters.telegram.polling import Poller
@@ -26,6 +25,7 @@ from adapters.telegram.webhook import Convert, webhook_route
 from gateway.config import Settings, require
 from gateway.errors import ConfigError, PlatformError
 from gateway.model import Inbound
+from gateway.ports import Mode, Platform
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -20,11 +20,11 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.base import Limits
 from adapters.telegram import markup
 from adapters.telegram.client import BotClient
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
+from gateway.ports import Limits
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -11,9 +11,9 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from adapters.base import Limits
 from gateway.errors import RateLimited
 from gateway.model import Address
+from gateway.ports import Limits
 
 
 @dataclass
