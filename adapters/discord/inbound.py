@@ -45,7 +45,9 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
         "author": {"id": str(author.id), "username": author.name,
                    "global_name": author.global_name, "bot": author.bot},
         "mentions": [{"id": str(user.id)} for user in message.mentions],
-        "mention_roles": [str(role_id) for role_id in message.raw_role_mentions],
+        # discord.py finds role mentions in the content: only a text has any to find.
+        "mention_roles": ([str(role_id) for role_id in message.raw_role_mentions]
+                          if isinstance(message.content, str) else []),
         "attachments": [{"url": a.url, "filename": a.filename, "content_type": a.content_type}
                         for a in message.attachments],
         "referenced_message": None,
