@@ -126,7 +126,7 @@ def message_fields(payload: Mapping[str, Any], session_channel: str | None) -> l
         ("content", payload.get("content"), is_text),
         ("message_reference.message_id", reference.get("message_id"), optional(snowflake)),
         ("referenced_message.id", referenced.get("id"), optional(snowflake)),
-        ("the thread opened for it", session_channel, optional(snowflake)),
+        ("new thread's id", session_channel, optional(snowflake)),
     ]
 
 

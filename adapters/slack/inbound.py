@@ -128,7 +128,7 @@ def event_fields(body: Mapping[str, Any]) -> list[Field]:
                           ("authorizations", authorizations, optional(_authorization_list))]
     if (first_invalid(shape) is not None or not isinstance(event, Mapping)
             or event.get("type") not in MESSAGE_EVENTS):
-        return shape  # past the shape, not a message: `wanted` drops it, whatever it holds
+        return shape  # malformed, or not a message event: `wanted` drops those as they are
     authorization = _authorization(body)
     return [
         *shape,
