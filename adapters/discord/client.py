@@ -182,13 +182,11 @@ class GatewayClient(discord.AutoShardedClient):
     # the /btw command ----------------------------------------------------
 
     async def on_btw(self, interaction: discord.Interaction, question: str) -> None:
-        """Defer first (Discord's 3 s deadline), then hand the question to the core."""
-        try:
-            await interaction.response.defer(thinking=True)
-        except discord.HTTPException as exc:
-            log.warning("could not defer /btw interaction %s: %s %s",
-                        interaction.id, exc.status, exc.text)
-            return
+        """Defer at once (Discord's 3 s deadline), then hand the question to the core.
+
+        The conversion comes first, so an interaction whose ids are malformed is neither
+        deferred nor answered; it takes no time worth counting against the deadline.
+        """
         user = interaction.user
         inbound = interaction_inbound(
             interaction_id=str(interaction.id), token=interaction.token,
@@ -198,6 +196,14 @@ class GatewayClient(discord.AutoShardedClient):
                   "bot": user.bot},
             question=question,
         )
+        if inbound is None:
+            return
+        try:
+            await interaction.response.defer(thinking=True)
+        except discord.HTTPException as exc:
+            log.warning("could not defer /btw interaction %s: %s %s",
+                        interaction.id, exc.status, exc.text)
+            return
         await self._receive(inbound)
 
     async def _receive(self, inbound: Inbound) -> None:

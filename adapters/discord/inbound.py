@@ -7,6 +7,12 @@ the rules below can be tested on plain dicts and run on live events alike.
 Sessions: one per DM, one per thread, one per channel otherwise. A Discord
 thread is a channel of its own, so `Inbound.channel` is the thread's id and
 `Inbound.thread` stays unset; the workspace is the guild id, or "dm".
+
+Ids are snowflakes: unsigned 64-bit integers, sent as strings of digits.
+discord.py reads them with `int()`, which takes `-5` and `2**70` too, and it
+keeps a message's content whatever its JSON type; so both functions check the
+ids and text they read and drop an event whose do not fit, with one log line
+(`adapters.common`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import discord
 
+from adapters.common import Field, first_invalid, invalid, is_mapping, is_text, optional, snowflake
 from gateway.model import Address, Attachment, Inbound, Speaker
 
 PLATFORM = "discord"
@@ -38,7 +45,9 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
         "author": {"id": str(author.id), "username": author.name,
                    "global_name": author.global_name, "bot": author.bot},
         "mentions": [{"id": str(user.id)} for user in message.mentions],
-        "mention_roles": [str(role_id) for role_id in message.raw_role_mentions],
+        # discord.py finds role mentions in the content: only a text has any to find.
+        "mention_roles": ([str(role_id) for role_id in message.raw_role_mentions]
+                          if isinstance(message.content, str) else []),
         "attachments": [{"url": a.url, "filename": a.filename, "content_type": a.content_type}
                         for a in message.attachments],
         "referenced_message": None,
@@ -64,6 +73,8 @@ def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
     `bot_role_id` is the bot's own role in the guild: people often pick it from
     the mention list instead of the bot user, and mean the bot all the same.
     """
+    if invalid(PLATFORM, message_fields(payload, session_channel)):
+        return None
     author = payload["author"]
     if author["id"] == bot_id or author.get("bot") or payload.get("webhook_id"):
         return None
@@ -97,14 +108,44 @@ def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
     )
 
 
+def message_fields(payload: Mapping[str, Any], session_channel: str | None) -> list[Field]:
+    """The ids and text of a message that `to_inbound` reads, with their checks."""
+    author = payload.get("author") or {}
+    reference = payload.get("message_reference") or {}
+    referenced = payload.get("referenced_message") or {}
+    shape: list[Field] = [("author", author, is_mapping),
+                          ("message_reference", reference, is_mapping),
+                          ("referenced_message", referenced, is_mapping)]
+    if first_invalid(shape) is not None:
+        return shape
+    return [
+        ("id", payload.get("id"), snowflake),
+        ("channel_id", payload.get("channel_id"), snowflake),
+        ("guild_id", payload.get("guild_id"), optional(snowflake)),
+        ("author.id", author.get("id"), snowflake),
+        ("content", payload.get("content"), is_text),
+        ("message_reference.message_id", reference.get("message_id"), optional(snowflake)),
+        ("referenced_message.id", referenced.get("id"), optional(snowflake)),
+        ("new thread's id", session_channel, optional(snowflake)),
+    ]
+
+
 def interaction_inbound(*, interaction_id: str, token: str, channel_id: str,
-                        guild_id: str | None, user: Mapping[str, Any], question: str) -> Inbound:
-    """The Inbound for the `/btw` application command.
+                        guild_id: str | None, user: Mapping[str, Any],
+                        question: str) -> Inbound | None:
+    """The Inbound for the `/btw` application command; None when its ids are malformed.
 
     The text is `/btw <question>` so the core parses it like the typed form;
     every reply (the answer, a refusal, a usage hint) goes out as the
     interaction's follow-up, which carries `token` and replaces the deferral.
     """
+    fields: list[Field] = [
+        ("id", interaction_id, snowflake), ("channel_id", channel_id, snowflake),
+        ("guild_id", guild_id, optional(snowflake)), ("user.id", user.get("id"), snowflake),
+        ("token", token, is_text), ("question", question, is_text),
+    ]
+    if invalid(PLATFORM, fields):
+        return None
     workspace = guild_id or DM_WORKSPACE
     address = Address(platform=PLATFORM, workspace=workspace, channel=channel_id, token=token)
     return Inbound(

@@ -4,9 +4,10 @@ The same app serves HTTP (`POST /slack/events`, bolt's own v0 signature check
 stays on) and Socket Mode. Listeners run before the acknowledgement is sent
 (`process_before_response`): ingest is a few Redis round trips, so Slack still
 gets its answer well within 3 s, and an event Redis could not take gets a 5xx,
-which makes Slack deliver it again instead of losing it. A delivery whose
-fields are of the wrong type (a list where text belongs) gets a 400 and one
-log line, not bolt's 500 with a stack trace.
+which makes Slack deliver it again instead of losing it. An event or `/btw`
+whose ids or text are not of Slack's form is acknowledged and dropped by the
+inbound checks (one log line), and a delivery of another wrong shape gets a
+400 and one log line, not bolt's 500 with a stack trace.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.inbound import PLATFORM, BotIdentity, btw_inbound, to_inbound
+from adapters.common import invalid
+from adapters.slack.inbound import PLATFORM, BotIdentity, btw_inbound, command_fields, to_inbound
 from adapters.slack.mrkdwn import escape
 from adapters.slack.names import UserNames
 from adapters.slack.sender import platform_error
@@ -71,6 +73,9 @@ class Listeners:
 
     async def on_btw(self, ack: Ack, command: dict[str, Any]) -> None:
         """The native `/btw`: a side question about the channel's latest session."""
+        if invalid(PLATFORM, command_fields(command)):
+            await ack()
+            return
         question = (command.get("text") or "").strip()
         if not question:
             await ack(text=BTW_USAGE, response_type="ephemeral")

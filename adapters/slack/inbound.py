@@ -15,6 +15,11 @@ is the envelope's, the envelope's `enterprise_id` is the author's Grid org. The
 installation is the envelope's first `authorizations` entry (team and Grid
 org) and the bot's own team from auth.test. Sharing any id with it means the
 same workspace or the same Grid organisation.
+
+Before anything else, the ids and texts of a message event are checked against
+the forms Slack gives them (`1710000000.000100` timestamps, `C…`/`D…`/`G…`
+channels, `U…`/`W…`/`B…` users, `T…` teams and `E…` Grid organisations); an
+event with one that does not fit is dropped, with one log line (`adapters.common`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.common import Field, first_invalid, invalid, is_mapping, is_text, optional, pattern
 from gateway.model import Address, Attachment, Inbound, Speaker
 
 PLATFORM = "slack"
+MESSAGE_EVENTS = ("app_mention", "message")
+# Slack's id forms: a prefix letter, then capitals and digits (of no promised length).
+TS = pattern(r"[0-9]{1,12}\.[0-9]{1,9}")
+CHANNEL_ID = pattern(r"[CDG][A-Z0-9]+")
+USER_ID = pattern(r"[UWB][A-Z0-9]+")
+TEAM_ID = pattern(r"[TE][A-Z0-9]+")  # a workspace, or an Enterprise Grid organisation
+EVENT_ID = pattern(r"[A-Za-z0-9]{1,64}")
 # Subtypes that are still a person writing; every other one (bot_message,
 # message_changed, message_deleted, channel_join, ...) is not a message to answer.
 PERSON_SUBTYPES = frozenset({None, "thread_broadcast", "file_share", "me_message"})
@@ -80,6 +93,8 @@ def wanted(body: Mapping[str, Any], bot: BotIdentity) -> str | None:
 
 def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> Inbound | None:
     """Normalize an Events API `event_callback` body; None when it is not for the bot."""
+    if invalid(PLATFORM, event_fields(body)):
+        return None
     user = wanted(body, bot)
     if user is None:
         return None
@@ -104,6 +119,48 @@ def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> 
         reply=_address(workspace, channel, session_thread, reply_to=ts),
         side_reply=_address(workspace, channel, thread_ts or ts, reply_to=ts, side=True),
     )
+
+
+def event_fields(body: Mapping[str, Any]) -> list[Field]:
+    """The ids and texts of a message event that the conversion reads, with their checks."""
+    event, authorizations = body.get("event"), body.get("authorizations")
+    shape: list[Field] = [("event", event, optional(is_mapping)),
+                          ("authorizations", authorizations, optional(_authorization_list))]
+    if (first_invalid(shape) is not None or not isinstance(event, Mapping)
+            or event.get("type") not in MESSAGE_EVENTS):
+        return shape  # malformed, or not a message event: `wanted` drops those as they are
+    authorization = _authorization(body)
+    return [
+        *shape,
+        ("event_id", body.get("event_id"), optional(EVENT_ID)),
+        ("team_id", body.get("team_id"), optional(TEAM_ID)),
+        ("enterprise_id", body.get("enterprise_id"), optional(TEAM_ID)),
+        ("authorizations.team_id", authorization.get("team_id"), optional(TEAM_ID)),
+        ("authorizations.enterprise_id", authorization.get("enterprise_id"), optional(TEAM_ID)),
+        ("event.subtype", event.get("subtype"), optional(is_text)),
+        ("event.channel", event.get("channel"), CHANNEL_ID),
+        ("event.ts", event.get("ts"), TS),
+        ("event.thread_ts", event.get("thread_ts"), optional(TS)),
+        ("event.user", event.get("user"), optional(USER_ID)),
+        ("event.team", event.get("team"), optional(TEAM_ID)),
+        ("event.user_team", event.get("user_team"), optional(TEAM_ID)),
+        ("event.text", event.get("text"), optional(is_text)),
+    ]
+
+
+def _authorization_list(value: object) -> bool:
+    return isinstance(value, list) and (not value or isinstance(value[0], Mapping))
+
+
+def command_fields(command: Mapping[str, Any]) -> list[Field]:
+    """The ids of a slash command that `/btw` reads, with their checks."""
+    return [
+        ("channel_id", command.get("channel_id"), CHANNEL_ID),
+        ("user_id", command.get("user_id"), USER_ID),
+        ("team_id", command.get("team_id"), TEAM_ID),
+        ("enterprise_id", command.get("enterprise_id") or None, optional(TEAM_ID)),
+        ("text", command.get("text"), optional(is_text)),
+    ]
 
 
 def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,

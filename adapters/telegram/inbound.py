@@ -6,7 +6,9 @@ or is a command addressed to the bot. The core applies that rule from the
 flags set here (`is_dm`, `mentions_bot`, `replies_to_bot`); this module drops
 what is never ours: edits, service messages, other bots (and the bot itself),
 automatic forwards from a linked channel, and commands addressed to another
-bot (`/cmd@otherbot`).
+bot (`/cmd@otherbot`). An update whose ids or texts are not of the types the
+Bot API documents (python-telegram-bot reads JSON without checking them) is
+dropped too, with one log line (`adapters.common`).
 
 Sessions: one per chat, one per forum topic (`thread` = `message_thread_id`
 when the message is a topic message). The session's workspace is the bot's id:
@@ -19,10 +21,16 @@ from typing import Any
 
 from telegram import Message, MessageEntity, Update
 
+from adapters.common import INT64_MAX, INT64_MIN, Field, integer, invalid, is_text, one_of, optional
 from gateway.model import Address, Inbound, Speaker
 
 PLATFORM = "telegram"
 COMMANDS = ("btw", "reset", "new", "stop", "status", "help")
+# The Bot API's ids are integers of up to 64 bits; only a chat's may be negative (groups).
+_UPDATE_ID = integer(0, INT64_MAX)
+_POSITIVE_ID = integer(1, INT64_MAX)
+_CHAT_ID = integer(INT64_MIN, INT64_MAX)
+_CHAT_TYPE = one_of("private", "group", "supergroup", "channel")
 
 
 def to_inbound(update: Update | dict[str, Any], bot_id: int, bot_username: str) -> Inbound | None:
@@ -31,6 +39,8 @@ def to_inbound(update: Update | dict[str, Any], bot_id: int, bot_username: str) 
         update = Update.de_json(update, None)
     message = update.message  # edited_message, channel_post, ... are not ours
     if message is None or not _from_a_person(message):
+        return None
+    if invalid(PLATFORM, _fields(update, message)):
         return None
     text = message.text if message.text is not None else message.caption
     if not text:
@@ -71,6 +81,24 @@ def _build(update: Update, message: Message, bot_id: int, *, is_dm: bool, text: 
         side_reply=Address(platform=PLATFORM, workspace=workspace, channel=channel,
                            thread=thread, reply_to=message_id, side=True),
     )
+
+
+def _fields(update: Update, message: Message) -> list[Field]:
+    """The ids and texts the conversion reads, each with the check of its documented type."""
+    chat, user, replied = message.chat, message.from_user, message.reply_to_message
+    fields: list[Field] = [
+        ("update_id", update.update_id, _UPDATE_ID),
+        ("message.message_id", message.message_id, _POSITIVE_ID),
+        ("message.chat.id", getattr(chat, "id", None), _CHAT_ID),
+        ("message.chat.type", getattr(chat, "type", None), _CHAT_TYPE),
+        ("message.from.id", getattr(user, "id", None), _POSITIVE_ID),
+        ("message.message_thread_id", message.message_thread_id, optional(_POSITIVE_ID)),
+        ("message.text", message.text, optional(is_text)),
+        ("message.caption", message.caption, optional(is_text)),
+    ]
+    if replied is not None:
+        fields.append(("message.reply_to_message.message_id", replied.message_id, _POSITIVE_ID))
+    return fields
 
 
 def _from_a_person(message: Message) -> bool:
