@@ -32,6 +32,7 @@ from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.model_host import ModelPool
+from gateway.retention import Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.turn import TurnRunner
@@ -75,6 +76,8 @@ class Worker:
             self.budget,
             self.metrics,
         )
+        retention = settings.session_retention
+        self.retention = Retention(redis, retention) if retention is not None else None
         self.slots = asyncio.Semaphore(concurrency or settings.worker_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self.running_jobs: set[str] = set()
@@ -95,6 +98,8 @@ class Worker:
             asyncio.create_task(self._reclaim_loop(stop)),
             asyncio.create_task(self._cancel_listener()),
         ]
+        if self.retention is not None:
+            loops.append(asyncio.create_task(self.retention.keep_pruning()))
         self.ready.set()
         log.info("worker %s reading %s", self.queue.consumer, ", ".join(self.queue.streams))
         await stop.wait()
