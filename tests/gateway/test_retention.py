@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +32,7 @@ from tests.gateway.helpers import inbound, settings
 from tests.gateway.recording_sender import RecordingSender
 
 CHANNEL = "test:W:C1"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -250,6 +254,45 @@ async def test_running_workers_prune_by_themselves_once_an_interval(
     assert await asyncio.gather(*asked) == [None, None]
     assert await deployment.redis.exists(Keys.meta(second))
     assert 0 < await deployment.redis.ttl(Keys.PRUNE_LOCK) <= PRUNE_EVERY
+
+
+async def gateway_command(redis_url: str, *args: str, **env: str) -> tuple[int, str, str]:
+    """`gateway ARGS` as its own process, with only the given settings."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "REDIS_"))}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", *args,
+        env={**clean, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, **env},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return int(process.returncode or 0), out.decode(), err.decode()
+
+
+async def test_gateway_sessions_prune_says_how_many_it_removed(
+        deployment: Deployment, redis_url: str) -> None:
+    old = await deployment.talk("hello", channel="C1")
+    recent = await deployment.talk("hello", channel="C2")
+    await deployment.age(old, 31)
+    await deployment.age(recent, 11)
+
+    code, out, _ = await gateway_command(redis_url, "sessions", "prune",
+                                         GATEWAY_SESSION_RETENTION_DAYS="30")
+    assert (code, out) == (0, "removed 1 session idle for more than 30 days\n")
+    code, out, _ = await gateway_command(redis_url, "sessions", "prune", "--json",
+                                         "--older-than", "10")
+    assert code == 0
+    assert json.loads(out) == {"removed": 1, "kept": 0, "older_than_days": 10}
+    assert not await deployment.redis.exists(Keys.meta(old), Keys.meta(recent))
+
+
+async def test_gateway_sessions_prune_without_a_retention_names_the_setting(
+        deployment: Deployment, redis_url: str) -> None:
+    key = await deployment.talk("hello")
+    await deployment.age(key, 1000)
+    code, out, err = await gateway_command(redis_url, "sessions", "prune")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "GATEWAY_SESSION_RETENTION_DAYS" in err
+    assert await deployment.redis.exists(Keys.meta(key))
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "1.5", "ninety", ""])
