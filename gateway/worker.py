@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from adapters.base import Sender
 from gateway import side_question
+from gateway.compiler import split_view
 from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import LeaseLost, ModelError, PlatformError
@@ -280,13 +281,18 @@ class Worker:
         question = str(job.payload.get("question", ""))
         started = time.monotonic()
         key = job.session_key
-        entries = [*await self.sessions.history(key), *await self.sessions.inbox(key)]
+        # The newest summary and the entries after it: the summary stands for the
+        # history before it, which is never read (however long it has grown).
+        view = await self.sessions.view(key)
+        segment, entries = split_view(view.entries, view.segments)
+        inbox = await self.sessions.inbox(key)
         live = await self.sessions.live(key) if await self.sessions.is_running(key) else None
         transcript = side_question.render_transcript(
-            entries,
+            [*entries, *inbox],
             message_cap=self.settings.side_message_cap,
             budget=self.settings.side_transcript_budget,
             live_reply=live,
+            summary=str(segment.get("summary", "")) if segment is not None else None,
         )
         call = ModelCall(
             self.settings.side_model,
