@@ -59,13 +59,17 @@ class Retention:
         self.every = every
         self._prune = load("prune").bind(redis)
 
-    async def prune(self, now: float | None = None) -> PruneResult:
-        """Remove every session idle since before `now - older_than`, batch by batch."""
-        cutoff = (time.time() if now is None else now) - self.older_than
+    async def prune(self) -> PruneResult:
+        """Remove every session idle for longer than `older_than`, batch by batch.
+
+        One script call at a time: a run shares Redis with the turns in flight.
+        """
+        cutoff = time.time() - self.older_than
         started = time.monotonic()
         removed = kept = 0
         while True:
-            # The kept ones stay in the range, ahead of the ones not looked at yet.
+            # The kept ones stay in the range, ahead of the ones not looked at yet (one
+            # that came alive meanwhile has left it: what that skips, the next run sees).
             batch = await self.idle_sessions(cutoff, offset=kept, count=BATCH)
             if not batch:
                 break
@@ -74,7 +78,7 @@ class Retention:
                     removed += 1
                 else:
                     kept += 1
-        log.info("pruned %d idle sessions (%d kept) in %.2fs",
+        log.info("pruning idle sessions: %d removed, %d kept (busy or active again) in %.2fs",
                  removed, kept, time.monotonic() - started)
         return PruneResult(removed, kept)
 
