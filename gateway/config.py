@@ -129,12 +129,6 @@ class Settings(BaseSettings):
         return value
 
     @property
-    def session_retention(self) -> float | None:
-        """GATEWAY_SESSION_RETENTION_DAYS in seconds; None when sessions are kept for good."""
-        days = self.session_retention_days
-        return days * 86400.0 if days is not None else None
-
-    @property
     def side_model(self) -> str:
         return self.side_model_name or self.model
 

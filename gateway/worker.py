@@ -33,7 +33,7 @@ from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.model_host import ModelPool
-from gateway.retention import Retention
+from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.turn import TurnRunner
@@ -77,8 +77,8 @@ class Worker:
             self.budget,
             self.metrics,
         )
-        retention = settings.session_retention
-        self.retention = Retention(redis, retention) if retention is not None else None
+        days = settings.session_retention_days
+        self.retention = Retention(redis, days * DAY) if days is not None else None
         self.slots = asyncio.Semaphore(concurrency or settings.worker_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self.running_jobs: set[str] = set()

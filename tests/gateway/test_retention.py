@@ -301,7 +301,8 @@ def test_a_retention_that_is_not_a_whole_number_of_days_is_a_config_error(value:
         load_settings(_env_file=None, GATEWAY_SESSION_RETENTION_DAYS=value)
 
 
-def test_retention_is_off_unless_set() -> None:
-    assert load_settings(_env_file=None).session_retention is None
-    assert load_settings(_env_file=None, GATEWAY_SESSION_RETENTION_DAYS="90").session_retention \
-        == 90 * DAY
+async def test_retention_is_off_unless_set(redis_url: str, redis_client: aioredis.Redis) -> None:
+    assert load_settings(_env_file=None).session_retention_days is None
+    assert Worker(settings(redis_url), redis_client, {}).retention is None
+    assert load_settings(_env_file=None, GATEWAY_SESSION_RETENTION_DAYS="90"
+                         ).session_retention_days == 90
