@@ -63,10 +63,15 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("doctor", help="check Redis, the model, tokens").set_defaults(
         handler=cmd_doctor
     )
-    sessions = commands.add_parser("sessions", help="inspect and reset sessions")
-    sessions.add_argument("action", choices=["list", "show", "reset"])
+    sessions = commands.add_parser("sessions", help="inspect, reset and prune sessions")
+    sessions.add_argument("action", choices=["list", "show", "reset", "prune"])
     sessions.add_argument("key", nargs="?")
     sessions.add_argument("--json", action="store_true")
+    sessions.add_argument(
+        "--older-than", type=_days, default=None, metavar="DAYS",
+        help="prune: remove sessions idle for more than DAYS "
+             "(default: GATEWAY_SESSION_RETENTION_DAYS)",
+    )
     sessions.set_defaults(handler=cmd_sessions)
     return parser
 
@@ -379,11 +384,23 @@ async def _doctor_platforms(settings: Settings) -> list[tuple[str, bool, str]]:
     return results
 
 
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not days > 0 or days == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of days above 0, not {text!r}")
+    return days
+
+
 async def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.session import SessionStore
 
     if args.action in {"show", "reset"} and not args.key:
         raise ConfigError(f"`gateway sessions {args.action}` needs a session KEY")
+    if args.action == "prune":
+        return await _prune_sessions(settings, args)
     async with _redis(settings) as redis:
         sessions = SessionStore(redis)
         if args.action == "list":
@@ -409,6 +426,25 @@ async def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
         else:
             await sessions.reset(args.key)
             print(json.dumps({"reset": args.key}) if args.json else f"reset {args.key}")
+    return 0
+
+
+async def _prune_sessions(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.retention import DAY, Retention
+
+    days = args.older_than or settings.session_retention_days
+    if days is None:
+        raise ConfigError(
+            "`gateway sessions prune` needs GATEWAY_SESSION_RETENTION_DAYS or --older-than DAYS"
+        )
+    async with _redis(settings) as redis:
+        result = await Retention(redis, days * DAY).prune()
+    if args.json:
+        print(json.dumps({"removed": result.removed, "kept": result.kept, "older_than_days": days}))
+        return 0
+    noun = "session" if result.removed == 1 else "sessions"
+    busy = f"; {result.kept} kept, still busy or active again" if result.kept else ""
+    print(f"removed {result.removed} {noun} idle for more than {days:g} days{busy}")
     return 0
 
 

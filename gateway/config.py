@@ -96,6 +96,12 @@ class Settings(BaseSettings):
 
     allowed_users: str = Field(default="", alias="GATEWAY_ALLOWED_USERS")
 
+    # Unset: sessions are kept for good. Removing conversations cannot be undone,
+    # so it is the operator's choice, never a default.
+    session_retention_days: int | None = Field(
+        default=None, alias="GATEWAY_SESSION_RETENTION_DAYS"
+    )
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -109,6 +115,17 @@ class Settings(BaseSettings):
     def _telegram_secret(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and not _TELEGRAM_SECRET.match(value.get_secret_value()):
             raise ValueError("must be 1 to 256 characters of A-Z a-z 0-9 _ -")
+        return value
+
+    @field_validator("session_retention_days", mode="before")
+    @classmethod
+    def _retention(cls, value: object) -> object:
+        text = str(value).strip() if value is not None else None
+        if text is not None and not (text.isdigit() and int(text) >= 1):
+            raise ValueError(
+                f"must be a whole number of days, 1 or more (got {text!r}); "
+                "leave it unset to keep sessions for good"
+            )
         return value
 
     @property

@@ -139,6 +139,7 @@ class SessionStore:
             "session": key,
             "now": time.time(),
             "early": "1" if len(entry) <= EARLY_ENTRY_MAX else "",
+            "channel_key": inbound.channel_key,
         }
         fresh, job = await self._ingest(keys=keys, args=args)
         return bool(fresh), job or None
@@ -172,6 +173,7 @@ class SessionStore:
             "stream": self.stream(inbound.platform),
             "meta": Keys.meta(key),
             "side_in_flight": Keys.side_in_flight(key),
+            "sessions": Keys.SESSIONS,
         }
         args = {
             "kind": kind,
@@ -241,6 +243,7 @@ class SessionStore:
             "replies": Keys.replies(session_key),
             "turn_injections": Keys.turn_injections(session_key),
             "injections": Keys.injections(session_key),
+            "sessions": Keys.SESSIONS,
         }
         args: dict[str, Arg] = {
             "token": token,
@@ -250,6 +253,7 @@ class SessionStore:
             "entry": json.dumps(entry, ensure_ascii=False) if entry else "",
             "now": time.time(),
             "turn_id": claim.turn_id,
+            "session": session_key,
         }
         rest = [part for pair in (meta_fields or {}).items() for part in pair]
         return Finish(int(await self._finish(keys=keys, args=args, rest=rest)))

@@ -5,6 +5,7 @@ sees the session's raw provider messages (an assistant tool-call entry would
 trip a request that declares no tools); it sees the conversation rendered to
 plain text, newest last:
 
+    EARLIER CONVERSATION (summary): - Alice asked for the deploy log …
     [... 12 earlier messages omitted ...]
     USER (Alice): can you check the deploy log?
     ASSISTANT [called tools: read_file]
@@ -12,9 +13,11 @@ plain text, newest last:
     ASSISTANT: The deploy finished in 41 seconds.
     ASSISTANT (still writing, in progress): Looking at the
 
-Everything here is pure: no Redis, no model client. The worker reads the
-history, calls `render_transcript` and `build_side_messages`, and sends the
-answer opened by `answer_marker`.
+A compressed conversation is given as its newest summary and the messages
+after it, the way a main turn sees it; the history the summary stands for is
+not read. Everything here is pure: no Redis, no model client. The worker reads
+the snapshot, calls `render_transcript` and `build_side_messages`, and sends
+the answer opened by `answer_marker`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ TRANSCRIPT_CLOSE: Final = "===== END OF TRANSCRIPT ====="
 USAGE: Final = "Usage: /btw <question> — ask a side question about this conversation."
 CUT: Final = "…"
 MARKER_QUOTE_CHARS: Final = 60
+SUMMARY_LABEL: Final = "EARLIER CONVERSATION (summary)"
+SUMMARY_SHARE: Final = 0.5  # of the budget, at most, for the summary
 
 # Text-bearing content blocks across the chat and Responses API shapes.
 _TEXT_BLOCKS: Final = frozenset({"text", "input_text", "output_text"})
@@ -57,6 +62,7 @@ def render_transcript(
     message_cap: int = 2000,
     budget: int = 24000,
     live_reply: str | None = None,
+    summary: str | None = None,
 ) -> str:
     """The conversation as plain text for a side question, newest last.
 
@@ -64,13 +70,20 @@ def render_transcript(
     capped at `message_cap` characters; the oldest messages are dropped until the
     whole fits `budget`, behind a marker line saying how many were left out. A
     non-empty `live_reply` (the reply still being streamed) is always kept, last.
+    A non-empty `summary` (of the conversation before `entries`) always opens it,
+    cut to at most half the budget, so it never crowds out the newest messages.
     """
     blocks = _render_entries(entries or (), message_cap)
     live = _clip(f"ASSISTANT (still writing, in progress): {_indented(live_reply)}",
                  message_cap) if live_reply and live_reply.strip() else None
-    if not blocks and live is None:
+    earlier = _clip(f"{SUMMARY_LABEL}: {_indented(summary.strip())}",
+                    int(budget * SUMMARY_SHARE)) if summary and summary.strip() else None
+    if not blocks and live is None and earlier is None:
         return PLACEHOLDER
-    return _fit(blocks, live, budget)
+    if earlier is None:
+        return _fit(blocks, live, budget)
+    rest = _fit(blocks, live, max(0, budget - len(earlier) - 1))
+    return f"{earlier}\n{rest}" if rest else earlier
 
 
 def build_side_messages(transcript: str, question: str) -> list[dict[str, str]]:

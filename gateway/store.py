@@ -122,7 +122,10 @@ class Keys:
     def jobs(platform: str) -> str:
         return f"{PREFIX}:jobs:{platform}"
 
+    # Every session, scored by its last activity (a message, a recorded turn, a job):
+    # the listing, and where retention finds the idle ones.
     SESSIONS = f"{PREFIX}:sessions"
+    PRUNE_LOCK = f"{PREFIX}:prune"  # held by the worker whose turn it is to prune
     CANCEL_CHANNEL = f"{PREFIX}:cancel"
     METRICS = f"{PREFIX}:metrics"
     HEALTH = f"{PREFIX}:health"  # a hash: component -> its latest report

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway import side_question
+from gateway.compiler import split_view
 from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import LeaseLost, ModelError, PlatformError
@@ -32,6 +33,7 @@ from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.model_host import ModelPool
 from gateway.ports import Sender
+from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.turn import TurnRunner
@@ -75,6 +77,8 @@ class Worker:
             self.budget,
             self.metrics,
         )
+        days = settings.session_retention_days
+        self.retention = Retention(redis, days * DAY) if days is not None else None
         self.slots = asyncio.Semaphore(concurrency or settings.worker_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self.running_jobs: set[str] = set()
@@ -95,6 +99,8 @@ class Worker:
             asyncio.create_task(self._reclaim_loop(stop)),
             asyncio.create_task(self._cancel_listener()),
         ]
+        if self.retention is not None:
+            loops.append(asyncio.create_task(self.retention.keep_pruning()))
         self.ready.set()
         log.info("worker %s reading %s", self.queue.consumer, ", ".join(self.queue.streams))
         await stop.wait()
@@ -275,13 +281,18 @@ class Worker:
         question = str(job.payload.get("question", ""))
         started = time.monotonic()
         key = job.session_key
-        entries = [*await self.sessions.history(key), *await self.sessions.inbox(key)]
+        # The newest summary and the entries after it: the summary stands for the
+        # history before it, which is never read (however long it has grown).
+        view = await self.sessions.view(key)
+        segment, entries = split_view(view.entries, view.segments)
+        inbox = await self.sessions.inbox(key)
         live = await self.sessions.live(key) if await self.sessions.is_running(key) else None
         transcript = side_question.render_transcript(
-            entries,
+            [*entries, *inbox],
             message_cap=self.settings.side_message_cap,
             budget=self.settings.side_transcript_budget,
             live_reply=live,
+            summary=str(segment.get("summary", "")) if segment is not None else None,
         )
         call = ModelCall(
             self.settings.side_model,

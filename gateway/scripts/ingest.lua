@@ -1,5 +1,5 @@
 -- KEYS: seen inbox meta queued stream sessions channel lease history injections
--- ARGV: dedupe_ttl entry session now early
+-- ARGV: dedupe_ttl entry session now early channel_key
 -- A user message: dedupe on the platform's event id, append it to the inbox and
 -- enqueue a turn unless one is already queued, in one step (a message is never
 -- in the inbox without a job, nor a job without its message).
@@ -7,13 +7,16 @@ local seen, inbox, meta, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local stream, sessions, channel, lease = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local history, injections = KEYS[9], KEYS[10]
 local dedupe_ttl, entry, session, now, early = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local channel_key = ARGV[6]
 
 if redis.call('SET', seen, '1', 'NX', 'EX', dedupe_ttl) == false then return {0, false} end
 redis.call('RPUSH', inbox, entry)
 -- The bot was addressed here: follow-ups in this thread are answered from now on,
 -- not only once the first answer is recorded.
-redis.call('HSET', meta, 'updated', now, 'participated', '1')
+-- `channel` names the channel set the session is in, for the prune script.
+redis.call('HSET', meta, 'updated', now, 'participated', '1', 'channel', channel_key)
 redis.call('HSETNX', meta, 'created', now)
+-- The index is scored by last activity: idle sessions are found by score (gateway.retention).
 redis.call('ZADD', sessions, now, session)
 redis.call('ZADD', channel, now, session)
 

@@ -24,6 +24,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import (
     COMPRESSOR,
     MAIN,
+    SIDE,
     Conversation,
     assistant_entry,
     content_of,
@@ -138,6 +139,23 @@ async def test_segments_are_contiguous_and_build_on_each_other(
         sent = content_of(talk.main_requests()[-1]["messages"])
         assert sent.count("[Summary of the earlier conversation") == 1
         assert f"SUMMARY number {len(segments)}" in sent
+
+
+async def test_a_side_question_reads_the_summary_and_what_follows_it_never_the_summarised_part(
+        redis_url: str, llm: FakeLLM) -> None:
+    llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY)
+    async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
+        await talk_until_segment(talk)
+        [segment] = await talk.segments()
+        history = await talk.history()
+        await talk.say("/btw which colour was it?")
+        [asked] = llm.requests_for(SIDE)
+        transcript = asked["messages"][1]["content"]
+        assert f"EARLIER CONVERSATION (summary): {SUMMARY}" in transcript
+        for entry in history[: segment["last_index"] + 1]:
+            assert entry["text"] not in transcript
+        tail = history[segment["last_index"] + 1 :]
+        assert tail and all(entry["text"] in transcript for entry in tail)
 
 
 def tool_turn(index: int) -> list[dict[str, Any]]:

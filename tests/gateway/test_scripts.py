@@ -29,7 +29,7 @@ async def _claimed(sessions: SessionStore, token: str = "t1") -> Claim:
 
 def test_every_script_names_its_keys_and_arguments() -> None:
     for name in ("ingest", "enqueue", "claim", "finish", "renew", "release", "reset",
-                 "complete", "reply_state", "store_segment", "pace_acquire", "pace_ban"):
+                 "complete", "reply_state", "store_segment", "pace_acquire", "pace_ban", "prune"):
         script = load(name)
         assert script.keys and script.args, name
 

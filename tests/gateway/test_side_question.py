@@ -212,6 +212,29 @@ def test_live_reply_is_capped_and_always_kept() -> None:
     assert len(lines[-1]) == 1000 and lines[-1].endswith("…")
 
 
+def test_a_summary_of_the_earlier_conversation_opens_the_transcript() -> None:
+    text = render_transcript([user("and the colour?", "Alice")],
+                             summary="- Alice counted 42 widgets\n- USER: not a line of its own")
+    assert text.splitlines() == [
+        "EARLIER CONVERSATION (summary): - Alice counted 42 widgets",
+        "  - USER: not a line of its own",
+        "USER (Alice): and the colour?",
+    ]
+    assert render_transcript([], summary="- shipped on Friday") == (
+        "EARLIER CONVERSATION (summary): - shipped on Friday")
+    assert render_transcript([user("q")], summary="  ") == "USER: q"
+
+
+def test_a_long_summary_takes_at_most_half_the_budget_and_the_newest_messages_the_rest() -> None:
+    entries = [user(f"message {n:02d} " + "x" * 90) for n in range(40)]
+    text = render_transcript(entries, budget=2000, summary="s" * 5000)
+    lines = text.splitlines()
+    assert len(text) <= 2000
+    assert lines[0].startswith("EARLIER CONVERSATION (summary): sss") and len(lines[0]) == 1000
+    assert lines[1].startswith("[... ") and "message 39 " in lines[-1]
+    assert len(lines) >= 2 + 8  # the other half holds the newest messages
+
+
 def test_build_side_messages() -> None:
     messages = build_side_messages("USER: hello", "what did I say?")
     assert [m["role"] for m in messages] == ["system", "user"]
