@@ -1,22 +1,28 @@
 """The console: one local user on standard input, replies on standard output.
 
 A main reply is printed once, complete, as `bot: ...`; a side answer as
-`btw: ...`. At the end of input the console waits for every reply still owed.
+`btw: ...`. At the end of input the console waits for the replies this run
+still owes: the jobs left on its own stream (`gateway run` gives each run one),
+not whatever an earlier run left owed in the session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import concurrent.futures
 import getpass
 import itertools
+import os
 import sys
+import threading
 import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import TextIO
 
 from gateway.ingest import Ingest
 from gateway.model import Address, Inbound, Speaker
 from gateway.ports import Limits
-from gateway.session import SessionStore
 
 PLATFORM = "console"
 _ADDRESS = Address(platform=PLATFORM, workspace="local", channel="console")
@@ -73,21 +79,67 @@ def to_inbound(line: str, number: int, user: str) -> Inbound:
     )
 
 
-async def run(ingest: Ingest, stdin: TextIO | None = None, poll: float = 0.05) -> None:
-    """Feed standard input to the gateway, then wait until no reply is owed."""
-    source = stdin or sys.stdin
+async def run(ingest: Ingest, stdin: int | None = None, poll: float = 0.05) -> None:
+    """Feed standard input (a file descriptor) to the gateway, then wait for the replies
+    this run still owes."""
     user = _user_name()
-    loop = asyncio.get_running_loop()
-    session_key = to_inbound("", 0, user).session_key
-    for number in itertools.count(1):
-        line = await loop.run_in_executor(None, source.readline)
-        if not line:
-            break
+    number = 0
+    async for line in _lines(sys.stdin.fileno() if stdin is None else stdin):
+        number += 1
         if line.strip():
-            await ingest.receive(to_inbound(line.rstrip("\n"), number, user))
-    sessions = SessionStore(ingest.redis)
-    while await sessions.owed(session_key) > 0:
+            await ingest.receive(to_inbound(line, number, user))
+    stream = ingest.sessions.stream(PLATFORM)
+    while await ingest.redis.xlen(stream) > 0:  # a job leaves its stream as it completes
         await asyncio.sleep(poll)
+
+
+async def _lines(fd: int) -> AsyncIterator[str]:
+    """The lines read from `fd` (without their newline), up to the end of input.
+
+    A daemon thread reads them: a read that waits for the next Enter cannot be
+    cancelled, and a stop (Ctrl-C) must wait neither for it nor for that thread.
+    It reads the descriptor itself, not `sys.stdin`, whose buffer lock a thread
+    left reading would hold while the interpreter shuts down. It stays at most
+    one read ahead of the lines taken.
+    """
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue(maxsize=1)
+
+    def hand_over(line: str | None) -> bool:
+        try:
+            asyncio.run_coroutine_threadsafe(lines.put(line), loop).result()
+        except (RuntimeError, concurrent.futures.CancelledError):
+            return False  # the run is over
+        return True
+
+    threading.Thread(target=_read_lines, args=(fd, hand_over), name="console-input",
+                     daemon=True).start()
+    while (line := await lines.get()) is not None:
+        yield line
+
+
+def _read_lines(fd: int, hand_over: Callable[[str | None], bool]) -> None:
+    decoder = codecs.getincrementaldecoder(_encoding())(errors="replace")
+    pending = ""
+    while chunk := _read(fd):
+        *complete, pending = (pending + decoder.decode(chunk)).split("\n")
+        for line in complete:
+            if not hand_over(line):
+                return
+    pending += decoder.decode(b"", final=True)
+    if not pending or hand_over(pending):
+        hand_over(None)
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # the terminal went away: that is the end of input
+        return b""
+
+
+def _encoding() -> str:
+    return (sys.stdin.encoding if sys.stdin is not None else None) or "utf-8"
 
 
 def _user_name() -> str:

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import secrets
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
@@ -21,7 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway import logs, store
+from gateway import logs, shutdown, store
 from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
@@ -29,6 +28,9 @@ from gateway.ingest import Ingest
 from gateway.ports import Mode, Platform, Sender
 
 log = logging.getLogger("gateway")
+
+RUN_GRACE = 2.0  # after Ctrl-C, what `gateway run` is still writing gets this long to finish
+FORCED_CLEANUP = 0.5  # after a second Ctrl-C, what the run's parts still do on their way out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -40,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except GatewayError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         code = 2 if isinstance(exc, ConfigError) else 1
-    except KeyboardInterrupt:
-        code = 130
+    except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C (gateway.shutdown)
+        code = shutdown.FORCED_EXIT
     sys.exit(code)
 
 
@@ -129,11 +131,8 @@ def _platforms(settings: Settings, redis: aioredis.Redis, mode: Mode) -> list[Pl
 
 
 def _stop_event() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
+    """Set by the first SIGINT, SIGTERM or SIGHUP; the second stops the command at once."""
+    return shutdown.Shutdown().install().requested
 
 
 async def _serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
@@ -181,7 +180,6 @@ def _task(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
 
 
 async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
-    from adapters import console
     from gateway.web import create_app
     from gateway.worker import Worker
 
@@ -192,41 +190,83 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         use_console = args.console or not platforms
         senders: dict[str, Sender] = {p.name: p.sender() for p in platforms}
         if use_console:
+            from adapters import console
+
             senders["console"] = console.ConsoleSender()
         _banner(settings, platforms, use_console)
         # A console's replies must reach this terminal: its jobs go to a stream of its own.
         streams = {"console": store.Keys.jobs(f"console:{secrets.token_hex(4)}")}
         ingest = Ingest(settings, redis, streams)
-        stop = _stop_event()
+        stopping = shutdown.Shutdown(RUN_GRACE).install()
+        stop = stopping.requested
         worker = Worker(settings, redis, senders, streams=streams)
-        tasks = [_task(worker.run(stop))]
+        working = _task(worker.run(stop, grace=RUN_GRACE))
+        tasks = [working]
         http = [p for p in platforms if p.uses_http()]
         if http:
             app = create_app(redis, ingest, http, sorted(senders))
             tasks.append(_task(_serve_web(settings, app, stop)))
-        connections = [_task(_hold_connection(p, ingest, redis))
-                       for p in platforms if not p.uses_http()]
+        # What only brings work in (connections, the console) just closes on a stop.
+        readers = [_task(_hold_connection(p, ingest, redis))
+                   for p in platforms if not p.uses_http()]
         if use_console:
-            await worker.ready.wait()
-            tasks.append(_task(_then_stop(console.run(ingest), stop)))
+            readers.append(_task(_console(ingest, worker.ready, stop)))
         try:
-            await _first(*tasks, *connections, _task(stop.wait()), cancel=False)
+            await _first(*tasks, *readers, _task(stop.wait()), cancel=False)
         finally:
-            stop.set()  # the worker and web finish what they hold; connections just close
-            for connection in connections:
-                connection.cancel()
-            results = await asyncio.gather(*tasks, *connections, return_exceptions=True)
-            for sender in senders.values():
-                await sender.aclose()
-            with contextlib.suppress(GatewayError, RedisError, OSError):
-                await redis.delete(streams["console"])
+            try:
+                results = await _stop_run(stopping, working, worker.ready, tasks, readers)
+            finally:
+                for sender in senders.values():
+                    await sender.aclose()
+                with contextlib.suppress(GatewayError, RedisError, OSError):
+                    await redis.delete(streams["console"])
         _raise_first_failure(results)
     return 0
 
 
-async def _then_stop(coro: Coroutine[Any, Any, Any], stop: asyncio.Event) -> None:
-    await coro
+async def _console(ingest: Ingest, ready: asyncio.Event, stop: asyncio.Event) -> None:
+    """The console, once the worker reads its stream; its end of input ends the run."""
+    from adapters import console
+
+    await ready.wait()
+    await console.run(ingest)
     stop.set()
+
+
+async def _stop_run(
+    stopping: shutdown.Shutdown,
+    working: asyncio.Task[None],
+    ready: asyncio.Event,
+    tasks: Sequence[asyncio.Task[Any]],
+    readers: Sequence[asyncio.Task[Any]],
+) -> list[object]:
+    """Stop every part of a run: the worker and web finish what they hold (the worker
+    for RUN_GRACE), readers close. A second Ctrl-C (this task cancelled) cuts it short."""
+    stopping.requested.set()
+    for reader in readers:
+        reader.cancel()
+    if not ready.is_set():
+        working.cancel()  # still starting (seconds of import): it holds nothing yet
+    parts = [*tasks, *readers]
+    try:
+        if stopping.forced:
+            raise asyncio.CancelledError  # it came before this stop began
+        await asyncio.wait(parts)
+    except asyncio.CancelledError:
+        # Their own clean-up (leases given up, the model processes stopped) takes
+        # moments, and needs Redis still there; what is left is cancelled on exit.
+        for part in parts:
+            part.cancel()
+        await asyncio.wait(parts, timeout=FORCED_CLEANUP)
+        raise
+    return [_outcome(part) for part in parts]
+
+
+def _outcome(task: asyncio.Task[Any]) -> object:
+    if task.cancelled():
+        return asyncio.CancelledError()
+    return task.exception() or task.result()
 
 
 async def _hold_connection(platform: Platform, ingest: Ingest, redis: aioredis.Redis) -> None:

@@ -23,6 +23,12 @@ The protocol is one JSON object per line.
 Retries happen in the model process (before the first piece, as in process).
 A model process that dies fails its calls with ModelUnavailable; the next call
 starts a new one.
+
+A model process runs in a session of its own: the Ctrl-C a terminal sends to
+its whole foreground group is the gateway's to handle, and a reply being
+written when it comes is not cut off by it. The gateway stops its model
+processes on its way out (`ModelProcess.aclose`); one whose gateway died
+anyhow exits at the end of its input, when the pipe's last writer is gone.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ log = logging.getLogger(__name__)
 
 LINE_LIMIT = 64 * 1024 * 1024  # a request carries a whole compiled conversation
 START_TIMEOUT = 120.0  # litellm's import takes seconds on a busy machine
+STOP_TIMEOUT = 1.0  # at the end of its input, how long a model process gives its calls to end
+CLOSE_TIMEOUT = 3.0  # how long the gateway waits for a model process to exit, before a kill
 
 
 def _dump(message: dict[str, Any]) -> bytes:
@@ -116,21 +124,28 @@ class ModelProcess:
                 stdout=asyncio.subprocess.PIPE,
                 env=env,
                 limit=LINE_LIMIT,
+                start_new_session=True,
             )
-            assert process.stdin is not None and process.stdout is not None
-            process.stdin.write(_dump({"init": self.init}))
             try:
-                async with asyncio.timeout(START_TIMEOUT):
-                    ready = await process.stdout.readline()
-            except TimeoutError:
-                process.kill()
-                raise ModelUnavailable("the model process did not start in time") from None
-            if not ready:
-                await process.wait()
-                raise ModelUnavailable(f"the model process exited ({process.returncode})")
+                await self._handshake(process)
+            except BaseException:  # too slow, or cancelled (a stop while it starts)
+                _kill(process)
+                raise
             self.process = process
             self._reader = asyncio.create_task(self._read(process))
             log.info("model process %d ready", process.pid)
+
+    async def _handshake(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(_dump({"init": self.init}))
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                ready = await process.stdout.readline()
+        except TimeoutError:
+            raise ModelUnavailable("the model process did not start in time") from None
+        if not ready:
+            await process.wait()
+            raise ModelUnavailable(f"the model process exited ({process.returncode})")
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
@@ -182,7 +197,11 @@ class ModelProcess:
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     stdin.write(_dump({"id": request_id, "op": "cancel"}))
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Stop the process: it exits at the end of its input, cancelling what it runs.
+
+        Killed when it has not within `timeout`, or when this stop is cut short.
+        """
         process = self.process
         if process is None:
             return
@@ -190,13 +209,21 @@ class ModelProcess:
         if process.stdin is not None:
             process.stdin.close()
         try:
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(timeout):
                 await process.wait()
         except TimeoutError:
-            process.kill()
-            await process.wait()
+            log.warning("model process %d did not stop in %g s; killed", process.pid, timeout)
+        finally:
+            _kill(process)
+        await process.wait()
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
 
 class ModelPool:
@@ -267,6 +294,19 @@ class Host:
     def __init__(self, models: Models, writer: asyncio.StreamWriter) -> None:
         self.models, self.writer = models, writer
         self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    async def stop(self) -> None:
+        """Cancel every request (nobody reads their answers any more), for a moment.
+
+        A cancellation can be lost in a race (asyncio.wait_for on Python 3.11
+        returns a result that arrives as it is cancelled), and the gateway waits
+        for this process to exit: a request that goes on is not waited for.
+        """
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
 
     async def send(self, message: dict[str, Any]) -> None:
         self.writer.write(_dump(message))
@@ -357,14 +397,19 @@ async def serve() -> None:
     await host.send({"ready": True})
     while line := await reader.readline():
         host.handle(json.loads(line))
-    for task in list(host.tasks.values()):
-        task.cancel()
-    await asyncio.gather(*host.tasks.values(), return_exceptions=True)
+    await host.stop()
 
 
 def main() -> None:
+    # Not asyncio.run: its clean-up waits for every task, a call that lost its
+    # cancellation too. Nor the interpreter's own teardown of litellm's thousands of
+    # modules, which takes seconds while the gateway's stop waits for this process.
+    # Once the input has ended and the answers are written, the process ends here.
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+        asyncio.new_event_loop().run_until_complete(serve())
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

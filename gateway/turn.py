@@ -480,7 +480,13 @@ class TurnRunner:
         producing = asyncio.create_task(consume())
         stopping = asyncio.create_task(running.stop.wait())
         losing = asyncio.create_task(running.lease.lost.wait())
-        await asyncio.wait({producing, stopping, losing}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({producing, stopping, losing}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the turn is cancelled (a stop): so is its model call
+            for task in (producing, stopping, losing):
+                task.cancel()
+            await asyncio.gather(producing, stopping, losing, return_exceptions=True)
+            raise
         stopping.cancel()
         losing.cancel()
         if running.lease.lost.is_set():

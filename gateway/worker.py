@@ -84,8 +84,21 @@ class Worker:
         self.running_jobs: set[str] = set()
         self.ready = asyncio.Event()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Work until `stop` is set, then let running jobs finish (unfinished ones stay pending)."""
+    async def run(self, stop: asyncio.Event, grace: float | None = None) -> None:
+        """Work until `stop` is set, then let running jobs finish for `grace` seconds (the
+        lease TTL unless told); unfinished ones stay pending.
+
+        Cancelled (a stop that must not wait), it cancels its running jobs, which
+        leaves them pending, and stops its model processes on the way out.
+        """
+        try:
+            await self._work(stop, self.settings.lease_ttl if grace is None else grace)
+        finally:
+            await self.drain(timeout=0)
+            if self.models.pool is not None:
+                await self.models.pool.aclose()
+
+    async def _work(self, stop: asyncio.Event, grace: float) -> None:
         await self.queue.ensure_groups()
         if self.models.pool is not None:
             await self.models.pool.start()  # litellm lives there: this process never loads it
@@ -103,13 +116,13 @@ class Worker:
             loops.append(asyncio.create_task(self.retention.keep_pruning()))
         self.ready.set()
         log.info("worker %s reading %s", self.queue.consumer, ", ".join(self.queue.streams))
-        await stop.wait()
-        for loop in loops:
-            loop.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
-        await self.drain(timeout=self.settings.lease_ttl)
-        if self.models.pool is not None:
-            await self.models.pool.aclose()
+        try:
+            await stop.wait()
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+        await self.drain(timeout=grace)
 
     def _calls_models(self) -> bool:
         names = (self.settings.model, self.settings.side_model, self.settings.compression_model)
