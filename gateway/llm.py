@@ -377,7 +377,8 @@ class Models:
                 if number == self.retries:
                     raise
                 delay = min(8.0, 0.5 * 2**number) * (0.5 + random.random())
-                delay = max(delay, float(getattr(exc, "retry_after", 0) or 0))
+                if isinstance(exc, ModelRateLimited):
+                    delay = max(delay, exc.retry_after or 0.0)
                 log.warning("model call failed (%s), retry %d in %.1fs", exc, number + 1, delay)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
@@ -398,9 +399,7 @@ class Models:
         if name == "Timeout" or "Timeout" in name:
             return ModelTimeout(text)
         if name == "RateLimitError" or status == 429:
-            error: ModelError = ModelRateLimited(text)
-            error.retry_after = _retry_after(exc)  # type: ignore[attr-defined]
-            return error
+            return ModelRateLimited(text, retry_after=_retry_after(exc))
         if name in {
             "APIConnectionError",
             "InternalServerError",
@@ -480,13 +479,14 @@ def _fill_usage(usage: Usage, reported: Any) -> None:
         usage.completion_tokens = int(getattr(reported, "completion_tokens", 0) or 0)
 
 
-def _retry_after(exc: BaseException) -> float:
+def _retry_after(exc: BaseException) -> float | None:
+    """The wait a 429 asked for (at most a minute), None when it named none we can read."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None) or {}
     try:
-        return min(60.0, float(headers.get("retry-after", 0)))
-    except (TypeError, ValueError):
-        return 0.0
+        return min(60.0, float(headers["retry-after"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 async def _echo(call: ModelCall, usage: Usage) -> AsyncIterator[str]:

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway import errors
-from gateway.errors import ModelError, ModelUnavailable
+from gateway.errors import ModelError, ModelRateLimited, ModelUnavailable
 
 if TYPE_CHECKING:
     from gateway.llm import Message, ModelCall, Models, ResponseChain, Usage
@@ -69,7 +69,7 @@ def _error_fields(exc: BaseException) -> dict[str, Any]:
     return {
         "kind": type(exc).__name__,
         "text": str(exc),
-        "retry_after": getattr(exc, "retry_after", None),
+        "retry_after": exc.retry_after if isinstance(exc, ModelRateLimited) else None,
     }
 
 
@@ -77,10 +77,11 @@ def _error_from(fields: dict[str, Any]) -> ModelError:
     kind = getattr(errors, str(fields.get("kind")), None)
     if not (isinstance(kind, type) and issubclass(kind, ModelError)):
         kind = ModelUnavailable
-    error = kind(str(fields.get("text", "the model process failed")))
-    if fields.get("retry_after") is not None:
-        error.retry_after = fields["retry_after"]  # type: ignore[attr-defined]
-    return error
+    text = str(fields.get("text", "the model process failed"))
+    if issubclass(kind, ModelRateLimited):
+        retry_after = fields.get("retry_after")
+        return kind(text, retry_after=None if retry_after is None else float(retry_after))
+    return kind(text)
 
 
 class ModelProcess:
