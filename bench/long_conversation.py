@@ -39,8 +39,9 @@ import redis.asyncio as aioredis
 from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
-from gateway.llm import Models, load_litellm
 from gateway.model import Address, Inbound, Speaker
+from gateway.models import Models
+from gateway.models.litellm_backend import load_litellm
 from gateway.session import SessionStore, assistant_entry, user_entry
 from gateway.store import Keys, find_redis_server
 from tests.conftest import free_port
@@ -135,7 +136,7 @@ async def bench_compile(url: str, llm: FakeLLM, budget: int) -> dict[int, int]:
     settings = make_settings(url, llm, GATEWAY_TOKEN_BUDGET=budget)
     redis = aioredis.Redis.from_url(url, decode_responses=True)
     sessions = SessionStore(redis)
-    compressor = Compressor(settings, redis, Models(settings))
+    compressor = Compressor(settings, redis, Models.for_settings(settings))
     sizes = (100, 1_000, 10_000)
     keys = {size: f"slack:T1:C{size}:1712.1" for size in sizes}
     runs: dict[int, list[tuple[float, int, int]]] = {size: [] for size in sizes}
@@ -158,7 +159,8 @@ async def bench_compile(url: str, llm: FakeLLM, budget: int) -> dict[int, int]:
         ratio = times[10_000] / times[100]
         print(f"compile time 10,000 / 100 entries: {ratio:.2f}x "
               f"(target: at most 20 ms and at most 2x)")
-        cold = Compressor(settings, redis, Models(settings))  # a freshly started worker
+        # A freshly started worker:
+        cold = Compressor(settings, redis, Models.for_settings(settings))
         firsts = [(await compile_path(sessions, cold, settings, keys[size]))[0] for size in sizes]
         shown = ", ".join(
             f"{size:,}: {t * 1000:.1f} ms" for size, t in zip(sizes, firsts, strict=True))
@@ -185,7 +187,7 @@ async def bench_tokens(url: str, llm: FakeLLM, turns: int) -> None:
             llm.clear()
             for number in range(turns):
                 await talk.say(line(number))
-            models = Models(talk.settings)
+            models = Models.for_settings(talk.settings)
             per_mode[mode] = [sent_tokens(models, r) for r in talk.main_requests()]
     full, delta = per_mode["full"], per_mode["delta"]
     for turn in (1, 50, 100, 150, turns):

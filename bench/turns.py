@@ -61,8 +61,10 @@ from common import (
 
 from gateway.config import Settings
 from gateway.ingest import Ingest
-from gateway.llm import ModelCall, Models, Usage, load_litellm
 from gateway.model import Address
+from gateway.models import ModelCall, Models, Usage
+from gateway.models.backend import ModelBackend
+from gateway.models.litellm_backend import load_litellm
 from gateway.store import connect
 from gateway.worker import Worker
 
@@ -80,8 +82,8 @@ def tag_of(messages: Any) -> str:
 class TimedModels(Models):
     """The gateway's model client, timing each streamed call by its tag."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
+    def __init__(self, backend: ModelBackend) -> None:
+        super().__init__(backend)
         self.spent: dict[str, float] = {}
 
     async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
@@ -137,7 +139,7 @@ async def gateway_run(settings: Settings, sessions: int, turns: int, think: floa
     redis = connect(settings.redis_url or "")
     await redis.flushdb()
     sender = StampingSender()
-    models = TimedModels(settings)
+    models = TimedModels.for_settings(settings, processes=settings.model_processes)
     ingest = Ingest(settings, redis)
     worker = Worker(settings, redis, {PLATFORM: sender}, models)
     stop = asyncio.Event()

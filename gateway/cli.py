@@ -377,7 +377,7 @@ async def cmd_redis(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.llm import ModelCall, Models
+    from gateway.models import ModelCall, Models
 
     results: list[tuple[str, bool, str]] = []
     url = settings.redis_url
@@ -399,7 +399,7 @@ async def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
             timeout=min(30.0, settings.model_timeout),
             max_tokens=5,
         )
-        await Models(settings).complete(call)
+        await Models.for_settings(settings).complete(call)
         results.append(("model", True, settings.model))
     except GatewayError as exc:
         results.append(("model", False, f"{settings.model}: {exc}"))

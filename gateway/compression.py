@@ -38,8 +38,9 @@ from gateway.compiler import entry_message, split_view, summary_message
 from gateway.config import Settings
 from gateway.errors import ModelError
 from gateway.lease import Lease
-from gateway.llm import ModelCall, Models, model_window
-from gateway.providers import base_model
+from gateway.models import ModelCall, Models
+from gateway.models.litellm_backend import model_window
+from gateway.models.providers import base_model
 from gateway.scripts import load
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.store import Keys

@@ -59,7 +59,7 @@ class Settings(BaseSettings):
 
     lease_ttl: float = Field(default=30.0, alias="GATEWAY_LEASE_TTL", ge=0.5)
     worker_concurrency: int = Field(default=64, alias="GATEWAY_WORKER_CONCURRENCY", ge=1)
-    # litellm's calls, counts and lookups in processes of their own (gateway.model_host);
+    # litellm's calls, counts and lookups in processes of their own (gateway.models.pool);
     # 0 keeps them in the worker. Only a worker that calls a model (not `echo`) starts any.
     model_processes: int = Field(default=1, alias="GATEWAY_MODEL_PROCESSES", ge=0, le=64)
 

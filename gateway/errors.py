@@ -13,7 +13,7 @@
      └── ModelError               the model call failed for good
           ├── ModelTimeout
           │    └── ModelStalled   the stream went silent for the idle timeout
-          ├── ModelRateLimited
+          ├── ModelRateLimited    the provider asked us to wait (retry_after seconds, when it said)
           ├── ModelUnavailable    connection refused, 5xx
           ├── ModelRejected       4xx other than 429: bad request, auth, unknown model
           ├── ModelBadResponse    an answer of a shape the gateway cannot read (no choices, …)
@@ -91,7 +91,13 @@ class ModelStalled(ModelTimeout):
 
 
 class ModelRateLimited(ModelError):
+    """The provider answered 429; `retry_after` is the wait it asked for (None: it did not say)."""
+
     user_text = "the model provider is rate limiting us"
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ModelUnavailable(ModelError):

@@ -26,11 +26,11 @@ from gateway.errors import (
 )
 from gateway.jobs import Job, JobQueue
 from gateway.lease import Lease
-from gateway.llm import ModelCall, Models, ResponseChain, Usage
 from gateway.metrics import Metrics
 from gateway.model import Address
+from gateway.models import ModelCall, Models, ResponseChain, Usage
+from gateway.models.providers import is_stateful
 from gateway.ports import Sender
-from gateway.providers import is_stateful
 from gateway.session import Claim, Entry, Finish, HistoryView, SessionStore, assistant_entry
 from gateway.store import Keys
 

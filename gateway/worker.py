@@ -28,10 +28,9 @@ from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.jobs import Job, JobQueue
-from gateway.llm import ModelCall, Models, load_litellm
 from gateway.metrics import Metrics
 from gateway.model import Address
-from gateway.model_host import ModelPool
+from gateway.models import ModelCall, Models
 from gateway.ports import Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
@@ -61,9 +60,7 @@ class Worker:
         self.settings = settings
         self.redis = redis
         self.senders = dict(senders)
-        self.models = models or Models(settings)
-        if self.models.pool is None and settings.model_processes and self._calls_models():
-            self.models.pool = ModelPool(self.models.process_init(), settings.model_processes)
+        self.models = models or Models.for_settings(settings, processes=self._model_processes())
         self.sessions = SessionStore(redis, streams)
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
         self.budget = SendBudget(redis)
@@ -95,17 +92,16 @@ class Worker:
             await self._work(stop, self.settings.lease_ttl if grace is None else grace)
         finally:
             await self.drain(timeout=0)
-            if self.models.pool is not None:
-                await self.models.pool.aclose()
+            await self.models.aclose()
 
     async def _work(self, stop: asyncio.Event, grace: float) -> None:
         await self.queue.ensure_groups()
-        if self.models.pool is not None:
-            await self.models.pool.start()  # litellm lives there: this process never loads it
-        elif self._calls_models():
-            # Seconds of import; paid before taking jobs, not inside the first turn
-            # (where it would stall every other session and their lease heartbeats).
-            load_litellm()
+        if self._calls_models():
+            # litellm's import (seconds) or the model processes' start: paid before
+            # taking jobs, not inside the first turn (where it would stall every other
+            # session and their lease heartbeats). With model processes, litellm lives
+            # there and this process never loads it.
+            await self.models.start()
         await self.turns.compressor.warm()  # the model window and tokenizer, likewise
         loops = [
             asyncio.create_task(self._read_loop(stop)),
@@ -127,6 +123,10 @@ class Worker:
     def _calls_models(self) -> bool:
         names = (self.settings.model, self.settings.side_model, self.settings.compression_model)
         return any(name != ECHO_MODEL for name in names)
+
+    def _model_processes(self) -> int:
+        """GATEWAY_MODEL_PROCESSES, or none when every model is `echo` (nothing to run there)."""
+        return self.settings.model_processes if self._calls_models() else 0
 
     async def drain(self, timeout: float) -> None:
         """Let running jobs finish for a while; the rest stay pending for another worker.

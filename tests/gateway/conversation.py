@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 
 from gateway.config import Settings
 from gateway.ingest import Ingest
-from gateway.llm import load_litellm
 from gateway.model import Address, Inbound, Speaker
+from gateway.models.litellm_backend import load_litellm
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.worker import Worker

@@ -18,7 +18,7 @@ def settings(redis_url: str, **values: Any) -> Settings:
         "GATEWAY_ALLOWED_USERS": "test:U1",
         "GATEWAY_LEASE_TTL": 1.0,
         # litellm in the test's own process (loaded once for the run), not in a new
-        # model process per worker; test_model_host runs the worker through one.
+        # model process per worker; models/test_pool runs the worker through one.
         "GATEWAY_MODEL_PROCESSES": 0,
     }
     base.update(values)

@@ -1,4 +1,4 @@
-"""A worker with one model process, run as its own process by test_model_host: one
+"""A worker with one model process, run as its own process by models/test_pool: one
 turn and one /status, then what it saw, and whether this process imported litellm.
 
     python -m tests.gateway.lean_worker REDIS_URL API_BASE

@@ -18,7 +18,7 @@ from gateway.compression import (
     plan_segment,
     token_budget,
 )
-from gateway.llm import Models
+from gateway.models import Models
 from gateway.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import (
@@ -42,7 +42,7 @@ def line(number: int) -> str:
 
 
 def fits(talk: Conversation, request: dict[str, Any]) -> bool:
-    return Models(talk.settings).count_tokens(MAIN, request["messages"]) <= BUDGET
+    return Models.for_settings(talk.settings).count_tokens(MAIN, request["messages"]) <= BUDGET
 
 
 async def talk_until_segment(talk: Conversation, limit: int = 40) -> int:
@@ -283,7 +283,7 @@ async def test_the_lock_lets_one_of_two_compressors_through(redis_url: str, llm:
     settings = make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET)
     clients = [aioredis.Redis.from_url(redis_url, decode_responses=True) for _ in range(2)]
     try:
-        compressors = [Compressor(settings, c, Models(settings)) for c in clients]
+        compressors = [Compressor(settings, c, Models.for_settings(settings)) for c in clients]
         async with conversation(redis_url, llm, workers=0) as talk:
             await talk.preload([user_entry(line(i), f"u{i}") for i in range(20)])
             outcomes = await asyncio.gather(*(c.compress(talk.key, 20) for c in compressors))
@@ -299,7 +299,7 @@ async def test_a_reset_during_compression_discards_the_segment(
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=0.5)
     settings = make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET)
     async with conversation(redis_url, llm, workers=0) as talk:
-        compressor = Compressor(settings, talk.redis, Models(settings))
+        compressor = Compressor(settings, talk.redis, Models.for_settings(settings))
         await talk.preload([user_entry(line(i), f"u{i}") for i in range(20)])
         running = asyncio.create_task(compressor.compress(talk.key, 20))
         await llm.await_requests(1, 30, model=COMPRESSOR)
@@ -355,7 +355,7 @@ def test_the_size_bound_never_says_a_request_fits_when_its_count_does_not(
     from gateway.compression import TokenCounter
     from gateway.config import Settings
 
-    counter = TokenCounter(Models(Settings(_env_file=None)), model)
+    counter = TokenCounter(Models.for_settings(Settings(_env_file=None)), model)
     entries = [user_entry(f"{text} {n}", f"u{n}") if n % 2 == 0
                else assistant_entry(text[::-1], f"a{n}") for n in range(6)]
     view = HistoryView({}, [], 0, entries[:-1])
@@ -372,7 +372,7 @@ def test_a_request_with_an_image_part_is_always_counted() -> None:
     from gateway.compression import TokenCounter
     from gateway.config import Settings
 
-    counter = TokenCounter(Models(Settings(_env_file=None)), MAIN)
+    counter = TokenCounter(Models.for_settings(Settings(_env_file=None)), MAIN)
     parts = [{"type": "text", "text": "look"},
              {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}}]
     entry = user_entry("", "u1") | {"text": parts}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.compiler import MessageCompiler, TurnContext
-from gateway.providers import base_model, is_stateful, to_responses_input
+from gateway.models.providers import base_model, is_stateful, to_responses_input
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import (
     COMPRESSOR,

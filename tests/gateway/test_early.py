@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from gateway.compression import Compressor
 from gateway.early import RecentViews
 from gateway.ingest import Ingest
-from gateway.llm import Models
+from gateway.models import Models
 from gateway.session import HistoryView, SessionStore
 from gateway.store import Keys
 from gateway.worker import Worker
@@ -94,7 +94,7 @@ async def test_an_early_call_from_a_view_compressed_elsewhere_is_replaced(
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         config = harness.workers[0].settings
-        other = Compressor(config, client, Models(config))
+        other = Compressor(config, client, Models.for_settings(config))
         answered = int((await harness.sessions.meta(key))["answered"])
         assert (await other.compress(key, answered)).name in ("SUMMARISED", "FALLBACK")
     finally:

@@ -18,8 +18,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.compression import Compressor
-from gateway.llm import Models
-from gateway.model_host import ModelProcess
+from gateway.models import Models
+from gateway.models.pool import ModelPool, ModelProcess
 from gateway.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import STATEFUL_MAIN, conversation
@@ -42,8 +42,8 @@ async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
 
 
 def model_process(harness: Harness) -> ModelProcess:
-    pool = harness.workers[0].models.pool
-    assert pool is not None
+    pool = harness.workers[0].models.backend
+    assert isinstance(pool, ModelPool)
     (process,) = pool.processes
     assert process.pid is not None and process.running
     return process
@@ -129,7 +129,7 @@ def test_what_a_library_prints_in_the_model_process_stays_out_of_the_protocol() 
 
     # litellm's import stands in for any library that prints a banner on stdout.
     script = (
-        "import gateway.llm as llm, gateway.model_host as host\n"
+        "import gateway.models.litellm_backend as llm, gateway.models.host as host\n"
         "load = llm.load_litellm\n"
         "def noisy():\n"
         "    print('a banner on stdout', flush=True)\n"
@@ -163,6 +163,7 @@ async def test_a_worker_with_model_processes_never_imports_litellm(
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     config = settings(redis_url, GATEWAY_MODEL="openai/main-model")
     view = await SessionStore(client).view(inbound("x").session_key)
-    expected = await Compressor(config, client, Models(config)).tokens(view, group=True)
+    models = Models.for_settings(config)
+    expected = await Compressor(config, client, models).tokens(view, group=True)
     await client.aclose()
     assert f"about {expected:,} tokens" in status

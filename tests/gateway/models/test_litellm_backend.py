@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import ModelStalled
-from gateway.llm import ModelCall, Models, ResponseChain, Usage, load_litellm
-from gateway.model_host import ModelPool
+from gateway.models import ModelCall, Models, ResponseChain, Usage
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.helpers import inbound, settings
 from tests.gateway.test_worker import start_workers, texts
@@ -46,17 +45,12 @@ async def boundary(llm: FakeLLM, processes: int, idle: float = IDLE) -> AsyncIte
         GATEWAY_MODEL_TIMEOUT=TOTAL,
         GATEWAY_STREAM_IDLE_TIMEOUT=idle,
     )
-    models = Models(config)
-    if not processes:
-        load_litellm()  # its import takes seconds: not part of what a test times
-        yield models
-        return
-    pool = ModelPool(models.process_init(), processes)
-    await pool.start()
+    models = Models.for_settings(config, processes=processes)
+    await models.start()  # litellm's import takes seconds: not part of what a test times
     try:
-        yield Models(config, pool)
+        yield models
     finally:
-        await pool.aclose()
+        await models.aclose()
 
 
 def call(model: str = "openai/main-model") -> ModelCall:

@@ -1,11 +1,9 @@
-"""The model boundary: streaming main turns and one-shot calls, through litellm.
+"""The litellm backend: every call, count and lookup that goes through litellm.
 
 litellm is imported on first use only (it costs seconds and hundreds of MB),
 so processes that never call a model never load it; and it is told to use its
-bundled model map instead of fetching one at import.
-
-The offline `echo` model answers when no model is configured: it streams back
-a short, clearly labelled echo and imports no provider at all.
+bundled model map instead of fetching one at import. This is the one module
+that imports it; its exceptions are mapped to the error tree here.
 """
 
 from __future__ import annotations
@@ -16,13 +14,11 @@ import os
 import random
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any
 
-from pydantic import SecretStr
-
-from gateway.config import ECHO_MODEL, Settings
+from gateway.config import ECHO_MODEL
 from gateway.errors import (
     ModelBadResponse,
     ModelError,
@@ -33,50 +29,14 @@ from gateway.errors import (
     ModelUnavailable,
     ProviderStateLost,
 )
-from gateway.providers import base_model, means_state_lost, to_responses_input
-
-if TYPE_CHECKING:
-    from types import ModuleType
-
-    from gateway.model_host import ModelPool
+from gateway.models.providers import base_model, means_state_lost, to_responses_input
+from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, Usage
 
 log = logging.getLogger(__name__)
 
-Message = dict[str, Any]
 # An opened stream: its first text (None: it ended without any) and its iterator.
 Opened = tuple[str | None, Any]
 CLOSE_TIMEOUT = 5.0  # for closing a stalled stream's connection
-ECHO_LABEL = "(echo: no model is configured, so I repeat what you wrote; set GATEWAY_MODEL)"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCall:
-    """One request to a model."""
-
-    model: str
-    messages: Sequence[Message]
-    timeout: float
-    max_tokens: int | None = None
-    temperature: float | None = None
-
-
-@dataclass(slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class ResponseChain:
-    """A stateful provider's chain: the response a call continues, and the one it made."""
-
-    previous_id: str | None = None
-    response_id: str | None = None
-
-
-_litellm: ModuleType | None = None
-
 
 # litellm prepares a call in an executor thread, which hands back the coroutine
 # that sends the request. A call cancelled meanwhile (a /stop, an early start that
@@ -85,6 +45,8 @@ UNSENT_REQUEST = (
     r"coroutine '(OpenAIChatCompletion\.(async_streaming|acompletion)"
     r"|BaseLLMHTTPHandler\.\w+)' was never awaited"
 )
+
+_litellm: ModuleType | None = None
 
 
 def load_litellm() -> ModuleType:
@@ -117,52 +79,26 @@ def model_window(model: str) -> int | None:
     return int(window) if window else None
 
 
-def last_user_text(messages: Sequence[Message]) -> str:
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
+def count_tokens(model: str, messages: Sequence[Message]) -> int:
+    """Tokens of `messages` with the model's tokenizer where litellm has one."""
+    return int(load_litellm().token_counter(model=model, messages=list(messages)))
 
 
-class Models:
-    """Streams and one-shot calls for any model name: `echo`, or anything litellm routes."""
+class LitellmBackend:
+    """Streams, one-shot calls, counts and windows through litellm, in this process."""
 
-    def __init__(self, settings: Settings, pool: ModelPool | None = None) -> None:
+    def __init__(self, settings: ModelSettings) -> None:
         self.api_base = settings.api_base
-        self.api_key = settings.api_key.get_secret_value() if settings.api_key else None
-        self.retries = settings.model_retries
-        self.idle_timeout = settings.stream_idle_timeout
-        self.pool = pool  # model processes that make the calls, when set
+        self.api_key = settings.api_key
+        self.retries = settings.retries
+        self.idle_timeout = settings.idle_timeout
 
-    @classmethod
-    def from_values(
-        cls,
-        api_base: str | None,
-        api_key: str | None,
-        retries: int,
-        idle_timeout: float | None = None,
-    ) -> Models:
-        """Models from what `process_init` gave (in a model process: no environment read)."""
-        values: dict[str, Any] = {"stream_idle_timeout": idle_timeout} if idle_timeout else {}
-        settings = Settings.model_construct(
-            api_base=api_base,
-            api_key=SecretStr(api_key) if api_key else None,
-            model_retries=retries,
-            **values,
-        )
-        return cls(settings)
+    async def start(self) -> None:
+        """Import litellm now (seconds of it), so that no call pays for it."""
+        load_litellm()
 
-    def process_init(self) -> dict[str, Any]:
-        """What a model process needs to make the same calls (the key included)."""
-        return {
-            "api_base": self.api_base,
-            "api_key": self.api_key,
-            "retries": self.retries,
-            "idle_timeout": self.idle_timeout,
-        }
+    async def aclose(self) -> None:
+        """Nothing to let go of: litellm's clients live as long as the process."""
 
     async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
         """The reply's text in pieces; `usage` is filled in when the stream ends.
@@ -174,16 +110,6 @@ class Models:
         cut off with ModelStalled: retried like a timeout before the first
         piece, the end of the stream after it.
         """
-        if call.model == ECHO_MODEL:
-            async for piece in _echo(call, usage):
-                yield piece
-            return
-        pieces = self.pool.stream(call, usage) if self.pool else self.stream_here(call, usage)
-        async for piece in pieces:
-            yield piece
-
-    async def stream_here(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
-        """`stream` in this process."""
         opened = await self._with_retries(lambda: self._open_stream(call, usage))
         async for piece in self._read_stream(opened, call, usage):
             yield piece
@@ -197,62 +123,28 @@ class Models:
         that no longer holds the previous response raises ProviderStateLost
         (never retried here: the caller resends the turn in full).
         """
-        if self.pool is not None:
-            pieces = self.pool.stream_response(call, usage, chain)
-        else:
-            pieces = self.stream_response_here(call, usage, chain)
-        async for piece in pieces:
-            yield piece
-
-    async def stream_response_here(
-        self, call: ModelCall, usage: Usage, chain: ResponseChain
-    ) -> AsyncIterator[str]:
-        """`stream_response` in this process."""
         opened = await self._with_retries(lambda: self._open_response_stream(call, usage, chain))
         async for piece in self._read_response_stream(opened, call, usage, chain):
             yield piece
 
-    async def complete(self, call: ModelCall) -> tuple[str, Usage]:
+    async def complete(self, call: ModelCall, usage: Usage) -> str:
         """One non-streamed answer (side questions, summaries)."""
-        usage = Usage()
-        if call.model == ECHO_MODEL:
-            text = "".join([piece async for piece in _echo(call, usage)])
-            return text, usage
-        if self.pool is not None:
-            return await self.pool.complete(call, usage), usage
-        return await self.complete_here(call, usage)
-
-    async def complete_here(self, call: ModelCall, usage: Usage) -> tuple[str, Usage]:
-        """`complete` in this process."""
         response = await self._with_retries(lambda: self._acompletion(call, stream=False))
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise ModelBadResponse("the answer held no choices")
         text = choices[0].message.content or ""
         _fill_usage(usage, getattr(response, "usage", None))
-        return str(text), usage
+        return str(text)
 
     def count_tokens(self, model: str, messages: Sequence[Message]) -> int:
-        """Tokens of `messages` with the model's tokenizer where litellm has one."""
-        if model == ECHO_MODEL:
-            return sum(len(str(m.get("content", ""))) for m in messages) // 4 + 1
-        return int(load_litellm().token_counter(model=model, messages=list(messages)))
+        return count_tokens(model, messages)
 
-    async def count_many(self, model: str, batches: Sequence[Sequence[Message]]) -> list[int]:
-        """`count_tokens` of each list of messages: in a model process when there are
-        any, else in a thread (a tokenizer's first use loads its tables)."""
-        if model == ECHO_MODEL:
-            return [self.count_tokens(model, batch) for batch in batches]
-        if self.pool is not None:
-            return await self.pool.count(model, batches)
-        return await asyncio.to_thread(lambda: [self.count_tokens(model, b) for b in batches])
+    async def count(self, model: str, batches: Sequence[Sequence[Message]]) -> list[int]:
+        """`count_tokens` of each list, in a thread (a tokenizer's first use loads its tables)."""
+        return await asyncio.to_thread(lambda: [count_tokens(model, b) for b in batches])
 
     async def window(self, model: str) -> int | None:
-        """`model`'s input window in tokens, when litellm knows it."""
-        if model == ECHO_MODEL:
-            return None
-        if self.pool is not None:
-            return await self.pool.window(model)
         return await asyncio.to_thread(model_window, model)
 
     async def _acompletion(self, call: ModelCall, *, stream: bool) -> Any:
@@ -377,7 +269,8 @@ class Models:
                 if number == self.retries:
                     raise
                 delay = min(8.0, 0.5 * 2**number) * (0.5 + random.random())
-                delay = max(delay, float(getattr(exc, "retry_after", 0) or 0))
+                if isinstance(exc, ModelRateLimited):
+                    delay = max(delay, exc.retry_after or 0.0)
                 log.warning("model call failed (%s), retry %d in %.1fs", exc, number + 1, delay)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
@@ -398,9 +291,7 @@ class Models:
         if name == "Timeout" or "Timeout" in name:
             return ModelTimeout(text)
         if name == "RateLimitError" or status == 429:
-            error: ModelError = ModelRateLimited(text)
-            error.retry_after = _retry_after(exc)  # type: ignore[attr-defined]
-            return error
+            return ModelRateLimited(text, retry_after=_retry_after(exc))
         if name in {
             "APIConnectionError",
             "InternalServerError",
@@ -480,22 +371,12 @@ def _fill_usage(usage: Usage, reported: Any) -> None:
         usage.completion_tokens = int(getattr(reported, "completion_tokens", 0) or 0)
 
 
-def _retry_after(exc: BaseException) -> float:
+def _retry_after(exc: BaseException) -> float | None:
+    """The wait a 429 asked for (at most a minute), None when it named none we can read."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None) or {}
     try:
-        return min(60.0, float(headers.get("retry-after", 0)))
-    except (TypeError, ValueError):
-        return 0.0
+        return min(60.0, float(headers["retry-after"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
-
-async def _echo(call: ModelCall, usage: Usage) -> AsyncIterator[str]:
-    said = last_user_text(call.messages).split("<system-reminder>")[0]
-    said = " ".join(said.rpartition("Side question:")[2].split())
-    text = f"{ECHO_LABEL} You said: {said[:500]}" if said else ECHO_LABEL
-    words = text.split(" ")
-    for index, word in enumerate(words):
-        yield word if index == 0 else f" {word}"
-        await asyncio.sleep(0)
-    usage.prompt_tokens = sum(len(str(m.get("content", ""))) for m in call.messages) // 4
-    usage.completion_tokens = len(words)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Message = dict[str, Any]
+from gateway.models.types import Message
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,88 @@
+"""`Models`: what the rest of the gateway calls, for any model name.
+
+The backend is chosen once, when the Models is built: `for_settings` picks
+litellm in this process or a pool of model processes. The offline `echo`
+model is answered by its own backend whichever that is, and imports no
+provider at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Self
+
+from gateway.config import ECHO_MODEL, Settings
+from gateway.models.backend import ModelBackend
+from gateway.models.litellm_backend import LitellmBackend
+from gateway.models.pool import ModelPool
+from gateway.models.scripted import echo
+from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, Usage
+
+
+class Models:
+    """Streams, one-shot calls, token counts and windows: `echo`, or anything `backend` routes."""
+
+    def __init__(self, backend: ModelBackend, offline: ModelBackend | None = None) -> None:
+        self.backend = backend
+        self.offline = offline or echo()
+
+    @classmethod
+    def for_settings(cls, settings: Settings, *, processes: int = 0) -> Self:
+        """litellm in this process, or `processes` model processes that make its calls."""
+        values = ModelSettings.of(settings)
+        if processes:
+            return cls(ModelPool(values, processes))
+        return cls(LitellmBackend(values))
+
+    def _serving(self, model: str) -> ModelBackend:
+        return self.offline if model == ECHO_MODEL else self.backend
+
+    async def start(self) -> None:
+        """litellm's import, or the model processes' start: before the first call needs it."""
+        await self.backend.start()
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+        """The reply's text in pieces; `usage` is filled in when the stream ends.
+
+        Failures before the first piece are retried with backoff (429, 5xx,
+        timeouts, refused connections); after it, they end the stream with a
+        ModelError, since a half-shown answer cannot be silently redone. A
+        stream silent for the idle timeout (`GATEWAY_STREAM_IDLE_TIMEOUT`) is
+        cut off with ModelStalled: retried like a timeout before the first
+        piece, the end of the stream after it.
+        """
+        return self._serving(call.model).stream(call, usage)
+
+    def stream_response(
+        self, call: ModelCall, usage: Usage, chain: ResponseChain
+    ) -> AsyncIterator[str]:
+        """A turn through the Responses API, continuing `chain.previous_id` when set.
+
+        `chain.response_id` is filled in with the new response's id. A provider
+        that no longer holds the previous response raises ProviderStateLost
+        (never retried here: the caller resends the turn in full).
+        """
+        return self._serving(call.model).stream_response(call, usage, chain)
+
+    async def complete(self, call: ModelCall) -> tuple[str, Usage]:
+        """One non-streamed answer (side questions, summaries)."""
+        usage = Usage()
+        text = await self._serving(call.model).complete(call, usage)
+        return text, usage
+
+    def count_tokens(self, model: str, messages: Sequence[Message]) -> int:
+        """Tokens of `messages` with the model's tokenizer where litellm has one, counted
+        here and now (`count_many` is the one that stays off the event loop)."""
+        return self._serving(model).count_tokens(model, messages)
+
+    async def count_many(self, model: str, batches: Sequence[Sequence[Message]]) -> list[int]:
+        """`count_tokens` of each list of messages: in a model process when there are
+        any, else in a thread (a tokenizer's first use loads its tables)."""
+        return await self._serving(model).count(model, batches)
+
+    async def window(self, model: str) -> int | None:
+        """`model`'s input window in tokens, when litellm knows it."""
+        return await self._serving(model).window(model)

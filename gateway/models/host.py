@@ -1,0 +1,146 @@
+"""A model process: runs the requests its worker writes on stdin through litellm.
+
+    python -m gateway.models.host
+
+Started by the worker's pool (`gateway.models.pool`) and spoken to in the
+line protocol of `gateway.models.wire`. It is given its settings on its first
+line and reads no settings of its own from the environment (only where to
+log, as every process does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from gateway.logs import setup
+from gateway.models.litellm_backend import LitellmBackend, model_window
+from gateway.models.types import ModelSettings, ResponseChain, Usage
+from gateway.models.wire import LINE_LIMIT, call_from, dump, error_fields, usage_fields
+
+STOP_TIMEOUT = 1.0  # at the end of its input, how long a model process gives its calls to end
+
+
+class Host:
+    """Runs the requests read from stdin with a LitellmBackend; writes to stdout."""
+
+    def __init__(self, backend: LitellmBackend, writer: asyncio.StreamWriter) -> None:
+        self.backend, self.writer = backend, writer
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    async def stop(self) -> None:
+        """Cancel every request (nobody reads their answers any more), for a moment.
+
+        A cancellation can be lost in a race (asyncio.wait_for on Python 3.11
+        returns a result that arrives as it is cancelled), and the gateway waits
+        for this process to exit: a request that goes on is not waited for.
+        """
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.writer.write(dump(message))
+        await self.writer.drain()
+
+    def handle(self, message: dict[str, Any]) -> None:
+        request_id = int(message["id"])
+        if message.get("op") == "cancel":
+            task = self.tasks.get(request_id)
+            if task is not None:
+                task.cancel()
+            return
+        task = asyncio.create_task(self.run(request_id, message))
+        self.tasks[request_id] = task
+        task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
+
+    async def run(self, request_id: int, message: dict[str, Any]) -> None:
+        if message["op"] in ("count", "window"):
+            await self._look_up(request_id, message)
+        else:
+            await self._call(request_id, message)
+
+    async def _look_up(self, request_id: int, message: dict[str, Any]) -> None:
+        """Token counts or a model window, answered at once (no model call)."""
+        try:
+            model = str(message["model"])
+            if message["op"] == "count":
+                counts = [self.backend.count_tokens(model, b) for b in message["messages"]]
+                answer: dict[str, Any] = {"counts": counts}
+            else:
+                answer = {"window": model_window(model)}
+        except Exception as exc:
+            await self.send({"id": request_id, "error": error_fields(exc)})
+            return
+        await self.send({"id": request_id, "end": answer})
+
+    async def _call(self, request_id: int, message: dict[str, Any]) -> None:
+        """A model call: its pieces as they come, then its end (or its error)."""
+        call = call_from(message["call"])
+        usage, end = Usage(), dict[str, Any]()
+        try:
+            if message["op"] == "complete":
+                end["text"] = await self.backend.complete(call, usage)
+            else:
+                chain = ResponseChain(message.get("previous_id"))
+                if message["op"] == "responses":
+                    pieces = self.backend.stream_response(call, usage, chain)
+                else:
+                    pieces = self.backend.stream(call, usage)
+                async for piece in pieces:
+                    await self.send({"id": request_id, "piece": piece})
+                end["response_id"] = chain.response_id
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:  # every failure goes back to the worker, as a ModelError
+            await self.send({"id": request_id, "error": error_fields(exc)})
+            return
+        await self.send({"id": request_id, "end": end | usage_fields(usage)})
+
+
+async def serve() -> None:
+    # The protocol keeps the real stdout; anything else printed there (a library's
+    # banner) goes to stderr instead of into the protocol.
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, protocol_out
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    settings = ModelSettings.from_init(json.loads(await reader.readline())["init"])
+    api_key = settings.api_key
+    setup(os.environ.get("GATEWAY_LOG_LEVEL", "WARNING").upper(),
+          os.environ.get("GATEWAY_LOG_FORMAT", "text"), [api_key] if api_key else [])
+    backend = LitellmBackend(settings)
+    await backend.start()
+    host = Host(backend, writer)
+    await host.send({"ready": True})
+    while line := await reader.readline():
+        host.handle(json.loads(line))
+    await host.stop()
+
+
+def main() -> None:
+    # Not asyncio.run: its clean-up waits for every task, a call that lost its
+    # cancellation too. Nor the interpreter's own teardown of litellm's thousands of
+    # modules, which takes seconds while the gateway's stop waits for this process.
+    # Once the input has ended and the answers are written, the process ends here.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.new_event_loop().run_until_complete(serve())
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The values that cross the model boundary: a call, its usage, a provider's chain, settings.
+
+Plain data only, with nothing to import but the settings: every side of the
+boundary (the turn, a backend, the model process) shares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gateway.config import Settings
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One request to a model."""
+
+    model: str
+    messages: Sequence[Message]
+    timeout: float
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ResponseChain:
+    """A stateful provider's chain: the response a call continues, and the one it made."""
+
+    previous_id: str | None = None
+    response_id: str | None = None
+
+
+# The settings' own defaults, for values a model process is not given.
+RETRIES: int = Settings.model_fields["model_retries"].default
+IDLE_TIMEOUT: float = Settings.model_fields["stream_idle_timeout"].default
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """What a backend needs to make calls, as plain values.
+
+    The worker builds it from the settings (`of`); a model process from the
+    line it is started with (`from_init`), without reading the environment.
+    """
+
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    retries: int = RETRIES
+    idle_timeout: float = IDLE_TIMEOUT
+
+    @classmethod
+    def of(cls, settings: Settings) -> ModelSettings:
+        api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        return cls(settings.api_base, api_key, settings.model_retries, settings.stream_idle_timeout)
+
+    @classmethod
+    def from_init(cls, init: Mapping[str, Any]) -> ModelSettings:
+        """From `to_init`'s values; a missing idle timeout is the settings' default."""
+        idle_timeout = init.get("idle_timeout")
+        return cls(
+            init.get("api_base"),
+            init.get("api_key"),
+            int(init["retries"]),
+            float(idle_timeout) if idle_timeout else IDLE_TIMEOUT,
+        )
+
+    def to_init(self) -> dict[str, Any]:
+        """The values a model process is started with (the key included)."""
+        return asdict(self)

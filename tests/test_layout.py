@@ -1,0 +1,127 @@
+"""The shape of the tree: what may import what, and every benchmark starts as a script.
+
+Imports are read from the source (every `import`, including those inside functions and
+under `TYPE_CHECKING`: a circle hidden there is still a circle).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("gateway", "adapters")
+SCRIPTS = ("btw", "drills", "durability", "long_conversation", "render", "slack_ingest",
+           "telegram_edits", "turns")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from gateway import errors` names a module; `from gateway.x import y` a name in x
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: set(_imports(name, path, known)) for name, path in modules.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _without_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """A package's `__init__` that re-exports its modules is not a circle with them."""
+    return {
+        name: {other for other in targets if not name.startswith(other + ".")}
+        for name, targets in graph.items()
+    }
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert _circles(_without_packages(_graph())) == []
+
+
+def test_the_core_imports_nothing_from_the_adapters() -> None:
+    offenders = {
+        name: sorted(other for other in targets if other.split(".")[0] == "adapters")
+        for name, targets in _graph().items()
+        if name.split(".")[0] == "gateway" and name != "gateway.cli"
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if (ROOT / "bench" / f"{s}.py").exists()])
+def test_every_benchmark_starts_as_a_script(script: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / f"{script}.py"), "--help"],
+        cwd=ROOT / "bench", capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
