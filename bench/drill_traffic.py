@@ -33,6 +33,7 @@ _update_ids = itertools.count(10_000)
 _message_ids = itertools.count(100)
 _slack_ts = itertools.count(1)
 CONNECTION_FAILED = -1
+NOT_SENT = -3  # the client itself refused the request (a header it may not send)
 
 
 @dataclass
@@ -60,6 +61,8 @@ async def post(http: httpx.AsyncClient, url: str, body: bytes,
     """The HTTP status, or CONNECTION_FAILED when no answer came."""
     try:
         return (await http.post(url, content=body, headers=headers)).status_code
+    except httpx.LocalProtocolError:
+        return NOT_SENT
     except httpx.HTTPError:
         return CONNECTION_FAILED
 
