@@ -138,6 +138,20 @@ def _first_at_or_after(positions: Sequence[int], pos: int) -> int | None:
     return positions[index] if index < len(positions) else None
 
 
+class Searched(Finder):
+    """A regex that is linear on its own (no lazy scan to the end of the line), as a finder."""
+
+    def __init__(self, pattern: re.Pattern[str], text: str) -> None:
+        self._pattern = pattern
+        self._text = text
+
+    def search(self, pos: int) -> Span | None:
+        match = self._pattern.search(self._text, pos)
+        if match is None:
+            return None
+        return Span(match.start(), match.end(), (match.group(0), *match.groups("")))
+
+
 class Alternatives(Finder):
     """`a|b|...` over finders: the leftmost span, the earlier alternative on a tie."""
 
