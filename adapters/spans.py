@@ -17,7 +17,7 @@ A finder is made for one text and answers `search(pos)`, like
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -72,27 +72,13 @@ class Delimited:
 
     def __init__(self, mark: str, opener: str, closer: str) -> None:
         self._mark = mark
-        # Wrapped in a lookahead so that overlapping delimiters (`***`) are all found.
-        self._opener = re.compile(f"(?=({opener}))")
-        self._closer = re.compile(f"(?=({closer}))")
+        self._opener = re.compile(opener)
+        self._closer = re.compile(closer)
 
     def finder(self, text: str) -> Finder:
         if self._mark not in text:
             return NOTHING
-        openers = _positions(self._opener, text)
-        if not openers[0]:
-            return NOTHING
-        return _DelimitedFinder(text, openers, _positions(self._closer, text))
-
-
-def _positions(delimiter: re.Pattern[str], text: str) -> tuple[list[int], int]:
-    """Every position where `delimiter` matches, and the delimiter's length."""
-    starts: list[int] = []
-    length = 0
-    for match in delimiter.finditer(text):
-        starts.append(match.start())
-        length = len(match.group(1))
-    return starts, length
+        return _DelimitedFinder(text, self._opener, self._closer)
 
 
 class _Nothing(Finder):
@@ -106,36 +92,38 @@ NOTHING = _Nothing()
 
 
 class _DelimitedFinder(Finder):
-    def __init__(self, text: str, openers: tuple[list[int], int],
-                 closers: tuple[list[int], int]) -> None:
+    """Each part of the text is read once: by the search for the next opener, for the
+    next closer (remembered: openers on one line share it) or for a line break."""
+
+    def __init__(self, text: str, opener: re.Pattern[str], closer: re.Pattern[str]) -> None:
         self._text = text
-        self._openers, self._open_length = openers
-        self._closers, self._close_length = closers
-        self._breaks = [match.start() for match in re.finditer("\n", text)] if "\n" in text else []
-        self._exhausted = not self._closers
+        self._opener, self._closer = opener, closer
+        self._closer_from = -1
+        self._closing: re.Match[str] | None = None
+        self._exhausted = False
 
     def search(self, pos: int) -> Span | None:
-        index = bisect_left(self._openers, pos)
-        while not self._exhausted and index < len(self._openers):
-            begin = self._openers[index]
-            inside = begin + self._open_length
-            closer = bisect_left(self._closers, inside + 1)
-            if closer == len(self._closers):
+        text = self._text
+        while not self._exhausted and (opening := self._opener.search(text, pos)):
+            inside = opening.end()
+            closing = self._first_closer(inside + 1)
+            if closing is None:
                 self._exhausted = True  # no closer after this opener, so none after later ones
                 break
-            close = self._closers[closer]
-            line_break = _first_at_or_after(self._breaks, inside)
-            if line_break is not None and line_break < close:
-                index = bisect_left(self._openers, line_break + 1)
+            line_break = text.find("\n", inside, closing.start())
+            if line_break >= 0:
+                pos = line_break + 1
                 continue
-            finish = close + self._close_length
-            return Span(begin, finish, (self._text[begin:finish], self._text[inside:close]))
+            begin, finish = opening.start(), closing.end()
+            return Span(begin, finish, (text[begin:finish], text[inside:closing.start()]))
         return None
 
-
-def _first_at_or_after(positions: Sequence[int], pos: int) -> int | None:
-    index = bisect_left(positions, pos)
-    return positions[index] if index < len(positions) else None
+    def _first_closer(self, start: int) -> re.Match[str] | None:
+        remembered = self._closing
+        if remembered is None or not self._closer_from <= start <= remembered.start():
+            remembered = self._closing = self._closer.search(self._text, start)
+            self._closer_from = start
+        return remembered
 
 
 class Searched(Finder):
