@@ -10,8 +10,17 @@ nothing. This converter is line based, small, and tested on those cases.
 Rules: `**b**`/`__b__` -> `*b*`; `*i*`/`_i_` -> `_i_`; `~~s~~` -> `~s~`;
 `[t](url)` -> `<url|t>`; headings -> bold lines; `-`/`*`/`+` items -> `•`;
 fenced code keeps its body (the language tag is dropped: Slack would show it
-as a line of code); `&`, `<`, `>` are escaped everywhere, code included, which
-also keeps the model from writing live mentions such as `<!here>`.
+as a line of code); `&`, `<`, `>` are escaped everywhere, code included.
+
+Model text never notifies anyone: a raw `<!here>`, `<@U0123>` or `<#C1>` is
+shown escaped, and only `http`, `https` and `mailto` targets become links: in
+Slack `<!channel|x>` pings a channel and `<@U0123|x>` a person, so
+`[x](!channel)` is shown as the text `x (!channel)`.
+
+Every rule runs in time linear in the line: the inline spans are found by
+`adapters.spans` (a lazy regex for `**bold**` rescans the rest of the line from
+every unclosed `**`), and the line patterns have no two adjacent parts
+that can match the same run of spaces.
 """
 
 from __future__ import annotations
@@ -19,24 +28,26 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Generator, Iterator
 
+from adapters import spans
+from adapters.links import is_safe_target
+
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*)$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
+_QUOTES = re.compile(r"^(?:\s{0,3}>\s?)+")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 _TASK = re.compile(r"^\[([ xX])\]\s+")
 _ORDERED = re.compile(r"^(\s*)(\d{1,9})[.)]\s+(.*)$")
-_TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_TABLE_CELL = re.compile(r"\s*:?-+:?\s*")
 
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 _ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!~|>])")
-_IMAGE_OR_LINK = re.compile(r"!?\[([^\]]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
-_BOLD_ITALIC = re.compile(r"(?<![*\w])\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*(?![*\w])")
-_BOLD_STARS = re.compile(r"(?<![*\\])\*\*(?=\S)(.+?)(?<=\S)\*\*(?!\*)")
-_BOLD_UNDERSCORES = re.compile(r"(?<![\w_])__(?=\S)(.+?)(?<=\S)__(?![\w_])")
-_ITALIC_STAR = re.compile(r"(?<![*\w])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![*\w])")
-_STRIKE = re.compile(r"(?<!~)~~(?=\S)(.+?)(?<=\S)~~(?!~)")
+# No `<` inside: each autolink candidate then stops at the next `<`, not at the line's end.
+_AUTOLINK = re.compile(r"<((?:https?|mailto):[^<>\s]+)>")
+_BOLD_ITALIC = spans.Delimited("*", r"(?<![*\w])\*\*\*(?=\S)", r"(?<=\S)\*\*\*(?![*\w])")
+_BOLD_STARS = spans.Delimited("*", r"(?<![*\\])\*\*(?=\S)", r"(?<=\S)\*\*(?!\*)")
+_BOLD_UNDERSCORES = spans.Delimited("_", r"(?<![\w_])__(?=\S)", r"(?<=\S)__(?![\w_])")
+_ITALIC_STAR = spans.Delimited("*", r"(?<![*\w])\*(?=[^\s*])", r"(?<=[^\s*])\*(?![*\w])")
+_STRIKE = spans.Delimited("~", r"(?<!~)~~(?=\S)", r"(?<=\S)~~(?!~)")
 
 # Placeholders never found in model text: protected pieces (code, links,
 # escaped characters) are swapped out while the emphasis rules run.
@@ -87,9 +98,17 @@ def _is_table_start(lines: list[str], index: int) -> bool:
     return (
         "|" in lines[index]
         and index + 1 < len(lines)
-        and bool(_TABLE_SEPARATOR.match(lines[index + 1]))
         and "|" in lines[index + 1]
+        and _is_table_separator(lines[index + 1])
     )
+
+
+def _is_table_separator(line: str) -> bool:
+    """`|---|:-:|`: cells of dashes (colons for alignment) between optional outer pipes."""
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") else inner
+    return all(_TABLE_CELL.fullmatch(cell) for cell in inner.split("|"))
 
 
 def _table(lines: list[str], start: int) -> Generator[str, None, int]:
@@ -105,16 +124,21 @@ def _table(lines: list[str], start: int) -> Generator[str, None, int]:
 
 
 def _line(line: str) -> str:
+    quotes = _QUOTES.match(line)
+    if not quotes:
+        return _unquoted(line)
+    # The quote markers stay raw `>`s: escaped, Slack would show them as text.
+    depth, inside = quotes.group(0).count(">"), line[quotes.end():]
+    return "> " * depth + _unquoted(inside) if inside else "> " * (depth - 1) + ">"
+
+
+def _unquoted(line: str) -> str:
     heading = _HEADING.match(line)
     if heading:
-        text = _inline(heading.group(1)).replace("*", "")
+        text = _inline(_heading_text(heading.group(1))).replace("*", "")
         return f"*{text}*" if text else ""
     if _RULE.match(line):
         return "──────────"
-    quote = _QUOTE.match(line)
-    if quote:
-        # The quote marker stays a raw `>`: escaped, Slack would show it as text.
-        return "> " + _line(quote.group(1)) if quote.group(1) else ">"
     bullet = _BULLET.match(line)
     if bullet:
         return _indent(bullet.group(1)) + "• " + _task(bullet.group(2))
@@ -122,6 +146,11 @@ def _line(line: str) -> str:
     if ordered:
         return f"{_indent(ordered.group(1))}{ordered.group(2)}. {_inline(ordered.group(3))}"
     return _inline(line.rstrip())
+
+
+def _heading_text(text: str) -> str:
+    """A heading's text without its closing hashes (`## Title ##`), as CommonMark reads it."""
+    return text.rstrip().rstrip("#").rstrip()
 
 
 def _indent(spaces: str) -> str:
@@ -145,9 +174,11 @@ def _inline(text: str) -> str:
         held.append(piece)
         return f"{_HOLD}{len(held) - 1}{_HOLD}"
 
-    text = _CODE_SPAN.sub(lambda m: hold(f"`{escape(m.group(2).strip())}`"), text)
+    code = spans.LooseCodeSpans(text) if "`" in text else spans.NOTHING
+    text = spans.sub(code, text, lambda m: hold(f"`{escape(m.group(2).strip())}`"))
     text = _ESCAPED.sub(lambda m: hold(_literal(m.group(1))), text)
-    text = _IMAGE_OR_LINK.sub(lambda m: hold(_link(m.group(2), m.group(1), _emphasis)), text)
+    links = spans.Links(text) if "](" in text else spans.NOTHING
+    text = spans.sub(links, text, lambda m: hold(_link(m.group(2), m.group(1), _emphasis)))
     text = _AUTOLINK.sub(lambda m: hold(_link(m.group(1), "", _emphasis)), text)
     text = _emphasis(escape(text))
     while _HELD.search(text):
@@ -162,15 +193,23 @@ def _literal(char: str) -> str:
 
 
 def _emphasis(text: str) -> str:
-    text = _BOLD_ITALIC.sub(lambda m: f"{_BOLD}_{m.group(1)}_{_BOLD}", text)
-    text = _BOLD_STARS.sub(lambda m: f"{_BOLD}{m.group(1)}{_BOLD}", text)
-    text = _BOLD_UNDERSCORES.sub(lambda m: f"{_BOLD}{m.group(1)}{_BOLD}", text)
-    text = _ITALIC_STAR.sub(lambda m: f"_{m.group(1)}_", text)
-    text = _STRIKE.sub(lambda m: f"~{m.group(1)}~", text)
+    text = _styled(_BOLD_ITALIC, text, lambda inside: f"{_BOLD}_{inside}_{_BOLD}")
+    text = _styled(_BOLD_STARS, text, lambda inside: f"{_BOLD}{inside}{_BOLD}")
+    text = _styled(_BOLD_UNDERSCORES, text, lambda inside: f"{_BOLD}{inside}{_BOLD}")
+    text = _styled(_ITALIC_STAR, text, lambda inside: f"_{inside}_")
+    text = _styled(_STRIKE, text, lambda inside: f"~{inside}~")
     return text.replace(_BOLD, "*")
 
 
+def _styled(span: spans.Delimited, text: str, style: Callable[[str], str]) -> str:
+    return spans.sub(span.finder(text), text, lambda m: style(m.group(1)))
+
+
 def _link(url: str, label: str, style: Callable[[str], str]) -> str:
+    if not is_safe_target(url):
+        # Shown, never live: Slack would read `<!channel|x>` as a mention.
+        text = style(escape(label)) if label else ""
+        return f"{text} ({escape(url)})" if text else escape(url)
     # `|` and `>` would end Slack's <url|label> early; `&` is escaped like all text.
     safe_url = escape(url.replace("|", "%7C"))
     text = style(escape(label.replace("|", "¦"))) if label else ""

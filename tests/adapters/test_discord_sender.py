@@ -50,6 +50,28 @@ async def test_send_then_edit_one_message_without_pings(fake: FakeDiscord,
     assert "message_reference" not in posted.body
 
 
+async def test_mentions_written_into_an_edit_ping_no_one(fake: FakeDiscord,
+                                                         sender: DiscordSender) -> None:
+    message_id = await sender.send(channel(), "draft", final=False)
+    await sender.edit(channel(), message_id, "@everyone @here <@&77> <@123> <#456>", final=True)
+
+    edited = fake.calls_to("PATCH", rf"/channels/{CHANNEL}/messages/{message_id}")[0]
+    assert edited.body["content"] == "@everyone @here <@&77> <@123> <#456>"
+    assert edited.body["allowed_mentions"] == {"parse": []}
+
+
+async def test_mentions_in_an_interaction_followup_edit_ping_no_one(
+        fake: FakeDiscord, sender: DiscordSender) -> None:
+    interaction = fake.interaction(CHANNEL, "what?", fake.user("42"), guild_id=GUILD)
+    fake.callbacks[interaction["token"]] = {"type": 5}
+    address = channel(side=True).model_copy(update={"token": interaction["token"]})
+    message_id = await sender.send(address, "draft", final=False)
+    await sender.edit(address, message_id, "@everyone <@&77>", final=True)
+
+    edits = fake.calls_to("PATCH", rf"/webhooks/{fake.application_id}/{interaction['token']}/.*")
+    assert edits and all(call.body["allowed_mentions"] == {"parse": []} for call in edits)
+
+
 async def test_a_reply_quotes_the_question_and_may_notify_only_the_asker(
         fake: FakeDiscord, sender: DiscordSender) -> None:
     await sender.send(channel("1400000000000000009", side=True), "answer", final=True)

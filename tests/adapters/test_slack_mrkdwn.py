@@ -69,3 +69,48 @@ def test_a_pipe_in_a_url_cannot_end_the_link_early() -> None:
 
 def test_plain_text_and_blank_lines_survive() -> None:
     assert to_mrkdwn("one\n\ntwo\nthree\n") == "one\n\ntwo\nthree"
+
+
+@pytest.mark.parametrize(("markdown", "mrkdwn"), [
+    ("[here](!channel)", "here (!channel)"),
+    ("[everyone](!everyone) [all](!here)", "everyone (!everyone) all (!here)"),
+    ("[x](@U0123)", "x (@U0123)"),
+    ("[t](!subteam^S1)", "t (!subteam^S1)"),
+    ("[room](#C0123)", "room (#C0123)"),
+    ("[when](!date^1392734382^{date}|x)", "when (!date^1392734382^{date}|x)"),
+    ("[x](<!channel>)", "x (!channel)"),
+    ("![chart](!here)", "chart (!here)"),
+    ("[](!channel)", "!channel"),
+    ("[**loud**](!channel)", "*loud* (!channel)"),
+    ("[x](javascript:alert(1))", "x (javascript:alert(1))"),
+    ("[x](slack://open?team=T1)", "x (slack://open?team=T1)"),
+    ("[x](ftp://files.io/a)", "x (ftp://files.io/a)"),
+    ("[x](./relative/path)", "x (./relative/path)"),
+    ("[x](https://e.io/<!here>)", "<https://e.io/&lt;!here|x>"),
+    ("[x](https://e.io/|<!here)", "<https://e.io/%7C&lt;!here|x>"),
+    ("[<!here>](https://e.io)", "<https://e.io|&lt;!here&gt;>"),
+    ("[mail](mailto:a@b.io)", "<mailto:a@b.io|mail>"),
+    ("[web](HTTPS://E.IO)", "<HTTPS://E.IO|web>"),
+])
+def test_only_web_and_mail_targets_become_links(markdown: str, mrkdwn: str) -> None:
+    assert to_mrkdwn(markdown) == mrkdwn
+
+
+@pytest.mark.parametrize("markdown", [
+    "<!here> <!channel> <!everyone>",
+    "<!channel|channel> <@U0123|bob> <#C0123|general>",
+    "<!subteam^S0123|team> <!date^1392734382^{date}|Feb>",
+    "`<!here>` and `<@U0123>`",
+    "```\n<!channel>\n<@U0123>\n<#C0123>\n```",
+    "> <!here> quoted",
+    "- <@U0123> in a list",
+    "# <!channel> in a heading",
+    "| <!here> | a |\n|---|---|\n| <@U1> | b |",
+    "**<!here>** _<@U0123>_ ~<#C1>~",
+    "\\<!here\\>",
+    "<mailto:x|<!here>>",
+])
+def test_raw_mention_syntax_is_shown_as_text(markdown: str) -> None:
+    rendered = to_mrkdwn(markdown)
+    for opening in ("<!", "<@", "<#"):
+        assert opening not in rendered

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
+
 import pytest
 
 from adapters.telegram.markup import render, utf16_length, visible_length, visible_text
@@ -67,3 +69,54 @@ def test_length_is_counted_in_utf16_code_units_of_the_visible_text() -> None:
 def test_line_structure_is_kept() -> None:
     markdown = "one\n\ntwo\nthree"
     assert visible_text(render(markdown)) == markdown
+
+
+class _Links(HTMLParser):
+    """The targets of every `<a>` in rendered HTML, as a browser would read them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str | None] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.targets.extend(value for name, value in attrs if name == "href")
+
+
+def link_targets(rendered: str) -> list[str | None]:
+    links = _Links()
+    links.feed(rendered)
+    return links.targets
+
+
+@pytest.mark.parametrize(("markdown", "shown"), [
+    ("[x](javascript:alert)", "x (javascript:alert)"),
+    ("[x](JavaScript:alert)", "x (JavaScript:alert)"),
+    ("[x](javascript:alert(1))", "[x](javascript:alert(1))"),
+    ("[x](tg://user?id=123456)", "x (tg://user?id=123456)"),
+    ("[x](tg://resolve?domain=someone)", "x (tg://resolve?domain=someone)"),
+    ("[x](data:text/html,<script>)", "x (data:text/html,<script>)"),
+    ("[x](vbscript:msgbox)", "x (vbscript:msgbox)"),
+    ("[x](file:///etc/passwd)", "x (file:///etc/passwd)"),
+    ("[x](//evil.example)", "x (//evil.example)"),
+    ("[**x**](javascript:alert)", "x (javascript:alert)"),
+    ('<a href="javascript:alert(1)">x</a>', '<a href="javascript:alert(1)">x</a>'),
+])
+def test_only_web_and_mail_targets_become_links(markdown: str, shown: str) -> None:
+    rendered = render(markdown)
+    assert link_targets(rendered) == []
+    assert parse_html(rendered) == shown
+
+
+@pytest.mark.parametrize(("markdown", "target"), [
+    ("[x](https://e.io/a?b=1&c=2)", "https://e.io/a?b=1&c=2"),
+    ("[x](HTTPS://E.IO)", "HTTPS://E.IO"),
+    ("[x](mailto:a@b.io)", "mailto:a@b.io"),
+    ('[x](https://e.io/"onclick="alert)', 'https://e.io/"onclick="alert'),
+    ('[x](https://e.io/"><b>x)', 'https://e.io/"><b>x'),
+    ("[x](https://e.io/'a'<>)", "https://e.io/'a'<>"),
+])
+def test_a_link_target_cannot_leave_its_attribute(markdown: str, target: str) -> None:
+    rendered = render(markdown)
+    assert link_targets(rendered) == [target]
+    assert parse_html(rendered) == "x"

@@ -64,6 +64,25 @@ def test_measure_in_utf16_never_splits_a_surrogate_pair() -> None:
     assert all("\ud83d" not in p for p in pieces)
 
 
+def test_a_long_reply_is_measured_a_few_times_over_not_once_per_cut() -> None:
+    measured: list[int] = []
+
+    def counting(text: str) -> int:
+        measured.append(len(text))
+        return len(text)
+
+    text = ("A sentence of prose, long enough. " * 30 + "\n\n") * 100  # 102,200 characters
+    pieces = split_markdown(text, 4000, counting)
+    assert len(pieces) > 25 and all(len(piece) <= 4000 for piece in pieces)
+    assert sum(measured) < 6 * len(text)
+
+
+def test_blank_runs_never_become_empty_pieces() -> None:
+    assert split_markdown("\n" * 300 + "word", 100) == ["word"]
+    assert split_markdown("a" + "\n" * 300 + "b", 100) == ["a", "b"]
+    assert len(split_markdown(" " * 500, 100)) == 1
+
+
 async def test_stream_posts_once_then_edits_and_delivers_the_final_text() -> None:
     sender = RecordingSender(edit_interval=0.05)
     ids: list[list[str]] = []
