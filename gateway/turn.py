@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from redis.exceptions import RedisError
 
+from gateway.chains import Chains, previous_id
 from gateway.compiler import CompiledRequest, MessageCompiler, ReplyTarget, TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
@@ -62,6 +63,11 @@ class TurnResult:
     error: ModelError | None = None
     stopped: bool = False
 
+    @property
+    def whole(self) -> bool:
+        """Neither failed nor stopped: the reply is all the model had to say."""
+        return self.error is None and not self.stopped
+
 
 @dataclass
 class PreparedTurn:
@@ -102,7 +108,7 @@ class TurnRunner:
         self.ttl = settings.lease_ttl
         self.running: dict[str, RunningTurn] = {}  # by session, for /stop
         self.compressor = Compressor(settings, sessions.redis, models)
-        self.stateful = is_stateful(settings.model)
+        self.chains = Chains(is_stateful(settings.model))
         self.background: set[asyncio.Task[int]] = set()  # compressions after turns
         self.recent = RecentViews()  # what each session's last turn here left
 
@@ -175,7 +181,7 @@ class TurnRunner:
         reminder, budget = prepared.request.reminder, self.compressor.budget
         if self.compressor.known_within(budget, view, context.group, reminder) is False:
             return None  # it compresses first; unknown is checked once the claim is back
-        usage, chain = Usage(), self._chain(prepared)
+        usage, chain = Usage(), self.chains.start(prepared.request, prepared.view)
         return EarlyStart(prepared, chain, usage, EarlyCall(self._pieces(prepared, usage, chain)))
 
     async def _claim(self, job: Job, lease: Lease, early: EarlyStart | None = None) -> Claim:
@@ -245,7 +251,7 @@ class TurnRunner:
         except BaseException:
             await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
             raise
-        fields = _chain_fields(prepared, chain, result, entry)
+        fields = self.chains.fields(prepared.view, chain, entry, result.whole) if prepared else None
         recorded = await self._record(key, token, claim, entry, fields)
         if prepared is not None:
             self._remember(key, claim, prepared, entry, fields, recorded)
@@ -313,16 +319,8 @@ class TurnRunner:
         `address`) compiles from."""
         target = _target(user, address)
         group = bool(user.get("group"))
-        cursor = self._cursor(view)
+        cursor = self.chains.cursor(view)
         return TurnContext(key, view.entries, target, injections, group, view.segments, cursor)
-
-    def _cursor(self, view: HistoryView) -> str | None:
-        """The last entry a stateful provider has seen, when its chain fits this view."""
-        if not self.stateful or not view.meta.get("response_id"):
-            return None
-        if view.meta.get("chain_base", "") != _chain_base(view):
-            return None  # compressed since the chain started: resend the compressed view
-        return view.meta.get("cursor") or None
 
     async def _prepare(
         self,
@@ -357,7 +355,7 @@ class TurnRunner:
             context,
             entries=view.entries,
             segments=view.segments,
-            cursor=self._cursor(view),
+            cursor=self.chains.cursor(view),
         )
         return self._compile(context, view), None
 
@@ -371,9 +369,10 @@ class TurnRunner:
         """The early call, if it sent exactly the request the claimed snapshot compiles to."""
         if early is None or early.call.cancelled:
             return None
-        same = early.prepared.request == prepared.request and _previous_id(
+        chain = self.chains.start(prepared.request, prepared.view)
+        same = early.prepared.request == prepared.request and previous_id(
             early.chain
-        ) == _previous_id(self._chain(prepared))
+        ) == previous_id(chain)
         if not same:
             log.info("%s changed since its last turn here; restarting the model call", key)
             await early.call.cancel()
@@ -412,7 +411,7 @@ class TurnRunner:
         if early is not None:
             chain, pieces = early.chain, early.call.pieces()
         else:
-            chain = self._chain(prepared)
+            chain = self.chains.start(prepared.request, prepared.view)
             pieces = self._pieces(prepared, usage, chain)
         result = await self._generate(pieces, stream, running)
         lost = isinstance(result.error, ProviderStateLost)
@@ -423,12 +422,6 @@ class TurnRunner:
             chain = ResponseChain()
             result = await self._generate(self._pieces(prepared, usage, chain), stream, running)
         return result, chain
-
-    def _chain(self, prepared: PreparedTurn) -> ResponseChain | None:
-        if not self.stateful:
-            return None
-        delta = prepared.request.mode == "delta"
-        return ResponseChain(prepared.view.meta.get("response_id") if delta else None)
 
     def _pieces(
         self, prepared: PreparedTurn, usage: Usage, chain: ResponseChain | None
@@ -550,32 +543,6 @@ def _target(user: Entry, address: Address) -> ReplyTarget:
     if address.thread:
         place += f", thread {address.thread}"
     return ReplyTarget(str(speaker.get("name", "the user")), str(speaker.get("id", "")), place)
-
-
-def _previous_id(chain: ResponseChain | None) -> str | None:
-    return chain.previous_id if chain is not None else None
-
-
-def _chain_base(view: HistoryView) -> str:
-    return str(view.segments[-1].get("last_id", "")) if view.segments else ""
-
-
-def _chain_fields(
-    prepared: PreparedTurn | None,
-    chain: ResponseChain | None,
-    result: TurnResult,
-    entry: Entry | None,
-) -> dict[str, str] | None:
-    """The chain to continue next turn: set only when the provider holds this whole turn."""
-    if prepared is None or chain is None or not chain.response_id or entry is None:
-        return None
-    if result.error is not None or result.stopped:
-        return None  # the next turn resends these entries on the chain it had
-    return {
-        "response_id": chain.response_id,
-        "cursor": str(entry["id"]),
-        "chain_base": _chain_base(prepared.view),
-    }
 
 
 def _outcome(result: TurnResult, recorded: bool) -> str:
