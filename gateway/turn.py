@@ -213,7 +213,7 @@ class TurnRunner:
         entry: Entry | None,
     ) -> str:
         """Record the turn, and keep what the next one starts from; returns its outcome."""
-        if prepared is None:  # never compiled (a model failed while counting): nothing to keep
+        if prepared is None:  # a model failed while counting or compressing: nothing to keep
             return _outcome(result, await self._record(turn, entry))
         key, group = turn.session_key, prepared.context.group
         fields = self.chains.fields(prepared.view, chain, entry, result.whole)
