@@ -26,7 +26,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -552,6 +552,53 @@ class Compressor:
             "history_start": segment.last_index + 1,
         }
         return bool(await self._store(keys=keys, args=args))
+
+    def schedule(
+        self,
+        session_key: str,
+        view: HistoryView,
+        group: bool,
+        entry: Entry | None,
+        changed: Callable[[str], None],
+    ) -> None:
+        """After a recorded turn (`view` and its reply `entry`): compress off the hot path
+        once the history passed the threshold.
+
+        `changed(session_key)` is called when the session's view may have moved since
+        (a segment was written, or the compression failed part way).
+        """
+        extra, threshold = ([entry] if entry is not None else []), self.threshold
+        if self.known_within(threshold, view, group, extra=extra):
+            return
+
+        async def compress() -> int:
+            if await self.within(threshold, view, group, extra=extra):
+                return 0  # counted: still short of the threshold
+            return await self.after_turn(session_key, group)
+
+        task = asyncio.create_task(compress())
+        self.background.add(task)
+
+        def done(finished: asyncio.Task[int]) -> None:
+            self.background.discard(finished)
+            if finished.cancelled():
+                return
+            error = finished.exception()
+            if error is not None:
+                log.error(
+                    "compressing %s after its turn failed: %r", session_key, error, exc_info=error
+                )
+            if error is not None or finished.result():
+                changed(session_key)
+
+        task.add_done_callback(done)
+
+    @property
+    def background(self) -> set[asyncio.Task[int]]:
+        """The compressions `schedule` started that are still running."""
+        if not hasattr(self, "_background"):
+            self._background: set[asyncio.Task[int]] = set()
+        return self._background
 
 
 def summary_request(

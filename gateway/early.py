@@ -12,16 +12,29 @@ snapshot is exactly the one already sent. Otherwise it is cancelled, and since
 nothing of it is shown or recorded before the claim is held, nobody sees it.
 
 What it saves is the claim's round trip to Redis in front of the model call.
+
+    EarlyStarts.start(job) -> EarlyStart (its EarlyCall running) -> claim returns
+        -> EarlyStarts.adopt(...): kept, or cancelled -> the turn
+        -> EarlyStarts.remember(...): the view the turn left, for the next job
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 
-from gateway.session import HistoryView
+from gateway.chains import Chains, previous_id
+from gateway.jobs import Job
+from gateway.model import Address
+from gateway.models import ResponseChain, Usage
+from gateway.prepare import PreparedTurn, Preparer
+from gateway.session import Claim, Entry, HistoryView
+
+log = logging.getLogger(__name__)
 
 RECENT_SESSIONS = 512  # sessions whose last view one worker keeps
 RECENT_CHARS = 16_000_000  # ... and the characters of text all those views may hold
@@ -103,3 +116,83 @@ class EarlyCall:
         await asyncio.gather(self._first, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self._pieces.aclose()  # type: ignore[attr-defined]
+
+
+Pieces = Callable[[PreparedTurn, Usage, ResponseChain | None], AsyncIterator[str]]
+
+
+@dataclass
+class EarlyStart:
+    """A model call started before the claim, from the view the last turn left."""
+
+    prepared: PreparedTurn
+    chain: ResponseChain | None
+    usage: Usage
+    call: EarlyCall
+
+    @property
+    def kept(self) -> bool:
+        """Not cancelled (yet): after `adopt`, whether the turn goes on with this call."""
+        return not self.call.cancelled
+
+
+class EarlyStarts:
+    """Starts, adopts and remembers early calls; shared by all of one worker's turns."""
+
+    def __init__(self, preparer: Preparer, chains: Chains, pieces: Pieces) -> None:
+        self.preparer, self.chains, self.pieces = preparer, chains, pieces
+        self.recent = RecentViews()  # what each session's last turn here left
+
+    def start(self, job: Job) -> EarlyStart | None:
+        """Compile from the view the last turn left and start the model call, when the
+        job says the session is still as that turn left it."""
+        base, user = job.payload.get("base"), job.payload.get("entry")
+        if not isinstance(base, str) or not isinstance(user, dict) or not user.get("reply"):
+            return None
+        if not job.fresh:
+            return None  # it waited in a backlog: more messages may have joined it since
+        if not self.preparer.ready:
+            return None
+        view = self.recent.get(job.session_key, base)
+        if view is None:
+            return None
+        view = replace(view, entries=[*view.entries, user])
+        address = Address.model_validate(user["reply"])
+        context = self.preparer.context(job.session_key, view, user, address, [])
+        prepared = self.preparer.compile(context, view)
+        if self.preparer.known_over_budget(prepared):
+            return None  # it compresses first; unknown is checked once the claim is back
+        usage, chain = Usage(), self.chains.start(prepared.request, prepared.view)
+        return EarlyStart(prepared, chain, usage, EarlyCall(self.pieces(prepared, usage, chain)))
+
+    async def adopt(self, key: str, early: EarlyStart | None, prepared: PreparedTurn) -> None:
+        """Keep the early call only if it sent exactly the request the claimed snapshot
+        compiles to; otherwise cancel it."""
+        if early is None or not early.kept:
+            return
+        chain = self.chains.start(prepared.request, prepared.view)
+        same = early.prepared.request == prepared.request
+        if not same or previous_id(early.chain) != previous_id(chain):
+            log.info("%s changed since its last turn here; restarting the model call", key)
+            await early.call.cancel()
+
+    def remember(
+        self,
+        key: str,
+        claim: Claim,
+        view: HistoryView,
+        entry: Entry | None,
+        fields: dict[str, str] | None,
+        recorded: bool,
+    ) -> None:
+        """Keep the view this turn (compiled from `view`) leaves, for the next early start."""
+        if not recorded:
+            self.recent.forget(key)
+            return
+        extra = [entry] if entry is not None else []
+        meta = {**view.meta, **(fields or {})}
+        left = replace(view, meta=meta, entries=[*view.entries, *extra])
+        self.recent.remember(key, f"{claim.epoch}.{claim.length + len(extra)}", left)
+
+    def forget(self, key: str) -> None:
+        self.recent.forget(key)

@@ -113,7 +113,7 @@ class Conversation:
         """Idle, and no compression running in any worker."""
         await self.idle(timeout)
         async with asyncio.timeout(timeout):
-            while any(w.turns.background for w in self.workers):
+            while any(w.turns.compressor.background for w in self.workers):
                 await asyncio.sleep(0.01)
 
     async def segments(self) -> list[dict[str, Any]]:
@@ -155,9 +155,9 @@ async def conversation(redis_url: str, llm: FakeLLM, *, workers: int = 1,
         llm.release_hangs()
         await asyncio.gather(*talk.runs, return_exceptions=True)
         for worker in talk.workers:
-            for task in list(worker.turns.background):
+            for task in list(worker.turns.compressor.background):
                 task.cancel()
-            await asyncio.gather(*worker.turns.background, return_exceptions=True)
+            await asyncio.gather(*worker.turns.compressor.background, return_exceptions=True)
         for each in [*talk.clients, client]:
             await each.aclose()
 

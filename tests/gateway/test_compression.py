@@ -271,7 +271,7 @@ async def test_two_workers_finishing_turns_at_once_compress_once(
         await talk.stop_worker(0)
         await talk.start_worker()
         await talk.say("second turn, on the second worker")
-        assert talk.workers[0].turns.background  # the first compression is still running
+        assert talk.workers[0].turns.compressor.background  # the first compression is still running
         await talk.settled()
         assert len(talk.compression_requests()) == 1
         assert len(await talk.segments()) == 1

@@ -1,0 +1,130 @@
+"""A turn's model call: its pieces fed to the reply until the model is done, the turn is
+stopped, or its lease is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from gateway.chains import Chains
+from gateway.config import Settings
+from gateway.delivery import ReplyStream
+from gateway.early import EarlyStart
+from gateway.errors import ModelBadResponse, ModelError, ProviderStateLost
+from gateway.lease import Lease
+from gateway.models import ModelCall, Models, ResponseChain, Usage
+from gateway.prepare import PreparedTurn
+
+log = logging.getLogger(__name__)
+
+LEASE_LOST = "lease lost"
+
+
+@dataclass
+class RunningTurn:
+    """What the worker needs to stop a turn from outside (a /stop, a lost lease)."""
+
+    session_key: str
+    lease: Lease
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str = ""
+
+    def request_stop(self, reason: str) -> None:
+        self.reason = self.reason or reason
+        self.stop.set()
+
+
+@dataclass
+class TurnResult:
+    text: str
+    error: ModelError | None = None
+    stopped: bool = False
+
+    @property
+    def whole(self) -> bool:
+        """Neither failed nor stopped: the reply is all the model had to say."""
+        return self.error is None and not self.stopped
+
+
+class Generation:
+    """Calls the main model for turns; shared by all of one worker's turns."""
+
+    def __init__(self, settings: Settings, models: Models, chains: Chains) -> None:
+        self.settings, self.models, self.chains = settings, models, chains
+
+    async def call(
+        self,
+        key: str,
+        prepared: PreparedTurn,
+        usage: Usage,
+        stream: ReplyStream,
+        running: RunningTurn,
+        early: EarlyStart | None = None,
+    ) -> tuple[TurnResult, ResponseChain | None]:
+        """Stream the reply (from the `early` call when the turn kept it); a lost provider
+        chain is resent once in full, unseen by the user."""
+        if early is not None:
+            chain, pieces = early.chain, early.call.pieces()
+        else:
+            chain = self.chains.start(prepared.request, prepared.view)
+            pieces = self.pieces(prepared, usage, chain)
+        result = await generate(pieces, stream, running)
+        lost = isinstance(result.error, ProviderStateLost)
+        if chain is not None and chain.previous_id and lost and not result.text:
+            log.info("the provider lost the chain of %s; resending the turn in full", key)
+            chain = ResponseChain()
+            result = await generate(self.pieces(prepared.in_full(), usage, chain), stream, running)
+        return result, chain
+
+    def pieces(
+        self, prepared: PreparedTurn, usage: Usage, chain: ResponseChain | None
+    ) -> AsyncIterator[str]:
+        """The reply's pieces, as the model streams them (on `chain` for a stateful one)."""
+        call = ModelCall(
+            self.settings.model,
+            prepared.request.messages,
+            self.settings.model_timeout,
+            max_tokens=self.settings.max_tokens,
+        )
+        if chain is None:
+            return self.models.stream(call, usage)
+        return self.models.stream_response(call, usage, chain)
+
+
+async def generate(
+    pieces: AsyncIterator[str], stream: ReplyStream, running: RunningTurn
+) -> TurnResult:
+    """Feed `pieces` to `stream` until they end, the turn is stopped or its lease is lost."""
+
+    async def consume() -> None:
+        async for piece in pieces:
+            stream.feed(piece)
+
+    producing = asyncio.create_task(consume())
+    stopping = asyncio.create_task(running.stop.wait())
+    losing = asyncio.create_task(running.lease.lost.wait())
+    try:
+        await asyncio.wait({producing, stopping, losing}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the turn is cancelled (a stop): so is its model call
+        for task in (producing, stopping, losing):
+            task.cancel()
+        await asyncio.gather(producing, stopping, losing, return_exceptions=True)
+        raise
+    stopping.cancel()
+    losing.cancel()
+    if running.lease.lost.is_set():
+        running.request_stop(LEASE_LOST)
+    if not producing.done():
+        producing.cancel()
+        await asyncio.gather(producing, return_exceptions=True)
+        return TurnResult(stream.text, stopped=True)
+    error = producing.exception()
+    if isinstance(error, ModelError):
+        return TurnResult(stream.text, error=error)
+    if error is not None:  # a provider's answer of a shape nothing expected
+        log.error("the model's answer could not be read: %r", error, exc_info=error)
+        return TurnResult(stream.text, error=ModelBadResponse(type(error).__name__))
+    return TurnResult(stream.text)
