@@ -25,12 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from gateway.errors import UsageError
-
 PLACEHOLDER: Final = "(no earlier conversation)"
 TRANSCRIPT_OPEN: Final = "===== CONVERSATION TRANSCRIPT (read-only snapshot) ====="
 TRANSCRIPT_CLOSE: Final = "===== END OF TRANSCRIPT ====="
-USAGE: Final = "Usage: /btw <question> — ask a side question about this conversation."
 CUT: Final = "…"
 MARKER_QUOTE_CHARS: Final = 60
 SUMMARY_LABEL: Final = "EARLIER CONVERSATION (summary)"
@@ -91,14 +88,6 @@ def build_side_messages(transcript: str, question: str) -> list[dict[str, str]]:
     user_part = f"{TRANSCRIPT_OPEN}\n{transcript}\n{TRANSCRIPT_CLOSE}\n\nSide question: {question}"
     return [{"role": "system", "content": SIDE_SYSTEM_PROMPT},
             {"role": "user", "content": user_part}]
-
-
-def parse_question(text: str) -> str:
-    """The question of a `/btw` command; raise UsageError (the hint) when there is none."""
-    question = text.strip()
-    if not question:
-        raise UsageError(USAGE)
-    return question
 
 
 def answer_marker(question: str) -> str:

@@ -1,4 +1,4 @@
-"""The /btw snapshot renderer, the side prompt and the question parsing."""
+"""The /btw snapshot renderer, the side prompt and the answer marker."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ from typing import Any
 import pytest
 
 from gateway import side_question
-from gateway.errors import UsageError
 from gateway.side_question import (
     PLACEHOLDER,
     TRANSCRIPT_CLOSE,
     TRANSCRIPT_OPEN,
     answer_marker,
     build_side_messages,
-    parse_question,
     render_transcript,
 )
 
@@ -248,16 +246,6 @@ def test_the_prompt_says_what_the_side_model_must_do() -> None:
     for phrase in ("same assistant", "only the side question", "snapshot", "say so plainly",
                    "concise"):
         assert phrase in prompt
-
-
-@pytest.mark.parametrize("text", ["", "   ", "\n\t "])
-def test_an_empty_question_is_a_usage_error(text: str) -> None:
-    with pytest.raises(UsageError, match=r"^Usage: /btw <question>"):
-        parse_question(text)
-
-
-def test_parse_question_strips() -> None:
-    assert parse_question("  what did we decide?\n") == "what did we decide?"
 
 
 def test_answer_marker_quotes_the_start_of_the_question() -> None:
