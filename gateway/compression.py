@@ -33,7 +33,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway import side_question
 from gateway.compiler import entry_message, split_view, summary_message
 from gateway.config import Settings
 from gateway.errors import ModelError
@@ -44,6 +43,7 @@ from gateway.models.providers import base_model
 from gateway.scripts import load
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.store import Keys
+from gateway.transcript import render_transcript
 
 log = logging.getLogger(__name__)
 
@@ -562,7 +562,7 @@ def summary_request(
     The transcript keeps within `budget` characters (its newest part, with a
     marker for what was left out), so the request fits the summariser.
     """
-    transcript = side_question.render_transcript(entries, message_cap=4000, budget=budget)
+    transcript = render_transcript(entries, message_cap=4000, budget=budget)
     earlier = str(previous.get("summary", "")).strip() if previous else ""
     body = (
         f"Summary so far:\n{earlier or '(none: this is the start of the conversation)'}\n\n"
