@@ -33,6 +33,7 @@ from gateway.models.providers import is_stateful
 from gateway.ports import Sender
 from gateway.session import Claim, Entry, Finish, HistoryView, SessionStore, assistant_entry
 from gateway.store import Keys
+from gateway.tokens import RequestShape
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,8 @@ class TurnRunner:
         context = self._context(job.session_key, view, user, address, [])
         prepared = self._compile(context, view)
         reminder, budget = prepared.request.reminder, self.compressor.budget
-        if self.compressor.known_within(budget, view, context.group, reminder) is False:
+        shape = RequestShape(self.settings.system_prompt, view, context.group, reminder)
+        if self.compressor.known_within(budget, shape) is False:
             return None  # it compresses first; unknown is checked once the claim is back
         usage, chain = Usage(), self._chain(prepared)
         return EarlyStart(prepared, chain, usage, EarlyCall(self._pieces(prepared, usage, chain)))
@@ -340,7 +342,8 @@ class TurnRunner:
         early = await self._adopt(key, early, prepared)
         await self.compressor.warm()
         reminder, budget = prepared.request.reminder, self.compressor.budget
-        if await self.compressor.within(budget, view, context.group, reminder):
+        shape = RequestShape(self.settings.system_prompt, view, context.group, reminder)
+        if await self.compressor.within(budget, shape):
             return prepared, early
         if early is not None:
             await early.call.cancel()
@@ -447,11 +450,12 @@ class TurnRunner:
         """Start a compression off the hot path once the history passed the threshold."""
         extra, group = ([entry] if entry is not None else []), prepared.context.group
         threshold = self.compressor.threshold
-        if self.compressor.known_within(threshold, prepared.view, group, extra=extra):
+        shape = RequestShape(self.settings.system_prompt, prepared.view, group, extra=extra)
+        if self.compressor.known_within(threshold, shape):
             return
 
         async def compress() -> int:
-            if await self.compressor.within(threshold, prepared.view, group, extra=extra):
+            if await self.compressor.within(threshold, shape):
                 return 0  # counted: still short of the threshold
             return await self.compressor.after_turn(key, group)
 
