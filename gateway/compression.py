@@ -40,7 +40,7 @@ from gateway.models import ModelCall, Models
 from gateway.scripts import load
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.store import Keys
-from gateway.tokens import RequestShape, TokenCounter, _windows, token_budget, window_share
+from gateway.tokens import RequestShape, TokenCounter, token_budget, window_share
 from gateway.transcript import render_transcript
 
 log = logging.getLogger(__name__)
@@ -156,8 +156,7 @@ class Compressor:
         """
         if not self._warm:
             for model in {self.settings.model, self.settings.compression_model}:
-                if model not in _windows:
-                    _windows[model] = await self.models.window(model)
+                await self.models.window(model)
             await self.models.count_many(self.counter.model, [[{"role": "user", "content": "-"}]])
             self._warm = True
 
@@ -167,7 +166,7 @@ class Compressor:
 
     @property
     def budget(self) -> int:
-        return token_budget(self.settings)
+        return token_budget(self.settings, self.models)
 
     @property
     def threshold(self) -> int:
@@ -180,7 +179,7 @@ class Compressor:
     @property
     def transcript_chars(self) -> int:
         # What the summariser reads must fit its own window (about 3 characters a token).
-        return 3 * window_share(self.settings.compression_model)
+        return 3 * window_share(self.models, self.settings.compression_model)
 
     async def tokens(self, view: HistoryView, group: bool, reminder: str | None = None) -> int:
         shape = RequestShape(self.settings.system_prompt, view, group, reminder)

@@ -19,7 +19,6 @@ from typing import Any
 from gateway.compiler import entry_message, split_view, summary_message
 from gateway.config import Settings
 from gateway.models import Models
-from gateway.models.litellm_backend import model_window
 from gateway.models.providers import base_model
 from gateway.session import Entry, HistoryView
 
@@ -27,25 +26,16 @@ DEFAULT_BUDGET = 16_000  # tokens, for a model litellm has no window for
 WINDOW_SHARE = 0.6  # of the model's input window, when GATEWAY_TOKEN_BUDGET is unset
 FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
 
-_windows: dict[str, int | None] = {}  # looked up once per model (Compressor.warm)
-
-
-def _window(model: str) -> int | None:
-    if model not in _windows:
-        _windows[model] = model_window(model)
-    return _windows[model]
-
-
-def token_budget(settings: Settings) -> int:
+def token_budget(settings: Settings, models: Models) -> int:
     """GATEWAY_TOKEN_BUDGET, else 60% of the model's input window, else DEFAULT_BUDGET."""
     if settings.token_budget:
         return settings.token_budget
-    return window_share(settings.model)
+    return window_share(models, settings.model)
 
 
-def window_share(model: str) -> int:
+def window_share(models: Models, model: str) -> int:
     """60% of `model`'s input window, or DEFAULT_BUDGET when litellm does not know it."""
-    window = _window(model)
+    window = models.known_window(model)
     return int(window * WINDOW_SHARE) if window else DEFAULT_BUDGET
 
 

@@ -16,12 +16,15 @@ from tests.gateway.conversation import MAIN, assistant_entry, make_settings, use
 
 def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(
         redis_url: str, llm: FakeLLM) -> None:
-    assert token_budget(make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=1234)) == 1234
+    def budget(settings: Settings) -> int:
+        return token_budget(settings, Models.for_settings(settings))
+
+    assert budget(make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=1234)) == 1234
     known = make_settings(redis_url, llm, GATEWAY_MODEL="openai/gpt-4o")
-    assert token_budget(known) == int(128_000 * 0.6)
+    assert budget(known) == int(128_000 * 0.6)
     routed = make_settings(redis_url, llm, GATEWAY_MODEL="openai/responses/gpt-4o")
-    assert token_budget(routed) == int(128_000 * 0.6)
-    assert token_budget(make_settings(redis_url, llm)) == DEFAULT_BUDGET
+    assert budget(routed) == int(128_000 * 0.6)
+    assert budget(make_settings(redis_url, llm)) == DEFAULT_BUDGET
 
 
 @pytest.mark.parametrize("model", [MAIN, "openai/gpt-4o"])
