@@ -1,4 +1,4 @@
-"""Long conversations: the token budget, counting, and summarised segments.
+"""Long conversations: planning and writing summarised segments.
 
 When a session's compiled view passes its budget, the oldest part of it (all
 but the newest entries, which stay verbatim) is summarised by the compression
@@ -16,6 +16,9 @@ replaces it (it summarises the fallback's range again).
 One Redis lock per session (`SET NX PX` with a token) keeps two workers from
 compressing the same session at once; the segment is written only while the
 lock is still ours and the session was not reset meanwhile.
+
+Whether a request fits its budget is `gateway.tokens`' to tell; the text the
+summariser reads is rendered by `gateway.transcript`.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ open questions and requests not yet answered; errors and failures and what \
 was done about them. Drop greetings, small talk and repetition. Do not \
 invent anything and do not answer anyone. Write short Markdown bullet points, \
 grouped by topic, in the conversation's language."""
+
 
 class Outcome(StrEnum):
     """What one compression attempt did."""
