@@ -1,4 +1,4 @@
-"""Long conversations: the token budget, counting, and summarised segments.
+"""Long conversations: planning and writing summarised segments.
 
 When a session's compiled view passes its budget, the oldest part of it (all
 but the newest entries, which stay verbatim) is summarised by the compression
@@ -16,6 +16,9 @@ replaces it (it summarises the fallback's range again).
 One Redis lock per session (`SET NX PX` with a token) keeps two workers from
 compressing the same session at once; the segment is written only while the
 lock is still ours and the session was not reset meanwhile.
+
+Whether a request fits its budget is `gateway.tokens`' to tell; the text the
+summariser reads is rendered by `gateway.transcript`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import json
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -33,22 +35,19 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway import side_question
-from gateway.compiler import entry_message, split_view, summary_message
+from gateway.compiler import split_view
 from gateway.config import Settings
 from gateway.errors import ModelError
 from gateway.lease import Lease
 from gateway.models import ModelCall, Models
-from gateway.models.litellm_backend import model_window
-from gateway.models.providers import base_model
 from gateway.scripts import load
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.store import Keys
+from gateway.tokens import RequestShape, TokenCounter, token_budget, window_share
+from gateway.transcript import render_transcript
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUDGET = 16_000  # tokens, for a model litellm has no window for
-WINDOW_SHARE = 0.6  # of the model's input window, when GATEWAY_TOKEN_BUDGET is unset
 THRESHOLD_SHARE = 0.8  # after a turn, compress once the view passes this share of the budget
 KEEP_MIN = 5  # newest entries that always stay verbatim
 KEEP_SHARE = 0.2  # ... or this share of the view's entries, whichever is more
@@ -67,6 +66,7 @@ open questions and requests not yet answered; errors and failures and what \
 was done about them. Drop greetings, small talk and repetition. Do not \
 invent anything and do not answer anyone. Write short Markdown bullet points, \
 grouped by topic, in the conversation's language."""
+
 
 class Outcome(StrEnum):
     """What one compression attempt did."""
@@ -110,207 +110,6 @@ class Plan:
         return self.first_index + len(self.entries) - 1
 
 
-_windows: dict[str, int | None] = {}  # looked up once per model (Compressor.warm)
-
-
-def _window(model: str) -> int | None:
-    if model not in _windows:
-        _windows[model] = model_window(model)
-    return _windows[model]
-
-
-def token_budget(settings: Settings) -> int:
-    """GATEWAY_TOKEN_BUDGET, else 60% of the model's input window, else DEFAULT_BUDGET."""
-    if settings.token_budget:
-        return settings.token_budget
-    return window_share(settings.model)
-
-
-def window_share(model: str) -> int:
-    """60% of `model`'s input window, or DEFAULT_BUDGET when litellm does not know it."""
-    window = _window(model)
-    return int(window * WINDOW_SHARE) if window else DEFAULT_BUDGET
-
-
-class TokenCounter:
-    """Token counts with the main model's tokenizer, cached per entry.
-
-    History entries never change once written, so each is counted once per
-    process; a turn's count costs a dictionary lookup per entry in its view.
-    """
-
-    def __init__(self, models: Models, model: str, capacity: int = 200_000) -> None:
-        self.models = models
-        self.model = base_model(model)
-        self.capacity = capacity
-        self._cache: OrderedDict[tuple[str, bool], int] = OrderedDict()
-
-    def message(self, message: dict[str, Any]) -> int:
-        return self.models.count_tokens(self.model, [message])
-
-    def entry(self, entry: Entry, group: bool) -> int:
-        key = _entry_key(entry, group)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
-        message = entry_message(entry, group)
-        count = self.message(message) if message is not None else 0
-        self._remember(key, count)
-        return count
-
-    def view(
-        self,
-        system_prompt: str,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None = None,
-    ) -> int:
-        """Tokens of the full-mode request built from `view` (the reminder included)."""
-        segment, entries = split_view(view.entries, view.segments)
-        total = self._fixed(system_prompt, "system")
-        if segment is not None:
-            total += self._fixed(str(summary_message(segment)["content"]), "user")
-        total += sum(self.entry(entry, group) for entry in entries)
-        if reminder:
-            total += self._fixed(reminder, "user")
-        return total
-
-    async def ensure(
-        self,
-        system_prompt: str,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None = None,
-        extra: Sequence[Entry] = (),
-    ) -> None:
-        """Count what `view` (and `extra`) needs that is not counted yet, in one call."""
-        wanted = self.missing(system_prompt, view, group, reminder, extra)
-        if wanted:
-            counts = await self.models.count_many(self.model, [[m] for _, m in wanted])
-            for (key, _), count in zip(wanted, counts, strict=True):
-                self._remember(key, count)
-
-    def missing(
-        self,
-        system_prompt: str,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None = None,
-        extra: Sequence[Entry] = (),
-    ) -> list[tuple[tuple[str, bool], dict[str, Any]]]:
-        """The parts of the request not counted yet (cache key, message), oldest first."""
-        segment, entries = split_view(view.entries, view.segments)
-        fixed = [(system_prompt, "system")]
-        if segment is not None:
-            fixed.append((str(summary_message(segment)["content"]), "user"))
-        if reminder:
-            fixed.append((reminder, "user"))
-        wanted = []
-        for text, role in fixed:
-            key = _fixed_key(text, role)
-            if key not in self._cache:
-                wanted.append((key, {"role": role, "content": text}))
-        for entry in (*entries, *extra):
-            key = _entry_key(entry, group)
-            if key not in self._cache:
-                message = entry_message(entry, group)
-                if message is not None:
-                    wanted.append((key, message))
-                else:
-                    self._remember(key, 0)
-        return wanted
-
-    def within(
-        self,
-        limit: int,
-        system_prompt: str,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None = None,
-        extra: Sequence[Entry] = (),
-    ) -> bool:
-        """Whether the full-mode request (with `extra` entries) is at most `limit` tokens.
-
-        Every token of a text covers at least one of its bytes, whatever the
-        tokenizer, so a request of plain texts whose UTF-8 size (with room for
-        each message's framing) is within `limit` is within it in tokens too:
-        then nothing is counted. Only a request near the limit, or one with
-        parts that are not plain text (images, tool calls), is counted exactly.
-        """
-        bound = self.byte_bound(system_prompt, view, group, reminder, extra)
-        if bound is not None and bound <= limit:
-            return True
-        total = self.view(system_prompt, view, group, reminder)
-        return total + sum(self.entry(entry, group) for entry in extra) <= limit
-
-    def byte_bound(
-        self,
-        system_prompt: str,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None,
-        extra: Sequence[Entry] = (),
-    ) -> int | None:
-        """An upper bound on the request's tokens from its size; None when there is none."""
-        segment, entries = split_view(view.entries, view.segments)
-        texts = [system_prompt, reminder or ""]
-        if segment is not None:
-            texts.append(str(summary_message(segment)["content"]))
-        total = sum(_size(text) for text in texts) + FRAMING_ALLOWANCE
-        for entry in (*entries, *extra):
-            size = self._entry_size(entry, group)
-            if size is None:
-                return None
-            total += size
-        return total
-
-    def _entry_size(self, entry: Entry, group: bool) -> int | None:
-        key = (f"size:{entry.get('id', '')}", group)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached if cached >= 0 else None
-        message = entry_message(entry, group)
-        content = message.get("content") if message is not None else ""
-        plain = isinstance(content, str) and not (message or {}).get("tool_calls")
-        size = _size(content) if plain and isinstance(content, str) else -1
-        if entry.get("id"):
-            self._remember(key, size)
-        return size if size >= 0 else None
-
-    def _remember(self, key: tuple[str, bool], value: int) -> None:
-        self._cache[key] = value
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
-
-    def _fixed(self, text: str, role: str) -> int:
-        # The system prompt and the current summary recur every turn: cache them by text.
-        key = _fixed_key(text, role)
-        cached = self._cache.get(key)
-        if cached is None:
-            cached = self.message({"role": role, "content": text})
-            self._remember(key, cached)
-        return cached
-
-
-def _fixed_key(text: str, role: str) -> tuple[str, bool]:
-    return (f"{role}:{hash(text)}", False)
-
-
-def _entry_key(entry: Entry, group: bool) -> tuple[str, bool]:
-    """Entries never change once written: by id, or by content for one without."""
-    name = entry.get("id") or hash(json.dumps(entry, sort_keys=True, default=str))
-    return (f"entry:{name}", group)
-
-
-FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
-
-
-def _size(text: str) -> int:
-    """A text's UTF-8 size, with room for its message's framing."""
-    return len(text.encode("utf-8", "surrogatepass")) + FRAMING_ALLOWANCE
-
-
 def plan_segment(view: HistoryView, limit: int) -> Plan | None:
     """The next range to compress: the view's oldest entries beyond the newest kept verbatim.
 
@@ -352,6 +151,7 @@ class Compressor:
         self.counter = TokenCounter(models, settings.model)
         self._store = load("store_segment").bind(redis)
         self._warm = False
+        self.background: set[asyncio.Task[int]] = set()  # what `schedule` started, running
 
     async def warm(self) -> None:
         """Look up the model's window and load its tokenizer, once, off the event loop.
@@ -361,8 +161,7 @@ class Compressor:
         """
         if not self._warm:
             for model in {self.settings.model, self.settings.compression_model}:
-                if model not in _windows:
-                    _windows[model] = await self.models.window(model)
+                await self.models.window(model)
             await self.models.count_many(self.counter.model, [[{"role": "user", "content": "-"}]])
             self._warm = True
 
@@ -372,7 +171,7 @@ class Compressor:
 
     @property
     def budget(self) -> int:
-        return token_budget(self.settings)
+        return token_budget(self.settings, self.models)
 
     @property
     def threshold(self) -> int:
@@ -385,46 +184,29 @@ class Compressor:
     @property
     def transcript_chars(self) -> int:
         # What the summariser reads must fit its own window (about 3 characters a token).
-        return 3 * window_share(self.settings.compression_model)
+        return 3 * window_share(self.models, self.settings.compression_model)
 
     async def tokens(self, view: HistoryView, group: bool, reminder: str | None = None) -> int:
-        prompt = self.settings.system_prompt
-        await self.counter.ensure(prompt, view, group, reminder)
-        return self.counter.view(prompt, view, group, reminder)
+        shape = RequestShape(self.settings.system_prompt, view, group, reminder)
+        await self.counter.ensure(shape)
+        return self.counter.count(shape)
 
-    async def within(
-        self,
-        limit: int,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None = None,
-        extra: Sequence[Entry] = (),
-    ) -> bool:
-        """Whether the request from `view` fits `limit` tokens (counted only near it)."""
-        known = self.known_within(limit, view, group, reminder, extra)
+    async def within(self, limit: int, shape: RequestShape) -> bool:
+        """Whether the request `shape` describes fits `limit` tokens (counted only near it)."""
+        known = self.known_within(limit, shape)
         if known is not None:
             return known
-        await self.counter.ensure(self.settings.system_prompt, view, group, reminder, extra)
-        return self.counter.within(
-            limit, self.settings.system_prompt, view, group, reminder, extra
-        )
+        await self.counter.ensure(shape)
+        return self.counter.within(limit, shape)
 
-    def known_within(
-        self,
-        limit: int,
-        view: HistoryView,
-        group: bool,
-        reminder: str | None = None,
-        extra: Sequence[Entry] = (),
-    ) -> bool | None:
+    def known_within(self, limit: int, shape: RequestShape) -> bool | None:
         """`within`, when it can be told without counting anything new; else None."""
-        prompt = self.settings.system_prompt
-        bound = self.counter.byte_bound(prompt, view, group, reminder, extra)
+        bound = self.counter.byte_bound(shape)
         if bound is not None and bound <= limit:
             return True
-        if self.counter.missing(prompt, view, group, reminder, extra):
+        if self.counter.missing(shape):
             return None
-        return self.counter.within(limit, prompt, view, group, reminder, extra)
+        return self.counter.within(limit, shape)
 
     async def fit(self, session_key: str, group: bool, reminder: str | None, limit: int) -> int:
         """Before a turn: compress until the request fits the budget or nothing is left.
@@ -436,7 +218,8 @@ class Compressor:
         deadline = time.monotonic() + LOCK_WAIT
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            if await self.within(self.budget, view, group, reminder):
+            shape = RequestShape(self.settings.system_prompt, view, group, reminder)
+            if await self.within(self.budget, shape):
                 break
             outcome = await self.compress(session_key, limit)
             if outcome is Outcome.BUSY:
@@ -458,7 +241,8 @@ class Compressor:
         written = 0
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            if await self.within(self.threshold, view, group):
+            shape = RequestShape(self.settings.system_prompt, view, group)
+            if await self.within(self.threshold, shape):
                 break
             answered = int(view.meta.get("answered") or 0)
             outcome = await self.compress(session_key, answered)
@@ -568,11 +352,12 @@ class Compressor:
         (a segment was written, or the compression failed part way).
         """
         extra, threshold = ([entry] if entry is not None else []), self.threshold
-        if self.known_within(threshold, view, group, extra=extra):
+        shape = RequestShape(self.settings.system_prompt, view, group, extra=extra)
+        if self.known_within(threshold, shape):
             return
 
         async def compress() -> int:
-            if await self.within(threshold, view, group, extra=extra):
+            if await self.within(threshold, shape):
                 return 0  # counted: still short of the threshold
             return await self.after_turn(session_key, group)
 
@@ -593,12 +378,6 @@ class Compressor:
 
         task.add_done_callback(done)
 
-    @property
-    def background(self) -> set[asyncio.Task[int]]:
-        """The compressions `schedule` started that are still running."""
-        if not hasattr(self, "_background"):
-            self._background: set[asyncio.Task[int]] = set()
-        return self._background
 
 
 def summary_request(
@@ -609,7 +388,7 @@ def summary_request(
     The transcript keeps within `budget` characters (its newest part, with a
     marker for what was left out), so the request fits the summariser.
     """
-    transcript = side_question.render_transcript(entries, message_cap=4000, budget=budget)
+    transcript = render_transcript(entries, message_cap=4000, budget=budget)
     earlier = str(previous.get("summary", "")).strip() if previous else ""
     body = (
         f"Summary so far:\n{earlier or '(none: this is the start of the conversation)'}\n\n"

@@ -4,7 +4,6 @@
      ├── ConfigError              a setting is missing or contradicts another
      ├── StoreUnavailable         Redis does not answer
      ├── MalformedRequest         an HTTP request body is not what its route accepts
-     ├── UsageError               a chat command was used wrongly (the text is the hint)
      ├── ContextMismatch          a compiler was handed another session's context
      ├── LeaseLost                a turn's session lease expired under it (left for a re-run)
      ├── PlatformError            a platform API refused or failed a call
@@ -40,10 +39,6 @@ class StoreUnavailable(GatewayError):
 
 class MalformedRequest(GatewayError):
     """An HTTP request body is not what its route accepts (not UTF-8, not JSON, too deep)."""
-
-
-class UsageError(GatewayError):
-    """A chat command was used wrongly; the message is the one-line hint for the user."""
 
 
 class ContextMismatch(GatewayError):

@@ -11,6 +11,7 @@ from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.model import Address
 from gateway.session import Entry, HistoryView, SessionStore
+from gateway.tokens import RequestShape
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +61,11 @@ class Preparer:
 
     def known_over_budget(self, prepared: PreparedTurn) -> bool:
         """Whether the turn is known, without counting anything new, to need compressing."""
-        return self.compressor.known_within(*self._budget_of(prepared)) is False
+        return self.compressor.known_within(self.compressor.budget, self._shape(prepared)) is False
 
     async def fits(self, prepared: PreparedTurn) -> bool:
         await self.compressor.warm()
-        return await self.compressor.within(*self._budget_of(prepared))
+        return await self.compressor.within(self.compressor.budget, self._shape(prepared))
 
     async def compressed(self, key: str, prepared: PreparedTurn, limit: int) -> PreparedTurn:
         """Compress the session (up to entry `limit`) until it fits, and compile again."""
@@ -87,9 +88,9 @@ class Preparer:
         )
         return self.compile(context, view)
 
-    def _budget_of(self, prepared: PreparedTurn) -> tuple[int, HistoryView, bool, str | None]:
-        group, reminder = prepared.context.group, prepared.request.reminder
-        return self.compressor.budget, prepared.view, group, reminder
+    def _shape(self, prepared: PreparedTurn) -> RequestShape:
+        return RequestShape(self.settings.system_prompt, prepared.view, prepared.context.group,
+                            prepared.request.reminder)
 
 
 def _target(user: Entry, address: Address) -> ReplyTarget:

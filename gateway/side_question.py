@@ -1,46 +1,23 @@
-"""/btw side questions: the read-only transcript snapshot and the one-shot prompt.
+"""/btw side questions: the one-shot prompt around the transcript, and the answer's opening.
 
-A side question is answered by one tools-less call to the side model. It never
-sees the session's raw provider messages (an assistant tool-call entry would
-trip a request that declares no tools); it sees the conversation rendered to
-plain text, newest last:
-
-    EARLIER CONVERSATION (summary): - Alice asked for the deploy log …
-    [... 12 earlier messages omitted ...]
-    USER (Alice): can you check the deploy log?
-    ASSISTANT [called tools: read_file]
-    TOOL RESULT (read_file): deploy finished in 41s …
-    ASSISTANT: The deploy finished in 41 seconds.
-    ASSISTANT (still writing, in progress): Looking at the
-
-A compressed conversation is given as its newest summary and the messages
-after it, the way a main turn sees it; the history the summary stands for is
-not read. Everything here is pure: no Redis, no model client. The worker reads
-the snapshot, calls `render_transcript` and `build_side_messages`, and sends
-the answer opened by `answer_marker`.
+A side question is answered by one tools-less call to the side model, from
+the conversation rendered by `gateway.transcript` (the newest summary and the
+messages after it, the way a main turn sees it, plus the reply still being
+written). The history the summary stands for is not read. Everything here is
+pure: no Redis, no model client. The worker reads the snapshot, calls
+`transcript.render_transcript` and `build_side_messages`, and sends the answer
+opened by `answer_marker`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Final
 
-from gateway.errors import UsageError
+from gateway.transcript import CUT
 
-PLACEHOLDER: Final = "(no earlier conversation)"
 TRANSCRIPT_OPEN: Final = "===== CONVERSATION TRANSCRIPT (read-only snapshot) ====="
 TRANSCRIPT_CLOSE: Final = "===== END OF TRANSCRIPT ====="
-USAGE: Final = "Usage: /btw <question> — ask a side question about this conversation."
-CUT: Final = "…"
 MARKER_QUOTE_CHARS: Final = 60
-SUMMARY_LABEL: Final = "EARLIER CONVERSATION (summary)"
-SUMMARY_SHARE: Final = 0.5  # of the budget, at most, for the summary
-
-# Text-bearing content blocks across the chat and Responses API shapes.
-_TEXT_BLOCKS: Final = frozenset({"text", "input_text", "output_text"})
-# Continuation lines of a message are indented, so no message can forge a
-# `USER:` line or a delimiter line of its own.
-_INDENT: Final = "  "
 
 SIDE_SYSTEM_PROMPT: Final = """\
 You are the same assistant that is taking part in the conversation transcribed \
@@ -56,49 +33,11 @@ still being written is incomplete.
 - Be concise: a few sentences, or a short list when that is clearer."""
 
 
-def render_transcript(
-    entries: Iterable[object] | None,
-    *,
-    message_cap: int = 2000,
-    budget: int = 24000,
-    live_reply: str | None = None,
-    summary: str | None = None,
-) -> str:
-    """The conversation as plain text for a side question, newest last.
-
-    System messages are skipped and malformed entries ignored. Each message is
-    capped at `message_cap` characters; the oldest messages are dropped until the
-    whole fits `budget`, behind a marker line saying how many were left out. A
-    non-empty `live_reply` (the reply still being streamed) is always kept, last.
-    A non-empty `summary` (of the conversation before `entries`) always opens it,
-    cut to at most half the budget, so it never crowds out the newest messages.
-    """
-    blocks = _render_entries(entries or (), message_cap)
-    live = _clip(f"ASSISTANT (still writing, in progress): {_indented(live_reply)}",
-                 message_cap) if live_reply and live_reply.strip() else None
-    earlier = _clip(f"{SUMMARY_LABEL}: {_indented(summary.strip())}",
-                    int(budget * SUMMARY_SHARE)) if summary and summary.strip() else None
-    if not blocks and live is None and earlier is None:
-        return PLACEHOLDER
-    if earlier is None:
-        return _fit(blocks, live, budget)
-    rest = _fit(blocks, live, max(0, budget - len(earlier) - 1))
-    return f"{earlier}\n{rest}" if rest else earlier
-
-
 def build_side_messages(transcript: str, question: str) -> list[dict[str, str]]:
     """The messages of the one-shot side call: the instructions, then the snapshot and question."""
     user_part = f"{TRANSCRIPT_OPEN}\n{transcript}\n{TRANSCRIPT_CLOSE}\n\nSide question: {question}"
     return [{"role": "system", "content": SIDE_SYSTEM_PROMPT},
             {"role": "user", "content": user_part}]
-
-
-def parse_question(text: str) -> str:
-    """The question of a `/btw` command; raise UsageError (the hint) when there is none."""
-    question = text.strip()
-    if not question:
-        raise UsageError(USAGE)
-    return question
 
 
 def answer_marker(question: str) -> str:
@@ -107,164 +46,3 @@ def answer_marker(question: str) -> str:
     if len(one_line) > MARKER_QUOTE_CHARS:
         one_line = one_line[: MARKER_QUOTE_CHARS - 1].rstrip() + CUT
     return f"> btw: “{one_line}”"
-
-
-# -- rendering one entry ----------------------------------------------------------
-
-
-def _render_entries(entries: Iterable[object], message_cap: int) -> list[str]:
-    tool_names: dict[str, str] = {}
-    blocks: list[str] = []
-    for entry in entries:
-        if not isinstance(entry, Mapping):
-            continue
-        block = _render_entry(entry, tool_names)
-        if block:
-            blocks.append(_clip(block, message_cap))
-    return blocks
-
-
-def _render_entry(entry: Mapping[object, object], tool_names: dict[str, str]) -> str | None:
-    """One entry as text, or None when it is not shown (system) or not well-formed."""
-    role = entry.get("role")
-    text = _text_of(entry.get("text", entry.get("content")))
-    if not isinstance(role, str) or text is None:
-        return None
-    if role == "user":
-        return _render_user(entry, text)
-    if role == "assistant":
-        return _render_assistant(entry, text, tool_names)
-    if role == "tool":
-        return _render_tool(entry, text, tool_names)
-    return None  # system, developer, or a role we do not know
-
-
-def _render_user(entry: Mapping[object, object], text: str) -> str | None:
-    speaker = entry.get("speaker")
-    name = speaker.get("name") if isinstance(speaker, Mapping) else None
-    label = f"USER ({_one_line(name)})" if isinstance(name, str) and name.strip() else "USER"
-    body = " ".join(part for part in (text.strip(), _attachments(entry)) if part)
-    return f"{label}: {_indented(body)}" if body else None
-
-
-def _render_assistant(entry: Mapping[object, object], text: str,
-                      tool_names: dict[str, str]) -> str | None:
-    lines = [f"ASSISTANT: {_indented(text.strip())}"] if text.strip() else []
-    called = _tool_calls(entry.get("tool_calls"), tool_names)
-    if called:
-        lines.append(f"ASSISTANT [called tools: {', '.join(map(_one_line, called))}]")
-    return "\n".join(lines) or None
-
-
-def _render_tool(entry: Mapping[object, object], text: str,
-                 tool_names: dict[str, str]) -> str:
-    call_id = entry.get("tool_call_id")
-    name = tool_names.get(call_id) if isinstance(call_id, str) else None
-    if name is None and isinstance(entry.get("name"), str):
-        name = str(entry["name"])
-    label = f"TOOL RESULT ({_one_line(name)})" if name else "TOOL RESULT"
-    return f"{label}: {_indented(text.strip()) or '(empty)'}"
-
-
-def _text_of(content: object) -> str | None:
-    """The text of a content value: a string, the text blocks of a list, or None if malformed."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return None
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping) and block.get("type") in _TEXT_BLOCKS:
-            block_text = block.get("text")
-            if isinstance(block_text, str):
-                parts.append(block_text)
-    return "\n".join(part for part in parts if part)
-
-
-def _tool_calls(calls: object, tool_names: dict[str, str]) -> list[str]:
-    """The names of an assistant entry's tool calls (both entry and OpenAI shapes)."""
-    if not isinstance(calls, list):
-        return []
-    names: list[str] = []
-    for call in calls:
-        if not isinstance(call, Mapping):
-            continue
-        function = call.get("function")
-        name = function.get("name") if isinstance(function, Mapping) else call.get("name")
-        if not isinstance(name, str) or not name:
-            continue
-        names.append(name)
-        call_id = call.get("id")
-        if isinstance(call_id, str):
-            tool_names[call_id] = name
-    return names
-
-
-def _attachments(entry: Mapping[object, object]) -> str:
-    attachments = entry.get("attachments")
-    if not isinstance(attachments, list):
-        return ""
-    labels = [str(item.get("name") or item.get("kind") or "file")
-              for item in attachments if isinstance(item, Mapping)]
-    return f"[attached: {', '.join(labels)}]" if labels else ""
-
-
-def _indented(text: str | None) -> str:
-    r"""`text` with every continuation line indented.
-
-    Every boundary `str.splitlines` knows (`\r`, `\v`, `\f`, `\x1c`-`\x1e`, `\x85`,
-    U+2028, U+2029, not only `\n`) becomes a newline and an indent: a tokenizer or a
-    renderer may start a line at any of them, and a message must not start one of its own.
-    """
-    return ("\n" + _INDENT).join((text or "").splitlines())
-
-
-def _one_line(name: str) -> str:
-    """A name (a speaker's, a tool's) on one line, its line breaks turned into spaces:
-    a label is not indented, so a break in it would start a line of its own."""
-    return " ".join(name.splitlines())
-
-
-def _clip(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters, the cut shown by a trailing "…"."""
-    if len(text) <= limit:
-        return text
-    return text[: max(0, limit - len(CUT))] + CUT
-
-
-# -- fitting the budget -----------------------------------------------------------
-
-
-def _omitted(count: int) -> str:
-    noun = "message" if count == 1 else "messages"
-    return f"[... {count} earlier {noun} omitted ...]"
-
-
-def _fit(blocks: list[str], live: str | None, budget: int) -> str:
-    """The newest blocks (and the live reply) that fit `budget`, with a marker if any were cut."""
-    tail = [live] if live is not None else []
-    whole = "\n".join(blocks + tail)
-    if len(whole) <= budget:
-        return whole
-    # Reserve the longest marker this many blocks could need, so adding it never
-    # pushes the result over the budget.
-    room = max(0, budget - len(_omitted(len(blocks))) - 1)
-    if tail:
-        tail[0] = _clip(tail[0], room)
-        room = max(0, room - len(tail[0]) - 1)
-    kept: list[str] = []
-    for block in reversed(blocks):
-        if len(block) + 1 > room:
-            if not kept and not tail and room > len(CUT):
-                kept.append(_clip(block, room - 1))  # the newest message, cut to what fits
-            break
-        kept.append(block)
-        room -= len(block) + 1
-    kept.reverse()
-    dropped = len(blocks) - len(kept)
-    head = [_omitted(dropped)] if dropped else []
-    return "\n".join(head + kept + tail)

@@ -35,6 +35,7 @@ from gateway.ports import Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
+from gateway.transcript import render_transcript
 from gateway.turn import TurnRunner
 
 log = logging.getLogger(__name__)
@@ -300,7 +301,7 @@ class Worker:
         segment, entries = split_view(view.entries, view.segments)
         inbox = await self.sessions.inbox(key)
         live = await self.sessions.live(key) if await self.sessions.is_running(key) else None
-        transcript = side_question.render_transcript(
+        transcript = render_transcript(
             [*entries, *inbox],
             message_cap=self.settings.side_message_cap,
             budget=self.settings.side_transcript_budget,

@@ -13,7 +13,7 @@ from typing import Self
 
 from gateway.config import ECHO_MODEL, Settings
 from gateway.models.backend import ModelBackend
-from gateway.models.litellm_backend import LitellmBackend
+from gateway.models.litellm_backend import LitellmBackend, model_window
 from gateway.models.pool import ModelPool
 from gateway.models.scripted import echo
 from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, Usage
@@ -25,6 +25,7 @@ class Models:
     def __init__(self, backend: ModelBackend, offline: ModelBackend | None = None) -> None:
         self.backend = backend
         self.offline = offline or echo()
+        self._windows: dict[str, int | None] = {}  # a model's window does not change
 
     @classmethod
     def for_settings(cls, settings: Settings, *, processes: int = 0) -> Self:
@@ -84,5 +85,17 @@ class Models:
         return await self._serving(model).count(model, batches)
 
     async def window(self, model: str) -> int | None:
-        """`model`'s input window in tokens, when litellm knows it."""
-        return await self._serving(model).window(model)
+        """`model`'s input window in tokens, when litellm knows it; asked once per model."""
+        if model not in self._windows:
+            self._windows[model] = await self._serving(model).window(model)
+        return self._windows[model]
+
+    def known_window(self, model: str) -> int | None:
+        """`window` without waiting: the one found before, else litellm's map read here.
+
+        Reading the map imports litellm in this process (seconds, on the event
+        loop): callers that can await `window` first, once, do.
+        """
+        if model not in self._windows:
+            self._windows[model] = model_window(model)
+        return self._windows[model]

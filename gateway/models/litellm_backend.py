@@ -14,7 +14,6 @@ import os
 import random
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
@@ -66,9 +65,8 @@ def load_litellm() -> ModuleType:
     return _litellm
 
 
-@lru_cache(maxsize=64)
 def model_window(model: str) -> int | None:
-    """The input window litellm's model map gives `model`, in tokens."""
+    """The input window litellm's model map gives `model`, in tokens (`Models` keeps it)."""
     if model == ECHO_MODEL:
         return None  # and litellm stays unimported
     try:

@@ -22,15 +22,13 @@ from gateway.models.types import Message
 class StatefulProvider:
     """A provider that chains turns on a stored response id."""
 
-    prefix: str  # the model-string prefix that routes to it
-    api: str  # the litellm call that keeps the state
-    description: str
+    prefix: str  # the model-string prefix that routes to it (litellm's `responses` call)
 
 
 # The one table. A provider not listed here is stateless.
 STATEFUL: tuple[StatefulProvider, ...] = (
-    StatefulProvider("openai/responses/", "responses", "OpenAI Responses API"),
-    StatefulProvider("azure/responses/", "responses", "Azure OpenAI Responses API"),
+    StatefulProvider("openai/responses/"),  # OpenAI Responses API
+    StatefulProvider("azure/responses/"),  # Azure OpenAI Responses API
 )
 
 # Error codes and texts that mean "the provider no longer has that response".

@@ -30,7 +30,6 @@ class ModelCall:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

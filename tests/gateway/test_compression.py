@@ -11,12 +11,10 @@ import redis.asyncio as aioredis
 
 from gateway.compiler import SUMMARY_HEADER
 from gateway.compression import (
-    DEFAULT_BUDGET,
     KEEP_MIN,
     Compressor,
     Outcome,
     plan_segment,
-    token_budget,
 )
 from gateway.models import Models
 from gateway.session import HistoryView
@@ -309,16 +307,6 @@ async def test_a_reset_during_compression_discards_the_segment(
         assert "history_start" not in await talk.meta()
 
 
-def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(
-        redis_url: str, llm: FakeLLM) -> None:
-    assert token_budget(make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=1234)) == 1234
-    known = make_settings(redis_url, llm, GATEWAY_MODEL="openai/gpt-4o")
-    assert token_budget(known) == int(128_000 * 0.6)
-    routed = make_settings(redis_url, llm, GATEWAY_MODEL="openai/responses/gpt-4o")
-    assert token_budget(routed) == int(128_000 * 0.6)
-    assert token_budget(make_settings(redis_url, llm)) == DEFAULT_BUDGET
-
-
 async def test_a_turn_over_budget_waits_for_the_compression_already_running(
         redis_url: str, llm: FakeLLM) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=3.0)
@@ -340,42 +328,3 @@ async def test_a_turn_over_budget_waits_for_the_compression_already_running(
         assert second.received_at > compression.finished_at
         assert fits(talk, second)
         assert SUMMARY in content_of(second["messages"])
-
-
-@pytest.mark.parametrize("model", [MAIN, "openai/gpt-4o"])
-@pytest.mark.parametrize("text", [
-    "plain words about the release and the colour blue",
-    "汉字的分词很少合并，每个字可能是一个或多个词元",
-    "🦜🧪🫠👩‍👩‍👧‍👦 " * 8,
-    "     \n\n\t  x  \n" * 10,
-    "ǅǈǋǲ𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u0301\u0302\u0303 ︎︎︎",
-])
-def test_the_size_bound_never_says_a_request_fits_when_its_count_does_not(
-        model: str, text: str) -> None:
-    from gateway.compression import TokenCounter
-    from gateway.config import Settings
-
-    counter = TokenCounter(Models.for_settings(Settings(_env_file=None)), model)
-    entries = [user_entry(f"{text} {n}", f"u{n}") if n % 2 == 0
-               else assistant_entry(text[::-1], f"a{n}") for n in range(6)]
-    view = HistoryView({}, [], 0, entries[:-1])
-    extra = entries[-1:]
-    reminder = f"<system-reminder>\n{text}\n</system-reminder>"
-    exact = counter.view("system", view, True, reminder) + counter.entry(extra[0], True)
-    bound = counter.byte_bound("system", view, True, reminder, extra)
-    assert bound is not None and exact <= bound
-    for limit in (*range(exact - 3, exact + 4), bound - 1, bound):
-        assert counter.within(limit, "system", view, True, reminder, extra) == (exact <= limit)
-
-
-def test_a_request_with_an_image_part_is_always_counted() -> None:
-    from gateway.compression import TokenCounter
-    from gateway.config import Settings
-
-    counter = TokenCounter(Models.for_settings(Settings(_env_file=None)), MAIN)
-    parts = [{"type": "text", "text": "look"},
-             {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}}]
-    entry = user_entry("", "u1") | {"text": parts}
-    view = HistoryView({}, [], 0, [entry])
-    assert counter.byte_bound("system", view, False, None) is None
-    assert counter.byte_bound("system", view, False, None) is None  # and when cached
