@@ -5,13 +5,14 @@ opening delimiter the engine scans to the end of the line for a closing one,
 so a line of `**a ` repeated without a closer costs quadratic time (seconds at
 16,000 characters, on the event loop that streams every reply). The finders
 here return exactly what those regexes return (the same leftmost match, the
-same lazy content), but look up the closing delimiter in a sorted list of
-candidates instead of scanning for it: if the first opening delimiter has no
-closer after it, no later one has either.
+same lazy content; `tests/adapters/test_spans.py` compares them), without the
+rescanning: a closing delimiter once found is remembered for every opener
+before it, and when the first opener has no closer after it, no later one has.
 
 A finder is made for one text and answers `search(pos)`, like
 `pattern.search(text, pos)`: the delimiters' lookarounds see the text before
-`pos`, as a regex's do.
+`pos`, as a regex's do. Searches must move forward (`sub` and the renderers'
+loops do): what a finder remembers holds only for later positions.
 """
 
 from __future__ import annotations
