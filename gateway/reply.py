@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from gateway.delivery import ReplyStream, SendBudget
 from gateway.errors import ModelError, ModelStalled, PlatformError
@@ -26,7 +27,7 @@ class Replies:
 
     def open(
         self, key: str, token: str, claim: Claim, sender: Sender, address: Address,
-        user_entry_id: str,
+        user_entry_id: str, may_post: Callable[[], Awaitable[bool]] | None = None,
     ) -> ReplyStream:
         """A started stream that stores its message ids (and the user entry they answer)
         and its live text under the lease."""
@@ -44,6 +45,7 @@ class Replies:
             known_ids=list(claim.ids_for(user_entry_id)),
             on_ids=store_ids,
             on_flush=show_live,
+            may_post=may_post,
         )
         stream.start()
         return stream
