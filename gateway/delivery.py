@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
-from gateway.errors import PlatformError, RateLimited
+from gateway.errors import LeaseLost, PlatformError, RateLimited
 from gateway.model import Address
 from gateway.ports import Limits, Sender
 from gateway.scripts import load
@@ -310,7 +311,11 @@ class ReplyStream:
 
     `known_ids` are the messages an earlier run of the same turn already posted:
     they are edited, never posted again. `on_ids` is called whenever a new
-    message is posted, so a re-run after a crash finds them.
+    message is posted, so a re-run after a crash finds them; ids it could not
+    store (Redis away) are stored again at the next flush. `may_post`, asked
+    before each new message, says whether this run still holds its turn: a run
+    that lost it posts nothing new, since the run that took over could not know
+    that message's id.
     """
 
     def __init__(
@@ -322,13 +327,15 @@ class ReplyStream:
         known_ids: list[str],
         on_ids: Callable[[list[str]], Awaitable[None]],
         on_flush: Callable[[str], Awaitable[None]] | None = None,
+        may_post: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.channel = Channel(sender, address, budget)
         self.sender, self.address = sender, address
         self.ids = list(known_ids)
         self.sent: list[str | None] = [None] * len(self.ids)
         self.text = ""
-        self._on_ids, self._on_flush = on_ids, on_flush
+        self._on_ids, self._on_flush, self._may_post = on_ids, on_flush, may_post
+        self._ids_unsaved = False
         self._dirty = asyncio.Event()
         self._closing = asyncio.Event()
         self._last_flush = 0.0
@@ -382,9 +389,16 @@ class ReplyStream:
                 await self._flush(final=False)
             except PlatformError as exc:
                 log.warning("edit failed in %s: %s", self.address.chat_key, exc)
+            except LeaseLost:
+                return  # the run stops; what it posted stays as it is
+            except RedisError as exc:  # pacing or the ids' store: the next flush tries again
+                log.warning("flush in %s interrupted by Redis: %s", self.address.chat_key, exc)
+                self._dirty.set()
             self._last_flush = time.monotonic()
 
     async def _flush(self, *, final: bool) -> None:
+        if self._ids_unsaved:
+            await self._save_ids()
         pieces = self.channel.split(self.text)
         for index, piece in enumerate(pieces):
             if index < len(self.ids):
@@ -401,6 +415,8 @@ class ReplyStream:
                     return
                 self.sent[index] = piece
             else:
+                if self._may_post is not None and not await self._may_post():
+                    raise LeaseLost(f"not posting to {self.address.chat_key}: the turn moved on")
                 posted = await self.channel.call(
                     lambda p=piece: self.sender.send(self.address, p, final=final),  # type: ignore[misc]
                     final=final,
@@ -410,9 +426,14 @@ class ReplyStream:
                     return
                 self.ids.append(posted.value)
                 self.sent.append(piece)
-                await self._on_ids(self.ids)
+                self._ids_unsaved = True
+                await self._save_ids()
         if self._on_flush is not None and not final:
             await self._on_flush(self.text)
+
+    async def _save_ids(self) -> None:
+        await self._on_ids(list(self.ids))
+        self._ids_unsaved = False
 
     async def _keep_thinking(self) -> None:
         interval = self.channel.limits.typing_interval

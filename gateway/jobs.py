@@ -136,20 +136,34 @@ class JobQueue:
 
         A read whose answer never reached this process (a dropped connection, a
         retried command) leaves its jobs pending under this consumer's name;
-        they are picked up here, not after a reclaim's idle time.
+        they are picked up here, not after a reclaim's idle time. Only those are
+        claimed again (one more delivery each): the running ones are listed, not
+        read, so their delivery counts do not grow with every idle check.
         """
         if count <= 0:
             return []
-        response: Any = await self.redis.xreadgroup(
-            GROUP, self.consumer, dict.fromkeys(self.streams, "0"), count=count + len(running)
-        )
         jobs: list[Job] = []
-        for stream, entries in response or []:
-            for job_id, fields in entries:
+        for stream in self.streams:
+            if len(jobs) >= count:
+                break
+            rows: Any = await self.redis.xpending_range(
+                stream, GROUP, min="-", max="+", count=count + len(running),
+                consumername=self.consumer,
+            )
+            wanted = {str(row["message_id"]): int(row["times_delivered"]) for row in rows
+                      if str(row["message_id"]) not in running}
+            ids: list[Any] = list(wanted)[: count - len(jobs)]
+            if not ids:
+                continue
+            claimed: Any = await self.redis.xclaim(stream, GROUP, self.consumer, 0, ids)
+            found = {str(job_id): fields for job_id, fields in claimed or [] if job_id}
+            for job_id in ids:
+                fields = found.get(job_id)
                 if not fields:  # deleted after delivery: nothing left to run
                     await self.redis.xack(stream, GROUP, job_id)
-                elif job_id not in running and len(jobs) < count:
-                    jobs.append(Job.from_fields(stream, job_id, fields))
+                else:
+                    jobs.append(Job.from_fields(stream, job_id, fields,
+                                                deliveries=wanted[job_id] + 1))
         return jobs
 
     async def reclaim(self, min_idle: float, count: int) -> list[Job]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from gateway.delivery import ReplyStream, SendBudget
 from gateway.errors import ModelError, ModelStalled, PlatformError
@@ -25,12 +26,14 @@ class Replies:
         self.sessions, self.budget, self.metrics = sessions, budget, metrics
 
     def open(
-        self, key: str, token: str, claim: Claim, sender: Sender, address: Address
+        self, key: str, token: str, claim: Claim, sender: Sender, address: Address,
+        user_entry_id: str, may_post: Callable[[], Awaitable[bool]] | None = None,
     ) -> ReplyStream:
-        """A started stream that stores its message ids and live text under the lease."""
+        """A started stream that stores its message ids (and the user entry they answer)
+        and its live text under the lease."""
 
         async def store_ids(ids: list[str]) -> None:
-            await self.sessions.show_progress(key, token, claim, ids=ids)
+            await self.sessions.show_progress(key, token, claim, ids=ids, reply_to=user_entry_id)
 
         async def show_live(text: str) -> None:
             await self.sessions.show_progress(key, token, claim, text=text)
@@ -39,9 +42,10 @@ class Replies:
             sender,
             address,
             budget=self.budget,
-            known_ids=list(claim.reply_ids),
+            known_ids=list(claim.ids_for(user_entry_id)),
             on_ids=store_ids,
             on_flush=show_live,
+            may_post=may_post,
         )
         stream.start()
         return stream

@@ -78,10 +78,21 @@ class Claim:
     length: int = 0
     epoch: str = "0"
     # Read in the same step when there is work: the snapshot the turn is compiled
-    # from, its deferred injections, and the platform ids of its reply so far.
+    # from, its deferred injections, and the platform ids of its reply so far with
+    # the id of the user entry that reply answers ("" when not known).
     view: HistoryView | None = None
     injections: tuple[str, ...] = ()
     reply_ids: tuple[str, ...] = ()
+    reply_to: str = ""
+
+    def ids_for(self, user_entry_id: str) -> tuple[str, ...]:
+        """The reply's messages so far when they answer `user_entry_id`.
+
+        An earlier run may have answered an older message of the same turn (it
+        lost its lease; the user, who saw its answer, wrote again): that message
+        keeps its answer, and this run's reply goes under the newer one.
+        """
+        return self.reply_ids if self.reply_to in ("", user_entry_id) else ()
 
     @property
     def has_work(self) -> bool:
@@ -217,8 +228,12 @@ class SessionStore:
             int(meta.get("history_start") or 0),
             [json.loads(e) for e in raw_entries],
         )
-        ids = tuple(json.loads(raw_ids)) if raw_ids else ()
-        return Claim(True, answered, length, epoch, view, tuple(injections), ids)
+        stored = json.loads(raw_ids) if raw_ids else []
+        if isinstance(stored, dict):  # {"to": user entry id, "ids": [...]}
+            ids, reply_to = tuple(stored.get("ids") or ()), str(stored.get("to") or "")
+        else:
+            ids, reply_to = tuple(stored), ""
+        return Claim(True, answered, length, epoch, view, tuple(injections), ids, reply_to)
 
     async def finish(
         self,
@@ -260,10 +275,13 @@ class SessionStore:
 
     async def show_progress(
         self, session_key: str, token: str, claim: Claim, *, text: str = "",
-        ids: list[str] | None = None,
+        ids: list[str] | None = None, reply_to: str = "",
     ) -> bool:
         """Write a running turn's text so far (for /btw) or its messages' platform ids
-        (for a re-run), only while `token` holds the lease in the claim's epoch."""
+        (for a re-run), only while `token` holds the lease in the claim's epoch.
+
+        `reply_to` is the id of the user entry those messages answer: a re-run that
+        answers a newer one does not edit them (`Claim.ids_for`)."""
         keys = {
             "lease": Keys.lease(session_key),
             "meta": Keys.meta(session_key),
@@ -276,7 +294,8 @@ class SessionStore:
             "turn_id": claim.turn_id,
             "live_text": text,
             "live_ttl_s": LIVE_TTL,
-            "reply_ids": json.dumps(ids) if ids else "",
+            "reply_ids": (json.dumps({"to": reply_to, "ids": ids} if reply_to else ids)
+                          if ids else ""),
         }
         return bool(await self._reply_state(keys=keys, args=args))
 

@@ -8,8 +8,10 @@ import time
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.delivery import ReplyStream, SendBudget, deliver, split_markdown
+from gateway.errors import LeaseLost
 from gateway.model import Address
 from tests.gateway.recording_sender import RecordingSender
 
@@ -189,3 +191,44 @@ async def test_budget_paces_final_sends_across_streams(redis_client: aioredis.Re
 def test_every_piece_fits_for_many_limits(limit: int) -> None:
     text = ("Some *markdown* text with `code` and\n\n```js\nconst x = 1;\n" * 20) + "```"
     assert all(len(p) <= limit for p in split_markdown(text, limit))
+
+
+async def test_a_run_that_lost_its_turn_posts_no_new_message() -> None:
+    """The run that took the turn over cannot know a message posted now: none is."""
+    sender = RecordingSender(edit_interval=0.01)
+
+    async def on_ids(new: list[str]) -> None:
+        return None
+
+    async def may_post() -> bool:
+        return False
+
+    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids,
+                         may_post=may_post)
+    stream.start()
+    stream.feed("partial")
+    await asyncio.sleep(0.1)
+    with pytest.raises(LeaseLost):
+        await stream.finish("the whole answer")
+    assert [c for c in sender.calls if c.op in ("send", "edit")] == []
+
+
+async def test_ids_that_could_not_be_stored_are_stored_at_the_next_flush() -> None:
+    sender = RecordingSender(edit_interval=0.01)
+    stored: list[list[str]] = []
+    failures = [RedisConnectionError("Redis restarting")]
+
+    async def on_ids(new: list[str]) -> None:
+        if failures:
+            raise failures.pop()
+        stored.append(list(new))
+
+    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream.start()
+    stream.feed("first piece")
+    await asyncio.sleep(0.1)  # posted by the pump; storing its id failed
+    stream.feed(" and more")
+    await asyncio.sleep(0.1)  # the pump is still running and stores it now
+    assert stored == [["1"]]
+    await stream.finish("first piece and more")
+    assert sender.messages == {"1": "first piece and more"}

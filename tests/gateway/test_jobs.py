@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.ingest import Ingest
+from gateway.jobs import JobQueue
 from gateway.store import GROUP, Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
@@ -198,3 +199,20 @@ async def test_a_job_found_twice_runs_once(redis_url: str, llm: FakeLLM) -> None
 
 async def _sent_calls(sender: RecordingSender, text: str) -> int:
     return sum(1 for c in sender.calls if c.op == "send" and c.text == text)
+
+
+async def test_the_check_for_unstarted_jobs_does_not_count_running_ones_as_delivered(
+        redis_client: aioredis.Redis) -> None:
+    """An idle worker looks for unstarted jobs every second; a job it is running is not
+    delivered again by that look, or a long turn (one waiting out a Redis restart) would
+    be given up as failed the next time it is reclaimed."""
+    queue = JobQueue(redis_client, ["test"])
+    await queue.ensure_groups()
+    running_id = await redis_client.xadd(STREAM, {"kind": "notice", "session": "s", "payload": ""})
+    (job,) = await queue.read(count=1, block_ms=100)
+    for _ in range(6):
+        assert await queue.unstarted({job.id}, 1) == []
+    (row,) = await redis_client.xpending_range(STREAM, GROUP, "-", "+", 10)
+    assert row["message_id"] == running_id and row["times_delivered"] == 1
+    (again,) = await queue.unstarted(set(), 1)  # not running after all: delivered once more
+    assert again.id == running_id and again.deliveries == 2

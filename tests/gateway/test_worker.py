@@ -332,3 +332,31 @@ async def test_a_turn_whose_model_call_fails_gives_its_injections_to_the_next(
     assert "the deploy finished at noon" in reminder and "and the tests passed" in reminder
     assert reminder.index("the deploy finished") < reminder.index("and the tests passed")
     assert await harness.sessions.redis.llen(f"gw:{{{key}}}:injections") == 0
+
+
+async def test_a_rerun_answering_a_newer_message_leaves_the_first_runs_reply_alone(
+        redis_url: str, redis_client: aioredis.Redis, llm: FakeLLM) -> None:
+    """A run posts its whole answer to one message and loses its lease before recording
+    (Redis restarted under it, say); the user, seeing the answer, writes again. The
+    re-run of that turn answers the newer message: its reply goes under that message,
+    and the answer the user already saw stays as it is."""
+    llm.reply = "the answer to both"
+    sessions = SessionStore(redis_client)
+    first, second = inbound("first question"), inbound("second question")
+    key = first.session_key
+    await sessions.append_user(first)
+    claim = await sessions.claim(key, "first-run", 30)
+    assert claim.view is not None
+    answers = claim.view.entries[-1]["id"]
+    await sessions.show_progress(key, "first-run", claim, ids=["first-reply"], reply_to=answers)
+    await redis_client.delete(f"gw:{{{key}}}:lease")  # expired while Redis was away
+    await sessions.append_user(second)
+    async for h in start_workers(redis_url, llm, 1):
+        await h.idle(key)
+        history = await h.history(key)
+        calls = [c for c in h.sender.calls if c.op in ("send", "edit")]
+    assert [e["role"] for e in history] == ["user", "user", "assistant"]
+    assert not any(c.message_id == "first-reply" for c in calls), "the first answer was edited"
+    assert calls and calls[0].op == "send"
+    assert calls[0].address is not None and calls[0].address.reply_to == second.reply.reply_to
+    assert history[-1]["platform_message_ids"] == [calls[0].message_id]
