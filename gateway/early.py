@@ -37,7 +37,12 @@ from gateway.session import Claim, Entry, HistoryView
 log = logging.getLogger(__name__)
 
 RECENT_SESSIONS = 512  # sessions whose last view one worker keeps
-RECENT_CHARS = 16_000_000  # ... and the characters of text all those views may hold
+# ... and about how many bytes all those views may hold: an entry's text, plus what a
+# parsed entry costs besides it (its dict, ids, speaker and address: about 1.5 KB,
+# measured with tracemalloc on short messages). Bounded so, a worker's memory stops
+# growing once the cache is full, however long its conversations get.
+RECENT_BYTES = 4_000_000
+ENTRY_BYTES = 1_500
 
 
 class RecentViews:
@@ -48,19 +53,19 @@ class RecentViews:
     on, so a view from another base is never used.
     """
 
-    def __init__(self, size: int = RECENT_SESSIONS, chars: int = RECENT_CHARS) -> None:
-        self.size, self.chars = size, chars
+    def __init__(self, size: int = RECENT_SESSIONS, held: int = RECENT_BYTES) -> None:
+        self.size, self.held_limit = size, held
         self._views: OrderedDict[str, tuple[str, HistoryView, int]] = OrderedDict()
         self._held = 0  # characters of text in the kept views
 
     def remember(self, session_key: str, base: str, view: HistoryView) -> None:
         self.forget(session_key)
-        weight = sum(len(str(entry.get("text") or "")) for entry in view.entries)
-        if weight > self.chars:
+        weight = sum(len(str(entry.get("text") or "")) + ENTRY_BYTES for entry in view.entries)
+        if weight > self.held_limit:
             return
         self._views[session_key] = (base, view, weight)
         self._held += weight
-        while len(self._views) > self.size or self._held > self.chars:
+        while len(self._views) > self.size or self._held > self.held_limit:
             _, (_, _, dropped) = self._views.popitem(last=False)
             self._held -= dropped
 

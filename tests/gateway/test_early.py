@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.compression import Compressor
-from gateway.early import RecentViews
+from gateway.early import ENTRY_BYTES, RecentViews
 from gateway.ingest import Ingest
 from gateway.models import Models
 from gateway.session import HistoryView, SessionStore
@@ -159,19 +159,22 @@ async def test_a_job_read_from_a_backlog_is_not_started_early(
     await client.aclose()
 
 
-def test_the_views_kept_are_bounded_by_sessions_and_by_text() -> None:
-    def view(chars: int) -> HistoryView:
-        return HistoryView({}, [], 0, [{"id": "e", "role": "user", "text": "x" * chars}])
+def test_the_views_kept_are_bounded_by_sessions_and_by_their_size() -> None:
+    def view(chars: int, entries: int = 1) -> HistoryView:
+        return HistoryView({}, [], 0, [{"id": "e", "role": "user", "text": "x" * chars}] * entries)
 
-    recent = RecentViews(size=3, chars=100)
+    small = 10 + ENTRY_BYTES
+    recent = RecentViews(size=3, held=3 * small)
     for number in range(5):
         recent.remember(f"s{number}", "0.1", view(10))
     assert len(recent) == 3 and recent.get("s0", "0.1") is None and recent.get("s4", "0.1")
     assert recent.get("s4", "0.2") is None  # another base: never this view
-    recent.remember("big", "0.1", view(95))  # pushes the others out by their text
-    assert len(recent) == 1 and recent.get("big", "0.1") is not None
-    recent.remember("huge", "0.1", view(101))  # over the whole bound: not kept at all
+    recent.remember("big", "0.1", view(95))  # pushes the oldest out by its size
+    assert len(recent) == 2 and recent.get("big", "0.1") is not None
+    recent.remember("huge", "0.1", view(3 * small - ENTRY_BYTES + 1))  # over the bound
     assert recent.get("huge", "0.1") is None and recent.get("big", "0.1") is not None
+    recent.remember("long", "0.1", view(0, entries=4))  # empty texts still cost their entries
+    assert recent.get("long", "0.1") is None
     assert recent.get("new", "3.0") == HistoryView({}, [], 0, [])  # an empty history
 
 
