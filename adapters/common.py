@@ -27,6 +27,9 @@ Field = tuple[str, object, Check]  # (its name in the payload, its value, the ch
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 SNOWFLAKE_LIMIT = 2**64  # Discord's ids are unsigned 64-bit integers
+# What an SDK's parser (bolt's request, python-telegram-bot's de_json) or a converter
+# raises on a field of the wrong type: a malformed delivery, answered 400 or dropped.
+SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 _DIGITS = re.compile(r"[0-9]{1,20}")
 
 

@@ -20,7 +20,7 @@ from gateway.ports import Mode, Platform
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from adapters.discord.client import GatewayClient
+    from adapters.discord.connection import GatewayClient
     from gateway.config import Settings
     from gateway.ingest import Ingest
 
@@ -66,7 +66,7 @@ class DiscordPlatform(Platform):
 
     async def connect(self, ingest: Ingest, health: Health) -> None:
         """Hold the gateway until cancelled; a refused intent or token ends it with ConfigError."""
-        from adapters.discord.client import GatewayClient  # the gateway side only
+        from adapters.discord.connection import GatewayClient  # the gateway side only
 
         self.validate("connect")
         count, ids = shard_plan(self.settings.discord_shard_count, self.settings.discord_shard_ids)

@@ -14,7 +14,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.mrkdwn import to_mrkdwn
+from adapters.slack.render import to_mrkdwn
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
 from gateway.ports import Limits
