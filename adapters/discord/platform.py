@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
+from adapters.common import RENEW_INTERVAL
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, platform_error
 from gateway.errors import ConfigError, GatewayError, PlatformError
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HEALTH_RENEW = 10.0  # seconds; a report lives 30 s
 INTENT_REFUSED = (
     "Discord refused the Message Content intent: enable it for this bot in the developer "
     "portal (Applications > your app > Bot > Privileged Gateway Intents > Message Content "
@@ -139,7 +139,7 @@ def _fatal_errors() -> Iterator[None]:
 
 async def _renew(report: Callable[[], Awaitable[None]]) -> None:
     while True:
-        await asyncio.sleep(HEALTH_RENEW)
+        await asyncio.sleep(RENEW_INTERVAL)
         try:
             await report()
         except GatewayError as exc:  # Redis away: the report expires and reads as down

@@ -15,6 +15,7 @@ from adapters.telegram.connection import Poller
 from adapters.telegram.http import Convert, webhook_route
 from adapters.telegram.inbound import to_inbound
 from adapters.telegram.sender import TelegramSender
+from gateway import commands
 from gateway.config import Settings, require
 from gateway.errors import ConfigError, PlatformError
 from gateway.model import Inbound
@@ -30,13 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COMMANDS = (
-    BotCommand("btw", "Ask a side question about this conversation"),
-    BotCommand("reset", "Start a fresh conversation"),
-    BotCommand("stop", "Stop the answer being written"),
-    BotCommand("status", "Model, conversation size, queued messages"),
-    BotCommand("help", "The commands"),
-)
+# The command menu Telegram shows; the names are the core's.
+MENU = tuple(BotCommand(name, description) for name, description in commands.MENU)
 
 
 class TelegramPlatform(Platform):
@@ -76,7 +72,7 @@ class TelegramPlatform(Platform):
         me = await _get_me(self._client)
         self._convert = partial(_convert, bot_id=me.id, bot_username=me.username or "")
         try:
-            await self._client.bot.set_my_commands(COMMANDS)
+            await self._client.bot.set_my_commands(MENU)
         except TelegramError as exc:
             log.warning("telegram: setMyCommands failed (%s); the command menu may be stale",
                         exc.message)

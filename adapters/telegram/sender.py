@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import TypeVar
 
 from telegram import LinkPreviewOptions, ReplyParameters
@@ -20,6 +19,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
+from adapters import common
 from adapters.telegram.client import BotClient
 from adapters.telegram.render import render, utf16_length, visible_length, visible_text
 from gateway.errors import MessageRejected, PlatformError, RateLimited
@@ -39,7 +39,7 @@ def retry_after_seconds(error: RetryAfter) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PTBDeprecationWarning)
         value = error.retry_after
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+    return common.retry_after_seconds(value)
 
 
 def is_group(address: Address) -> bool:
