@@ -1,4 +1,6 @@
-"""Checks of the identifiers a platform event carries, made before it becomes an Inbound.
+"""What every adapter does the same way: id checks, Retry-After, attachments, mentions, logs.
+
+The checks of the identifiers a platform event carries, made before it becomes an Inbound:
 
 Every id an event carries ends up in a session key, in Redis key names and in
 the address a reply is sent to. Converted blindly, a `null` becomes "None", a
@@ -12,6 +14,11 @@ fields do not fit, with one log line that names the field but never its value
               ("message.text", text, optional(is_text)))
     if invalid(PLATFORM, fields):
         return None
+
+And the small translations the three adapters would otherwise each write: a
+Retry-After value in seconds, a file as an `Attachment`, the text without the
+bot's mentions, an SDK's chatty loggers kept quiet, and how often a
+connection's health report is renewed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+
+from gateway.health import REPORT_TTL
+from gateway.model import Attachment
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +38,13 @@ Field = tuple[str, object, Check]  # (its name in the payload, its value, the ch
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 SNOWFLAKE_LIMIT = 2**64  # Discord's ids are unsigned 64-bit integers
+# What an SDK's parser (bolt's request, python-telegram-bot's de_json) or a converter
+# raises on a field of the wrong type: a malformed delivery, answered 400 or dropped.
+SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 _DIGITS = re.compile(r"[0-9]{1,20}")
+_SPACES = re.compile(r"[ \t]{2,}")
+# A connection renews its health report this often: three chances within the report's life.
+RENEW_INTERVAL = REPORT_TTL / 3
 
 
 def is_text(value: object) -> bool:
@@ -96,3 +113,37 @@ def invalid(platform: str, fields: Iterable[Field]) -> bool:
     log.warning("%s: event dropped, its %s is missing or not of the platform's form",
                 platform, name)
     return True
+
+
+def retry_after_seconds(value: object, default: float = 1.0) -> float:
+    """A Retry-After in seconds: a header's text, a number or a timedelta; `default` when
+    it is absent or unreadable."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        return default
+
+
+def attachment(*, url: str | None, name: str | None, mime_type: str | None) -> Attachment:
+    """A file the platform describes, as the core's Attachment (an image when its type says so)."""
+    is_image = isinstance(mime_type, str) and mime_type.startswith("image/")
+    return Attachment(kind="image" if is_image else "file", url=url, name=name,
+                      mime_type=mime_type)
+
+
+def strip_mentions(text: str, mention: re.Pattern[str], *, replacement: str = " ") -> str:
+    """`text` without the bot's own mentions, runs of spaces left by them collapsed."""
+    return _SPACES.sub(" ", mention.sub(replacement, text)).strip()
+
+
+def quiet_loggers(names: Iterable[str], level: int) -> None:
+    """Keep an SDK's loggers at `level` or above (they print URLs with tokens, or payloads);
+    a level set on one on purpose is left alone."""
+    for name in names:
+        library = logging.getLogger(name)
+        if library.level == logging.NOTSET:
+            library.setLevel(level)

@@ -17,6 +17,14 @@ HELP_TEXT = (
     "• `/status`: model, conversation size, queued messages\n"
     "• `/help`: this list"
 )
+# The commands a platform's menu offers (`/new` is `/reset`'s other name, not listed).
+MENU = (
+    ("btw", "Ask a side question about this conversation"),
+    ("reset", "Start a fresh conversation"),
+    ("stop", "Stop the answer being written"),
+    ("status", "Model, conversation size, queued messages"),
+    ("help", "The commands"),
+)
 BTW_USAGE = "Usage: /btw <question> — ask a side question about this conversation."
 
 

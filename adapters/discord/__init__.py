@@ -1,7 +1,14 @@
 """Discord: the gateway connection on discord.py, replies over the REST API.
 
-`PLATFORM` is what `adapters.load("discord")` returns. Inside this package
-`import discord` is discord.py (imports are absolute).
+    platform.py    DiscordPlatform, what the CLI loads: settings, shards, health
+    inbound.py     a message or the /btw interaction -> Inbound (pure)
+    render.py      Markdown -> Discord's Markdown, and its length
+    sender.py      DiscordSender: REST messages, edits, typing, interaction follow-ups
+    connection.py  the gateway websocket client (discord.py's AutoShardedClient)
+    endpoints.py   where discord.py connects (DISCORD_API_URL / DISCORD_GATEWAY_URL)
+
+Discord sends the gateway nothing over HTTP, so there is no `http.py`. Inside
+this package `import discord` is discord.py (imports are absolute).
 """
 
 from __future__ import annotations

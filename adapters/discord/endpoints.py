@@ -6,6 +6,10 @@ opens the gateway at `DiscordWebSocket.DEFAULT_GATEWAY` whenever it does not
 take the URL from `GET /gateway/bot` (a fixed shard count, a session that was
 invalidated). Setting both class attributes once at startup is therefore the
 only way to point it elsewhere; a process talks to one Discord, so that is safe.
+
+A file of its own, not part of `sender.py` or `connection.py`: the setting is
+process-wide and serves both (REST for the sender, the websocket for the
+connection), and `platform.py` applies it once, before either is built.
 """
 
 from __future__ import annotations

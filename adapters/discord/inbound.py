@@ -23,7 +23,17 @@ from typing import Any
 
 import discord
 
-from adapters.common import Field, first_invalid, invalid, is_mapping, is_text, optional, snowflake
+from adapters.common import (
+    Field,
+    attachment,
+    first_invalid,
+    invalid,
+    is_mapping,
+    is_text,
+    optional,
+    snowflake,
+    strip_mentions,
+)
 from gateway.model import Address, Attachment, Inbound, Speaker
 
 PLATFORM = "discord"
@@ -158,10 +168,10 @@ def interaction_inbound(*, interaction_id: str, token: str, channel_id: str,
 
 def strip_mention(text: str, bot_id: str, bot_role_id: str | None = None) -> str:
     """Remove the bot's own `<@id>` / `<@!id>` (and role `<@&id>`) mentions and their spaces."""
-    stripped = re.sub(rf"<@!?{re.escape(bot_id)}>", " ", text)
+    mention = rf"<@!?{re.escape(bot_id)}>"
     if bot_role_id:
-        stripped = stripped.replace(f"<@&{bot_role_id}>", " ")
-    return re.sub(r"[ \t]{2,}", " ", stripped).strip()
+        mention += rf"|<@&{re.escape(bot_role_id)}>"
+    return strip_mentions(text, re.compile(mention))
 
 
 def _reference_id(payload: Mapping[str, Any]) -> str | None:
@@ -177,9 +187,6 @@ def _speaker(author: Mapping[str, Any]) -> Speaker:
 
 
 def _attachments(raw: Any) -> tuple[Attachment, ...]:
-    def kind(content_type: str | None) -> str:
-        return "image" if (content_type or "").startswith("image/") else "file"
-
-    return tuple(Attachment(kind=kind(a.get("content_type")), url=a.get("url"),
-                            name=a.get("filename"), mime_type=a.get("content_type"))
+    return tuple(attachment(url=a.get("url"), name=a.get("filename"),
+                            mime_type=a.get("content_type"))
                  for a in raw)

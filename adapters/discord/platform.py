@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
+from adapters.common import RENEW_INTERVAL
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, platform_error
 from gateway.errors import ConfigError, GatewayError, PlatformError
@@ -20,13 +21,12 @@ from gateway.ports import Mode, Platform
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from adapters.discord.client import GatewayClient
+    from adapters.discord.connection import GatewayClient
     from gateway.config import Settings
     from gateway.ingest import Ingest
 
 log = logging.getLogger(__name__)
 
-HEALTH_RENEW = 10.0  # seconds; a report lives 30 s
 INTENT_REFUSED = (
     "Discord refused the Message Content intent: enable it for this bot in the developer "
     "portal (Applications > your app > Bot > Privileged Gateway Intents > Message Content "
@@ -66,7 +66,7 @@ class DiscordPlatform(Platform):
 
     async def connect(self, ingest: Ingest, health: Health) -> None:
         """Hold the gateway until cancelled; a refused intent or token ends it with ConfigError."""
-        from adapters.discord.client import GatewayClient  # the gateway side only
+        from adapters.discord.connection import GatewayClient  # the gateway side only
 
         self.validate("connect")
         count, ids = shard_plan(self.settings.discord_shard_count, self.settings.discord_shard_ids)
@@ -139,7 +139,7 @@ def _fatal_errors() -> Iterator[None]:
 
 async def _renew(report: Callable[[], Awaitable[None]]) -> None:
     while True:
-        await asyncio.sleep(HEALTH_RENEW)
+        await asyncio.sleep(RENEW_INTERVAL)
         try:
             await report()
         except GatewayError as exc:  # Redis away: the report expires and reads as down

@@ -18,7 +18,6 @@ will not retry (no `Via` header) or once its retries run out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -26,6 +25,7 @@ import aiohttp
 import discord
 from discord.http import HTTPClient, handle_message_parameters
 
+from adapters.common import quiet_loggers, retry_after_seconds
 from adapters.discord.render import render
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
@@ -45,10 +45,7 @@ _CHATTY_LOGGERS = ("discord.http", "discord.webhook.async_", "discord.gateway")
 def quiet_library_logs() -> None:
     """Keep discord.py's payload-dumping loggers at INFO, even under GATEWAY_LOG_LEVEL=DEBUG
     (a level set on them on purpose is left alone)."""
-    for name in _CHATTY_LOGGERS:
-        library = logging.getLogger(name)
-        if library.level == logging.NOTSET:
-            library.setLevel(logging.INFO)
+    quiet_loggers(_CHATTY_LOGGERS, logging.INFO)
 
 
 class DiscordSender:
@@ -175,14 +172,8 @@ async def _call(awaitable: Any) -> Any:
 def platform_error(exc: discord.HTTPException) -> PlatformError:
     """The gateway error for a failed Discord call (never with the URL: it may hold a token)."""
     if exc.status == 429:
-        return RateLimited(_retry_after(exc))
+        return RateLimited(retry_after_seconds(exc.response.headers.get("Retry-After")))
     detail = f"Discord {exc.status} (code {exc.code}): {exc.text or exc.response.reason}"
     if exc.status == 400 and exc.code in _REJECTED_CODES:
         return MessageRejected(detail)
     return PlatformError(detail)
-
-
-def _retry_after(exc: discord.HTTPException) -> float:
-    with contextlib.suppress(TypeError, ValueError):
-        return float(exc.response.headers.get("Retry-After", ""))
-    return 1.0

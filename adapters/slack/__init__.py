@@ -1,12 +1,12 @@
 """Slack: Events API over `gateway web` or Socket Mode over `gateway slack`, on slack-bolt.
 
-    inbound.py   events and the /btw command -> Inbound (pure)
-    mrkdwn.py    Markdown -> Slack mrkdwn
-    sender.py    SlackSender: chat.postMessage / chat.update / thinking signals
-    names.py     speakers' display names (users.info, cached in Redis)
-    app.py       the bolt AsyncApp and its listeners
-    socket.py    the Socket Mode supervisor (reconnect with backoff, health)
-    platform.py  SlackPlatform, what the CLI loads
+    platform.py    SlackPlatform, what the CLI loads, and the bolt app both transports share
+    inbound.py     events and the /btw command -> Inbound (pure)
+    render.py      Markdown -> Slack mrkdwn
+    sender.py      SlackSender: chat.postMessage / chat.update / thinking signals
+    connection.py  the Socket Mode supervisor (reconnect with backoff, health)
+    http.py        POST /slack/events: signature and body checked before bolt sees it
+    names.py       speakers' display names (users.info, cached in Redis)
 """
 
 from adapters.slack.platform import SlackPlatform

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from adapters.slack.app import SHAPE_ERRORS
+from adapters.common import SHAPE_ERRORS
 from gateway.errors import MalformedRequest
 from gateway.http_limits import json_body, one_line
 

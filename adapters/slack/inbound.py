@@ -29,7 +29,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.common import Field, first_invalid, invalid, is_mapping, is_text, optional, pattern
+from adapters.common import (
+    Field,
+    attachment,
+    first_invalid,
+    invalid,
+    is_mapping,
+    is_text,
+    optional,
+    pattern,
+    strip_mentions,
+)
 from gateway.model import Address, Attachment, Inbound, Speaker
 
 PLATFORM = "slack"
@@ -243,8 +253,7 @@ def _authorization(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def strip_mention(text: str, bot: BotIdentity) -> str:
     """The text without the bot's own `<@U...>` mentions."""
-    stripped = bot.mention().sub("", text)
-    return re.sub(r"[ \t]{2,}", " ", stripped).strip()
+    return strip_mentions(text, bot.mention(), replacement="")
 
 
 def _is_dm(event: Mapping[str, Any]) -> bool:
@@ -255,12 +264,6 @@ def _is_dm(event: Mapping[str, Any]) -> bool:
 
 def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
     files = event.get("files") or ()
-    return tuple(
-        Attachment(
-            kind="image" if str(f.get("mimetype", "")).startswith("image/") else "file",
-            url=f.get("url_private"),
-            name=f.get("name"),
-            mime_type=f.get("mimetype"),
-        )
-        for f in files if isinstance(f, Mapping)
-    )
+    return tuple(attachment(url=f.get("url_private"), name=f.get("name"),
+                            mime_type=f.get("mimetype"))
+                 for f in files if isinstance(f, Mapping))

@@ -1,4 +1,9 @@
-"""Speakers' display names from users.info, cached in Redis so each web process asks rarely."""
+"""Speakers' display names from users.info, cached in Redis so each web process asks rarely.
+
+A file of its own because Slack events carry only a user id (Telegram and Discord
+send the name with each message): the lookup, its two caches and their lifetimes
+are a concern no other Slack file has, used by the bolt listeners in `platform.py`.
+"""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.mrkdwn import to_mrkdwn
+from adapters.common import retry_after_seconds
+from adapters.slack.render import to_mrkdwn
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
 from gateway.ports import Limits
@@ -48,17 +49,10 @@ def platform_error(exc: SlackApiError, method: str) -> PlatformError:
     response = exc.response
     error = str(response.get("error", "unknown_error")) if isinstance(response.data, dict) else ""
     if response.status_code == 429 or error == "ratelimited":
-        return RateLimited(_retry_after(response.headers))
+        return RateLimited(retry_after_seconds(response.headers.get("Retry-After")))
     if error in _REJECTED:
         return MessageRejected(f"Slack refused {method}: {error}")
     return PlatformError(f"Slack {method} failed: {error or response.status_code}")
-
-
-def _retry_after(headers: Any) -> float:
-    try:
-        return float(headers.get("Retry-After", 1))
-    except (TypeError, ValueError):
-        return 1.0
 
 
 class SlackSender:

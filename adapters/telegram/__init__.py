@@ -1,131 +1,16 @@
 """Telegram, on python-telegram-bot: webhook on `gateway web`, or long polling.
 
-    inbound.py   update -> Inbound (pure): what is a message to the bot, sessions, addresses
-    markup.py    Markdown -> Telegram HTML, and the length Telegram counts
-    sender.py    TelegramSender: sendMessage / editMessageText / sendChatAction
-    webhook.py   POST /telegram/webhook with the secret-token check
-    polling.py   `gateway telegram`: getUpdates, confirming each update after ingest
+    platform.py    TelegramPlatform, what the CLI loads
+    inbound.py     update -> Inbound (pure): what is a message to the bot, sessions, addresses
+    render.py      Markdown -> Telegram HTML, and the length Telegram counts
+    sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction
+    connection.py  `gateway telegram`: getUpdates, confirming each update after ingest
+    http.py        POST /telegram/webhook with the secret-token check
+    client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share
 """
 
-from __future__ import annotations
-
-import logging
-from collections.abc import Sequence
-from functools import partial
-from typing import TYPE_CHECKING
-
-from telegram import BotCommand, Update
-from telegram.error import InvalidToken, TelegramError
-
-from adapters.telegram.client import BotClient
-from adapters.telegram.inbound import to_inbound
-from adapters.telegram.polling import Poller
-from adapters.telegram.sender import TelegramSender
-from adapters.telegram.webhook import Convert, webhook_route
-from gateway.config import Settings, require
-from gateway.errors import ConfigError, PlatformError
-from gateway.model import Inbound
-from gateway.ports import Mode, Platform
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
-    from starlette.routing import BaseRoute
-    from telegram import User
-
-    from gateway.health import Health
-    from gateway.ingest import Ingest
-
-log = logging.getLogger(__name__)
-
-COMMANDS = (
-    BotCommand("btw", "Ask a side question about this conversation"),
-    BotCommand("reset", "Start a fresh conversation"),
-    BotCommand("stop", "Stop the answer being written"),
-    BotCommand("status", "Model, conversation size, queued messages"),
-    BotCommand("help", "The commands"),
-)
-
-
-class TelegramPlatform(Platform):
-    """Telegram for the CLI: validate, sender, webhook route, polling, doctor."""
-
-    name = "telegram"
-
-    def __init__(self, settings: Settings, redis: Redis) -> None:
-        super().__init__(settings, redis)
-        self._client: BotClient | None = None
-        self._convert: Convert | None = None
-
-    def validate(self, mode: Mode) -> None:
-        require(self.settings, "telegram_bot_token", because="for Telegram")
-        if mode == "http":
-            require(self.settings, "telegram_webhook_secret",
-                    because="for the Telegram webhook (or run `gateway telegram` to poll)")
-
-    def uses_http(self) -> bool:
-        return (self.settings.telegram_bot_token is not None
-                and self.settings.telegram_webhook_secret is not None)
-
-    def sender(self) -> TelegramSender:
-        return TelegramSender(self._build(),
-                              edit_interval=self.settings.telegram_edit_interval,
-                              group_edit_interval=self.settings.telegram_group_edit_interval)
-
-    def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
-        secret = self.settings.telegram_webhook_secret
-        if secret is None:
-            return ()
-        return (webhook_route(secret.get_secret_value(), ingest, lambda: self._convert),)
-
-    async def startup(self) -> None:
-        """Learn the bot's id and username (to see mentions) and register the commands."""
-        self._client = self._client or self._build()
-        me = await _get_me(self._client)
-        self._convert = partial(_convert, bot_id=me.id, bot_username=me.username or "")
-        try:
-            await self._client.bot.set_my_commands(COMMANDS)
-        except TelegramError as exc:
-            log.warning("telegram: setMyCommands failed (%s); the command menu may be stale",
-                        exc.message)
-        log.info("telegram: bot @%s (id %s) ready", me.username, me.id)
-
-    async def shutdown(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    async def connect(self, ingest: Ingest, health: Health) -> None:
-        if self._client is None or self._convert is None:
-            await self.startup()
-        assert self._client is not None and self._convert is not None
-        await Poller(self._client.bot, ingest, health, self._convert).run()
-
-    async def doctor(self) -> str:
-        client = self._build()
-        try:
-            me = await _get_me(client)
-        finally:
-            await client.aclose()
-        return f"bot @{me.username} (id {me.id})"
-
-    def _build(self) -> BotClient:
-        token = self.settings.telegram_bot_token
-        if token is None:
-            raise ConfigError("TELEGRAM_BOT_TOKEN is required for Telegram")
-        return BotClient.build(token.get_secret_value(), self.settings.telegram_api_url)
-
-
-async def _get_me(client: BotClient) -> User:
-    try:
-        return await client.bot.get_me()
-    except InvalidToken:
-        raise ConfigError("TELEGRAM_BOT_TOKEN was refused by Telegram") from None
-    except TelegramError as exc:
-        raise PlatformError(f"Telegram getMe failed: {exc.message}") from None
-
-
-def _convert(update: Update, *, bot_id: int, bot_username: str) -> Inbound | None:
-    return to_inbound(update, bot_id, bot_username)
-
+from adapters.telegram.platform import TelegramPlatform
 
 PLATFORM = TelegramPlatform
+
+__all__ = ["PLATFORM", "TelegramPlatform"]

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from telegram import Bot
 from telegram.request import HTTPXRequest
 
+from adapters.common import quiet_loggers
+
 # httpx logs every request URL at INFO, and a Bot API URL contains the bot token.
-logging.getLogger("httpx").setLevel(logging.WARNING)
+quiet_loggers(("httpx",), logging.WARNING)
 
 # python-telegram-bot 22 warns on every RetryAfter it builds unless the process opts in to
 # durations as `timedelta` (the type of its next major version); the adapter reads both.

@@ -22,10 +22,10 @@ from typing import Any
 from telegram import Message, MessageEntity, Update
 
 from adapters.common import INT64_MAX, INT64_MIN, Field, integer, invalid, is_text, one_of, optional
+from gateway import commands
 from gateway.model import Address, Inbound, Speaker
 
 PLATFORM = "telegram"
-COMMANDS = ("btw", "reset", "new", "stop", "status", "help")
 # The Bot API's ids are integers of up to 64 bits; only a chat's may be negative (groups).
 _UPDATE_ID = integer(0, INT64_MAX)
 _POSITIVE_ID = integer(1, INT64_MAX)
@@ -132,7 +132,7 @@ def _is_our_bare_command(message: Message) -> bool:
     """A leading `/btw` (no suffix) in a group: one of the commands we registered."""
     for entity, value in _entities(message).items():
         if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
-            return value[1:].lower() in COMMANDS
+            return value[1:].lower() in commands.NAMES
     return False
 
 

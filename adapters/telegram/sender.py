@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import TypeVar
 
 from telegram import LinkPreviewOptions, ReplyParameters
@@ -20,8 +19,9 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.telegram import markup
+from adapters import common
 from adapters.telegram.client import BotClient
+from adapters.telegram.render import render, utf16_length, visible_length, visible_text
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
 from gateway.ports import Limits
@@ -39,7 +39,7 @@ def retry_after_seconds(error: RetryAfter) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PTBDeprecationWarning)
         value = error.retry_after
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+    return common.retry_after_seconds(value)
 
 
 def is_group(address: Address) -> bool:
@@ -66,7 +66,7 @@ class TelegramSender:
         return self._group if is_group(address) else self._private
 
     def measure(self, markdown: str) -> int:
-        return markup.visible_length(markup.render(markdown))
+        return visible_length(render(markdown))
 
     async def send(self, address: Address, markdown: str, *, final: bool) -> str:
         reply = (ReplyParameters(message_id=int(address.reply_to),
@@ -113,7 +113,7 @@ class TelegramSender:
     async def _with_fallback(self, markdown: str, call: Callable[[str, str | None], Awaitable[T]]
                              ) -> T:
         """Send as HTML; when Telegram cannot parse it, send the same text as plain text."""
-        rendered = markup.render(markdown) if markdown.strip() else "…"
+        rendered = render(markdown) if markdown.strip() else "…"
         try:
             return await call(rendered, ParseMode.HTML)
         except BadRequest as exc:
@@ -130,9 +130,9 @@ class TelegramSender:
 
 def _plain(markdown: str, rendered: str) -> str:
     """The Markdown source when it fits (nothing lost), else the visible text (it always fits)."""
-    if markdown.strip() and markup.utf16_length(markdown) <= MAX_LENGTH:
+    if markdown.strip() and utf16_length(markdown) <= MAX_LENGTH:
         return markdown
-    return markup.visible_text(rendered)
+    return visible_text(rendered)
 
 
 def _mapped(error: TelegramError) -> PlatformError:

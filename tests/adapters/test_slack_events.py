@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from slack_sdk.signature import Clock, SignatureVerifier
 
 from adapters.slack import SlackPlatform
-from adapters.slack.app import CANNOT_POST, NO_SESSION
+from adapters.slack.platform import CANNOT_POST, NO_SESSION
 from gateway.config import load_settings
 from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest

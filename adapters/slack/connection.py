@@ -22,7 +22,8 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
-from gateway.health import REPORT_TTL, Health
+from adapters.common import RENEW_INTERVAL
+from gateway.health import Health
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Timing:
     ping_interval: float = 10.0
     check_interval: float = 1.0
     connect_timeout: float = 20.0
-    renew_interval: float = REPORT_TTL / 3
+    renew_interval: float = RENEW_INTERVAL
 
 
 class SocketSupervisor:

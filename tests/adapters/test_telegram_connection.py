@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 
 from adapters.telegram import PLATFORM, TelegramPlatform
 from adapters.telegram.client import BotClient
+from adapters.telegram.connection import Poller
 from adapters.telegram.inbound import to_inbound
-from adapters.telegram.polling import Poller
 from gateway.config import load_settings
 from gateway.health import Health
 from gateway.ingest import Ingest
@@ -83,7 +83,7 @@ async def polling(fake: FakeTelegram, redis_client: aioredis.Redis
 async def test_webhook_is_deleted_first_and_said_so(fake: FakeTelegram,
                                                     redis_client: aioredis.Redis,
                                                     caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="adapters.telegram.polling"):
+    with caplog.at_level(logging.INFO, logger="adapters.telegram.connection"):
         async with polling_context(fake, redis_client):
             await fake.wait_for(lambda: fake.calls_to("getUpdates", ok_only=True))
     methods = [c.method for c in fake.calls]

@@ -243,7 +243,7 @@ async def test_auto_thread_falls_back_to_a_reply_and_logs_once(
         fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture) -> None:
     fake.forbid_threads = True
     alice = fake.user("42")
-    caplog.set_level(logging.WARNING, logger="adapters.discord.client")
+    caplog.set_level(logging.WARNING, logger="adapters.discord.connection")
     async with Gateway(fake, redis_client, DISCORD_AUTO_THREAD=True) as gateway:
         await gateway.ready(fake)
         for text in ("first", "second"):

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from adapters.telegram.markup import render, utf16_length, visible_length, visible_text
+from adapters.telegram.render import render, utf16_length, visible_length, visible_text
 from tests.fakes.telegram_api import parse_html
 
 SAMPLES = [

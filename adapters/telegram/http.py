@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from telegram import Update
 
+from adapters.common import SHAPE_ERRORS
 from gateway.errors import GatewayError, MalformedRequest
 from gateway.http_limits import json_body, one_line
 from gateway.model import Inbound
@@ -37,8 +38,6 @@ log = logging.getLogger(__name__)
 
 PATH = "/telegram/webhook"
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
-# What python-telegram-bot's de_json and the converter raise on a field of the wrong type.
-SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 
 Convert = Callable[[Update], Inbound | None]
 
