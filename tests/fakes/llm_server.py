@@ -177,7 +177,7 @@ class FakeLLM(LoopbackServer):
 
     def start(self) -> FakeLLM:
         """Bind and serve in a background thread; returns once the port is listening."""
-        if self._thread is not None:
+        if self._loop_thread is not None:
             return self
         self.serve_in_thread()
         return self

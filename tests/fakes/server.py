@@ -60,7 +60,7 @@ class LoopbackServer:
         self.port = port
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -94,9 +94,9 @@ class LoopbackServer:
         """Serve on a new event loop in a daemon thread; returns once the port is listening."""
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name=self.thread_name,
+        self._loop_thread = threading.Thread(target=loop.run_forever, name=self.thread_name,
                                         daemon=True)
-        self._thread.start()
+        self._loop_thread.start()
         asyncio.run_coroutine_threadsafe(self.serve(), loop).result(timeout=10)
 
     def close_thread(self, *, tolerate_a_slow_close: bool = False) -> None:
@@ -105,7 +105,7 @@ class LoopbackServer:
         `tolerate_a_slow_close` still stops the thread when the close itself times out
         or finds the loop gone (a fake with requests hanging at the end of a test).
         """
-        loop, thread = self._loop, self._thread
+        loop, thread = self._loop, self._loop_thread
         if loop is None or thread is None:
             return
         closing = asyncio.run_coroutine_threadsafe(self.close(), loop)
@@ -117,4 +117,4 @@ class LoopbackServer:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
-        self._loop = self._thread = None
+        self._loop = self._loop_thread = None
