@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.server import CallLog, LoopbackServer
+
 MESSAGE_CONTENT_INTENT = 1 << 15
 _EPOCH_MS = 1420070400000
 _BOOKKEEPING = frozenset({"allowed_mentions", "edits", "interaction_token"})
@@ -66,17 +68,18 @@ class FakeGuild:
     threads: list[dict[str, Any]] = field(default_factory=list)
 
 
-class FakeDiscord:
+class FakeDiscord(LoopbackServer):
     """Discord's REST API and gateway on 127.0.0.1, recording every call."""
 
     def __init__(self, *, bot_id: str = "1100000000000000001", token: str = "bot-token",
                  guilds: tuple[FakeGuild, ...] = ()) -> None:
+        super().__init__()
         self.bot = {"id": bot_id, "username": "gatewaybot", "global_name": None,
                     "discriminator": "0", "avatar": None, "bot": True}
         self.application_id = bot_id
         self.token = token
         self.guilds = {g.id: g for g in guilds}
-        self.calls: list[Call] = []
+        self.calls: CallLog[Call] = CallLog()
         self.messages: dict[str, dict[str, Any]] = {}
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
@@ -90,27 +93,25 @@ class FakeDiscord:
         self._sessions: list[_Session] = []
         self._interactions: dict[str, dict[str, Any]] = {}
         self._ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self.port = 0
 
     # lifecycle ---------------------------------------------------------
 
     async def start(self) -> FakeDiscord:
-        app = web.Application()
-        app.router.add_get("/gateway/ws", self._gateway)
-        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await self.serve()
         return self
 
     async def stop(self) -> None:
+        await self.close()
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/gateway/ws", self._gateway)
+        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        return app
+
+    async def _before_close(self) -> None:
         for session in list(self._sessions):
             await session.ws.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def __aenter__(self) -> FakeDiscord:
         return await self.start()
@@ -120,7 +121,7 @@ class FakeDiscord:
 
     @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api/v10"
+        return f"{self.url}/api/v10"
 
     @property
     def gateway_url(self) -> str:
@@ -251,7 +252,7 @@ class FakeDiscord:
 
     def calls_to(self, method: str, path_regex: str) -> list[Call]:
         pattern = re.compile(path_regex)
-        return [c for c in self.calls if c.method == method and pattern.fullmatch(c.path)]
+        return self.calls.where(lambda c: c.method == method and bool(pattern.fullmatch(c.path)))
 
     def channel_messages(self, channel_id: str) -> list[dict[str, Any]]:
         """Messages the bot posted in a channel (including interaction follow-ups), in order."""
@@ -343,7 +344,7 @@ class FakeDiscord:
         raw = await request.read()
         body = json.loads(raw) if raw else None
         authorized = request.headers.get("Authorization") == f"Bot {self.token}"
-        self.calls.append(Call(request.method, path, dict(request.query), body, authorized))
+        self.calls.record(Call(request.method, path, dict(request.query), body, authorized))
         limited = self._take_limit(request.method, path)
         if limited is not None:
             return limited

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from aiohttp import web
 
@@ -51,6 +51,7 @@ from tests.fakes.llm_shapes import (
     split_words,
     write_event,
 )
+from tests.fakes.server import CallLog, LoopbackServer
 
 Reply = str | Callable[[JSON], str]
 _R = TypeVar("_R", bound=web.StreamResponse)
@@ -147,25 +148,24 @@ def _bare_model(name: str) -> str:
     return name.split("/", 1)[1] if name.startswith("openai/") else name
 
 
-class FakeLLM:
+class FakeLLM(LoopbackServer):
     """The fake server: start(), stop() (or use it as a context manager), `api_base`."""
 
+    thread_name = "fake-llm"
+    runner_options: ClassVar[dict[str, Any]] = {"shutdown_timeout": 1.0}
+
     def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host, port)
         self.reply: Reply | None = None
         self.first_token_delay = 0.0
         self.token_delay = 0.0
         self.duration: float | None = None
         self._models: dict[str, Behaviour] = {}
         self._lock = threading.Lock()
-        self._requests: list[ReceivedRequest] = []
+        self._requests: CallLog[ReceivedRequest] = CallLog()
         self._failures: list[_Failure] = []
         self._hangs: list[_Hang] = []
         self._response_ids: set[str] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
         self._release: asyncio.Event | None = None
 
     # -- lifecycle ---------------------------------------------------------------
@@ -173,30 +173,18 @@ class FakeLLM:
     @property
     def api_base(self) -> str:
         """The base URL to hand to litellm (`api_base=`), ending in /v1."""
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{self.url}/v1"
 
     def start(self) -> FakeLLM:
         """Bind and serve in a background thread; returns once the port is listening."""
-        if self._thread is not None:
+        if self._loop_thread is not None:
             return self
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="fake-llm", daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._serve(), loop).result(timeout=10)
+        self.serve_in_thread()
         return self
 
     def stop(self) -> None:
         """Release hanging requests, close the server and its thread."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        with contextlib.suppress(TimeoutError, RuntimeError):
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-        self._loop = self._thread = None
+        self.close_thread(tolerate_a_slow_close=True)
 
     def __enter__(self) -> FakeLLM:
         return self.start()
@@ -205,32 +193,25 @@ class FakeLLM:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    async def _serve(self) -> None:
-        self._release = asyncio.Event()
+    def _app(self) -> web.Application:
+        self._release = asyncio.Event()  # built here, in the loop that serves
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/_fake/requests", self._recorded)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        return app
 
-    async def _shutdown(self) -> None:
+    async def _before_close(self) -> None:
         if self._release is not None:
             self._release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # -- recorded requests -------------------------------------------------------
 
     @property
     def requests(self) -> list[ReceivedRequest]:
         """A copy of every JSON body received so far, oldest first."""
-        with self._lock:
-            return list(self._requests)
+        return self._requests.snapshot()
 
     def requests_for(self, model: str) -> list[ReceivedRequest]:
         """The received bodies that asked for `model` (with or without "openai/")."""
@@ -265,8 +246,7 @@ class FakeLLM:
 
     def clear(self) -> None:
         """Forget the recorded requests (scripting and stored response ids stay)."""
-        with self._lock:
-            self._requests.clear()
+        self._requests.forget()
 
     # -- scripting ---------------------------------------------------------------
 
@@ -340,8 +320,7 @@ class FakeLLM:
         if not isinstance(body, dict):
             return web.json_response(error_body(400, "body is not a JSON object"), status=400)
         received = ReceivedRequest(request.path, body, dict(request.headers))
-        with self._lock:
-            self._requests.append(received)
+        self._requests.record(received)
         return received
 
     def _failure_response(self, received: ReceivedRequest) -> web.Response | None:

@@ -28,6 +28,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.server import CallLog, LoopbackServer
+
 BOT_USER_ID = "UBOT"
 BOT_ID = "BBOT"
 TEAM_ID = "T0001"
@@ -63,13 +65,14 @@ class _Failure:
     times: int
 
 
-class FakeSlack:
+class FakeSlack(LoopbackServer):
     """The fake server; use as a context manager or `start()` / `stop()`."""
 
+    thread_name = "fake-slack"
+
     def __init__(self, host: str = "127.0.0.1") -> None:
-        self.host = host
-        self.port = 0
-        self.calls: list[Call] = []
+        super().__init__(host)
+        self.calls: CallLog[Call] = CallLog()
         self.messages: dict[str, Message] = {}
         self.reactions: set[tuple[str, str, str]] = set()
         self.users: dict[str, dict[str, Any]] = {}
@@ -83,33 +86,19 @@ class FakeSlack:
         self._envelopes = itertools.count(1)
         self._sockets: list[web.WebSocketResponse] = []
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
     @property
     def api_url(self) -> str:
-        return f"http://{self.host}:{self.port}/api/"
+        return f"{self.url}/api/"
 
     def start(self) -> FakeSlack:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="fake-slack", daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._serve(), loop).result(timeout=10)
+        self.serve_in_thread()
         return self
 
     def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-        self._loop = self._thread = None
+        self.close_thread()
 
     def __enter__(self) -> FakeSlack:
         return self.start()
@@ -117,23 +106,15 @@ class FakeSlack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def _serve(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return app
 
-    async def _shutdown(self) -> None:
+    async def _before_close(self) -> None:
         for socket in list(self._sockets):
             await socket.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # -- scripting ---------------------------------------------------------
 
@@ -150,8 +131,7 @@ class FakeSlack:
                 _Failure(error, status, retry_after, times))
 
     def calls_to(self, method: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.method == method]
+        return self.calls.where(lambda c: c.method == method)
 
     def answered(self, method: str) -> list[Call]:
         return [c for c in self.calls_to(method) if c.error is None]
@@ -231,7 +211,7 @@ class FakeSlack:
         token = auth.removeprefix("Bearer ") if auth else args.pop("token", None)
         call = Call(method, args, token)
         with self._lock:
-            self.calls.append(call)
+            self.calls.record(call)
             failure = self._take_failure(method)
         if failure is not None:
             return self._refuse(call, failure.error, failure.status, failure.retry_after)

@@ -28,6 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.server import CallLog, LoopbackServer
+
 STRING_FIELDS = frozenset({"text", "parse_mode", "secret_token", "url", "action", "caption"})
 ALLOWED_TAGS = frozenset({
     "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler",
@@ -127,14 +129,15 @@ class _ApiError(Exception):
         self.status, self.description, self.retry_after = status, description, retry_after
 
 
-class FakeTelegram:
+class FakeTelegram(LoopbackServer):
     """The fake Bot API server. `await start()`, point `base_url` at it, `await stop()`."""
 
     def __init__(self, token: str = "123456:TEST-token", username: str = "gw_test_bot") -> None:
+        super().__init__()
         self.token = token
         self.bot_id = int(token.split(":", 1)[0])
         self.username = username
-        self.calls: list[Call] = []
+        self.calls: CallLog[Call] = CallLog()
         self.messages: dict[tuple[int, int], Message] = {}
         self.commands: list[dict[str, str]] = []
         self.webhook_url: str | None = None
@@ -145,34 +148,30 @@ class FakeTelegram:
         self._failures: dict[str, list[_Failure]] = {}
         self._bans: dict[int, float] = {}
         self._changed = asyncio.Condition()
-        self._runner: web.AppRunner | None = None
         self._stopping = False
-        self.port = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await self.serve()
 
     async def stop(self) -> None:
+        await self.close()
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        return app
+
+    async def _before_close(self) -> None:
         self._stopping = True
         async with self._changed:
             self._changed.notify_all()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     @property
     def base_url(self) -> str:
         """What TELEGRAM_API_URL should be (python-telegram-bot appends the token)."""
-        return f"http://127.0.0.1:{self.port}/bot"
+        return f"{self.url}/bot"
 
     @property
     def bot_user(self) -> dict[str, Any]:
@@ -215,7 +214,8 @@ class FakeTelegram:
         return [int(u["update_id"]) for u in self._updates]
 
     def calls_to(self, method: str, *, ok_only: bool = False) -> list[Call]:
-        return [c for c in self.calls if c.method == method and (c.status == 200 or not ok_only)]
+        return self.calls.where(
+            lambda c: c.method == method and (c.status == 200 or not ok_only))
 
     def messages_in(self, chat_id: int) -> list[Message]:
         found = [m for (chat, _), m in self.messages.items() if chat == chat_id]
@@ -244,7 +244,7 @@ class FakeTelegram:
         method = request.match_info["method"]
         params = await _read_params(request)
         call = Call(method, params, time.monotonic())
-        self.calls.append(call)
+        self.calls.record(call)
         try:
             if request.match_info["token"] != self.token:
                 raise _ApiError(401, "Unauthorized")

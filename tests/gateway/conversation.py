@@ -7,7 +7,6 @@ against the loopback fake model, replies land in a RecordingSender.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,12 +17,12 @@ import redis.asyncio as aioredis
 
 from gateway.config import Settings
 from gateway.ingest import Ingest
-from gateway.model import Address, Inbound, Speaker
 from gateway.models.litellm_backend import load_litellm
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
+from tests.gateway.helpers import inbound
 from tests.gateway.recording_sender import RecordingSender
 
 MAIN = "openai/main-model"
@@ -31,7 +30,6 @@ STATEFUL_MAIN = "openai/responses/main-model"
 COMPRESSOR = "openai/compress-model"
 SIDE = "openai/side-model"
 SYSTEM = "You are a test assistant."
-_numbers = itertools.count(1)
 
 
 def make_settings(redis_url: str, llm: FakeLLM, **values: Any) -> Settings:
@@ -50,16 +48,6 @@ def make_settings(redis_url: str, llm: FakeLLM, **values: Any) -> Settings:
     }
     base.update(values)
     return Settings(_env_file=None, **base)
-
-
-def message(text: str, *, channel: str = "C1", name: str = "Alice") -> Inbound:
-    number = next(_numbers)
-    address = Address(platform="test", workspace="W", channel=channel, reply_to=str(number))
-    return Inbound(
-        platform="test", workspace="W", channel=channel, message_id=str(number),
-        event_id=f"ev{number}", speaker=Speaker(id="U1", name=name), text=text, is_dm=True,
-        reply=address, side_reply=address.model_copy(update={"side": True}),
-    )
 
 
 @dataclass
@@ -97,7 +85,7 @@ class Conversation:
         await self.runs[index]
 
     async def send(self, text: str) -> None:
-        await self.ingest.receive(message(text, channel=self.channel))
+        await self.ingest.receive(inbound(text, channel=self.channel))
 
     async def say(self, text: str, timeout: float = 20.0) -> None:
         """Send a message and wait until its turn is done."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,29 +13,11 @@ import httpx
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
+from tests.gateway.cli_runs import ROOT, clean_env, gateway, run_console
 
-ROOT = Path(__file__).resolve().parents[2]
 # Each test starts gateway processes; a worker's start imports litellm (seconds of CPU).
 pytestmark = pytest.mark.timeout(240)
 PLATFORM_SDKS = ("slack_bolt", "slack_sdk", "telegram", "discord", "aiohttp")
-
-
-def clean_env(**values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "DISCORD_", "REDIS_"))}
-    env.update({"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    env.update(values)
-    return env
-
-
-def gateway(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gateway.cli", *args]
-
-
-def run_console(tmp_path: Path, stdin: str, timeout: float = 150, **env: str
-                ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(gateway("run", "--console"), input=stdin, capture_output=True,
-                          text=True, timeout=timeout, cwd=tmp_path, env=clean_env(**env))
 
 
 def test_hello_on_a_fresh_machine_gets_a_bot_reply(tmp_path: Path) -> None:

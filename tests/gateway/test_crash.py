@@ -22,8 +22,8 @@ from tests.adapters.telegram_helpers import Gateway, environment, gateway, messa
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
+from tests.gateway.cli_runs import clean_env
 from tests.gateway.helpers import settings
-from tests.gateway.test_cli import clean_env
 
 pytestmark = pytest.mark.timeout(240)
 REPLY = " ".join(f"word{i}" for i in range(40))

@@ -18,9 +18,9 @@ from gateway.session import HistoryView, SessionStore
 from gateway.store import Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
+from tests.gateway.harness import Harness, start_workers
 from tests.gateway.helpers import inbound, settings
 from tests.gateway.recording_sender import RecordingSender
-from tests.gateway.test_worker import Harness, start_workers
 
 
 @pytest.fixture

@@ -14,12 +14,11 @@ from gateway.jobs import JobQueue
 from gateway.store import GROUP, Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
+from tests.gateway.harness import Harness, start_workers
 from tests.gateway.helpers import inbound, settings
 from tests.gateway.recording_sender import RecordingSender
-from tests.gateway.test_worker import Harness, harness, start_workers
 
 STREAM = Keys.jobs("test")
-__all__ = ["harness"]  # the fixture, shared with the worker tests
 
 
 @pytest.fixture

@@ -23,15 +23,13 @@ from gateway.models.pool import ModelPool, ModelProcess
 from gateway.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import STATEFUL_MAIN, conversation
+from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound, settings
-from tests.gateway.test_worker import (  # noqa: F401  (collected again, with a model process)
-    Harness,
-    start_workers,
+from tests.gateway.model_turns import (  # noqa: F401  (collected again, with a model process)
     test_a_failed_model_call_tells_the_user_once_and_records_no_half_reply,
     test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message,
     test_many_sessions_run_at_once,
     test_stop_cancels_the_running_turn,
-    texts,
 )
 
 

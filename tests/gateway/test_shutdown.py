@@ -23,7 +23,7 @@ import redis
 
 from gateway.store import Keys, ServerRecord
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.test_cli import clean_env, gateway, run_console
+from tests.gateway.cli_runs import clean_env, gateway, run_console
 
 pytestmark = pytest.mark.timeout(240)
 

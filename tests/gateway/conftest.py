@@ -1,0 +1,23 @@
+"""Fixtures of the core's tests: one worker or two, in process (tests/gateway/harness.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.fakes.llm_server import FakeLLM
+from tests.gateway.harness import Harness, start_workers
+
+
+@pytest.fixture
+async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
+    async for h in start_workers(redis_url, llm, 1):
+        yield h
+
+
+@pytest.fixture
+async def two_workers(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
+    async for h in start_workers(redis_url, llm, 2):
+        yield h
+

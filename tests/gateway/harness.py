@@ -1,0 +1,94 @@
+"""Workers run in the test's own process against a real Redis and the loopback model.
+
+`start_workers` yields a Harness: the ingest door, the session store, the recording
+sender and the running workers; tests/gateway/conftest.py makes fixtures of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.ingest import Ingest
+from gateway.session import SessionStore
+from gateway.worker import Worker
+from tests.fakes.llm_server import FakeLLM
+from tests.gateway.helpers import settings
+from tests.gateway.recording_sender import RecordingSender
+
+
+@dataclass
+@dataclass
+class Harness:
+    ingest: Ingest
+    sessions: SessionStore
+    sender: RecordingSender
+    llm: FakeLLM
+    workers: list[Worker]
+
+    async def idle(self, session_key: str, timeout: float = 15.0) -> None:
+        """Wait until every job of the session is done."""
+        try:
+            async with asyncio.timeout(timeout):
+                while await self.sessions.owed(session_key) > 0:
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            redis = self.sessions.redis
+            print(
+                "STATE",
+                await self.sessions.meta(session_key),
+                await redis.xpending("gw:jobs:test", "gw-workers"),
+                await redis.xrange("gw:jobs:test"),
+                await self.sessions.inbox(session_key),
+                await redis.get(f"gw:{{{session_key}}}:lease"),
+            )
+            import io
+
+            for task in asyncio.all_tasks():
+                buf = io.StringIO()
+                task.print_stack(limit=8, file=buf)
+                if "turn" in buf.getvalue() or "delivery" in buf.getvalue():
+                    print("TASK", buf.getvalue())
+            raise
+
+    async def history(self, session_key: str) -> list[dict[str, Any]]:
+        return await self.sessions.history(session_key)
+
+
+
+async def start_workers(
+    redis_url: str, llm: FakeLLM, count: int, **values: Any
+) -> AsyncIterator[Harness]:
+    config = settings(
+        redis_url,
+        GATEWAY_MODEL="openai/main-model",
+        GATEWAY_SIDE_MODEL="openai/side-model",
+        GATEWAY_API_BASE=llm.api_base,
+        GATEWAY_API_KEY="sk-test-key",
+        GATEWAY_MODEL_RETRIES=1,
+        **values,
+    )
+    clients = [aioredis.Redis.from_url(redis_url, decode_responses=True) for _ in range(count + 1)]
+    sender = RecordingSender()
+    workers = [Worker(config, client, {"test": sender}) for client in clients[1:]]
+    stop = asyncio.Event()
+    runs = [asyncio.create_task(w.run(stop)) for w in workers]
+    await asyncio.gather(*(w.ready.wait() for w in workers))
+    try:
+        yield Harness(Ingest(config, clients[0]), SessionStore(clients[0]), sender, llm, workers)
+    finally:
+        stop.set()
+        llm.release_hangs()
+        await asyncio.gather(*runs, return_exceptions=True)
+        for client in clients:
+            await client.aclose()
+
+
+
+def texts(sender: RecordingSender) -> list[str]:
+    return list(sender.messages.values())
+
