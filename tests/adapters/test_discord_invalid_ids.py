@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.store import Keys
-from tests.adapters.test_discord_connection import CHANNEL, GUILD, Gateway
+from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 
 HUGE = 2**64
