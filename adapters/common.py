@@ -96,8 +96,11 @@ def snowflake(value: object) -> bool:
     """A Discord id: an int, or a string of ASCII digits, below 2^64."""
     if type(value) is int:
         return 0 <= value < SNOWFLAKE_LIMIT
-    return (isinstance(value, str) and _DIGITS.fullmatch(value) is not None
-            and int(value) < SNOWFLAKE_LIMIT)
+    return (
+        isinstance(value, str)
+        and _DIGITS.fullmatch(value) is not None
+        and int(value) < SNOWFLAKE_LIMIT
+    )
 
 
 def first_invalid(fields: Iterable[Field]) -> str | None:
@@ -110,8 +113,9 @@ def invalid(platform: str, fields: Iterable[Field]) -> bool:
     name = first_invalid(fields)
     if name is None:
         return False
-    log.warning("%s: event dropped, its %s is missing or not of the platform's form",
-                platform, name)
+    log.warning(
+        "%s: event dropped, its %s is missing or not of the platform's form", platform, name
+    )
     return True
 
 
@@ -131,8 +135,7 @@ def retry_after_seconds(value: object, default: float = 1.0) -> float:
 def attachment(*, url: str | None, name: str | None, mime_type: str | None) -> Attachment:
     """A file the platform describes, as the core's Attachment (an image when its type says so)."""
     is_image = isinstance(mime_type, str) and mime_type.startswith("image/")
-    return Attachment(kind="image" if is_image else "file", url=url, name=name,
-                      mime_type=mime_type)
+    return Attachment(kind="image" if is_image else "file", url=url, name=name, mime_type=mime_type)
 
 
 def strip_mentions(text: str, mention: re.Pattern[str], *, replacement: str = " ") -> str:

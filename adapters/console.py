@@ -112,8 +112,9 @@ async def _lines(fd: int) -> AsyncIterator[str]:
             return False  # the run is over
         return True
 
-    threading.Thread(target=_read_lines, args=(fd, hand_over), name="console-input",
-                     daemon=True).start()
+    threading.Thread(
+        target=_read_lines, args=(fd, hand_over), name="console-input", daemon=True
+    ).start()
     while (line := await lines.get()) is not None:
         yield line
 

@@ -15,4 +15,4 @@ SAFE_SCHEMES = ("http://", "https://", "mailto:")
 
 def is_safe_target(target: str) -> bool:
     """Whether `target` may become a live link: `http`, `https` and `mailto` only."""
-    return target[:len("https://")].lower().startswith(SAFE_SCHEMES)
+    return target[: len("https://")].lower().startswith(SAFE_SCHEMES)

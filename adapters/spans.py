@@ -55,7 +55,7 @@ def sub(finder: Finder, text: str, replace: Callable[[Span], str]) -> str:
     out: list[str] = []
     pos = 0
     while (span := finder.search(pos)) is not None:
-        out.append(text[pos:span.start()])
+        out.append(text[pos : span.start()])
         out.append(replace(span))
         pos = span.end()
     out.append(text[pos:])
@@ -116,7 +116,7 @@ class _DelimitedFinder(Finder):
                 pos = line_break + 1
                 continue
             begin, finish = opening.start(), closing.end()
-            return Span(begin, finish, (text[begin:finish], text[inside:closing.start()]))
+            return Span(begin, finish, (text[begin:finish], text[inside : closing.start()]))
         return None
 
     def _first_closer(self, start: int) -> re.Match[str] | None:
@@ -165,8 +165,9 @@ class _Runs:
         for match in re.finditer("`+", text):
             self.starts.append(match.start())
             self.lengths.append(match.end() - match.start())
-        self.ends = [start + length for start, length in zip(self.starts, self.lengths,
-                                                             strict=True)]
+        self.ends = [
+            start + length for start, length in zip(self.starts, self.lengths, strict=True)
+        ]
 
     def at(self, pos: int) -> int:
         """Index of the first run that ends after `pos`."""
@@ -290,8 +291,9 @@ class Links(Finder):
         if end is None:
             return None
         begin = opening - 1 if opening > pos and text[opening - 1] == "!" else opening
-        return Span(begin, end, (text[begin:end], text[opening + 1:closing],
-                                 text[target:target_end]))
+        return Span(
+            begin, end, (text[begin:end], text[opening + 1 : closing], text[target:target_end])
+        )
 
     def _ends_target(self, start: int) -> int:
         """Where a target starting at `start` ends: the next `)`, `>` or whitespace."""
@@ -322,5 +324,8 @@ _CLOSE = re.compile(r"\s*\)")
 
 def _code_span(text: str, begin: int, length: int, close: int) -> Span:
     finish = close + length
-    return Span(begin, finish, (text[begin:finish], text[begin:begin + length],
-                                text[begin + length:close]))
+    return Span(
+        begin,
+        finish,
+        (text[begin:finish], text[begin : begin + length], text[begin + length : close]),
+    )

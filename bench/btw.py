@@ -61,9 +61,14 @@ class RecordingSender(BenchSender):
 
 
 def remote_fake(args: argparse.Namespace) -> RemoteFake:
-    return RemoteFake("--reply", "once upon a time " * 10,
-                      "--model", f"main-model=0,{args.main_seconds}",
-                      "--model", f"side-model={args.side_ms / 1000}")
+    return RemoteFake(
+        "--reply",
+        "once upon a time " * 10,
+        "--model",
+        f"main-model=0,{args.main_seconds}",
+        "--model",
+        f"side-model={args.side_ms / 1000}",
+    )
 
 
 class Bench:
@@ -73,9 +78,13 @@ class Bench:
         self.args = args
         self.llm = llm
         values: dict[str, Any] = {
-            "_env_file": None, "REDIS_URL": redis_url, "GATEWAY_MODEL": "openai/main-model",
-            "GATEWAY_SIDE_MODEL": "openai/side-model", "GATEWAY_API_BASE": llm.api_base,
-            "GATEWAY_API_KEY": "sk-test"}
+            "_env_file": None,
+            "REDIS_URL": redis_url,
+            "GATEWAY_MODEL": "openai/main-model",
+            "GATEWAY_SIDE_MODEL": "openai/side-model",
+            "GATEWAY_API_BASE": llm.api_base,
+            "GATEWAY_API_KEY": "sk-test",
+        }
         self.settings = Settings(**values)
         self.redis = connect(redis_url)
         self.sender = RecordingSender()
@@ -151,8 +160,8 @@ class Bench:
     async def _wait_answers(self) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(self.asked) > len(
-                self.sender.other_side_replies) + sum(
-                number in self.sender.side_answers for number in self.asked):
+            self.sender.other_side_replies
+        ) + sum(number in self.sender.side_answers for number in self.asked):
             await asyncio.sleep(0.01)
 
     def side_model_time(self, number: int) -> float | None:
@@ -166,9 +175,15 @@ class Bench:
     def main_turns_streaming(self) -> tuple[int, int]:
         """The fewest and most main-model streams open at the moments questions were asked."""
         mains = self.llm.requests("main-model")
-        counts = [sum(1 for req in mains if req["received_at"] <= asked and (
-            req["finished_at"] is None or req["finished_at"] > asked))
-            for asked in self.asked.values()]
+        counts = [
+            sum(
+                1
+                for req in mains
+                if req["received_at"] <= asked
+                and (req["finished_at"] is None or req["finished_at"] > asked)
+            )
+            for asked in self.asked.values()
+        ]
         return min(counts), max(counts)
 
     def report(self) -> None:
@@ -183,17 +198,21 @@ class Bench:
             overheads.append(answered - asked - model_time)
         args = self.args
         fewest, most = self.main_turns_streaming()
-        print(f"{len(latencies)} of {len(self.asked)} side questions answered "
-              f"({len(self.sender.other_side_replies)} other side replies); "
-              f"{args.sessions} sessions streaming {args.main_seconds:g} s main replies; "
-              f"side model {args.side_ms:g} ms; main streams open when asked: {fewest} to {most}")
+        print(
+            f"{len(latencies)} of {len(self.asked)} side questions answered "
+            f"({len(self.sender.other_side_replies)} other side replies); "
+            f"{args.sessions} sessions streaming {args.main_seconds:g} s main replies; "
+            f"side model {args.side_ms:g} ms; main streams open when asked: {fewest} to {most}"
+        )
         if len(latencies) < 2:
             return
         print(f"{'':26}{'p50':>9}{'p99':>9}{'max':>9}")
-        for label, values in (("side question latency", latencies),
-                              ("side model (at the fake)", model_times),
-                              ("overhead (per request)", overheads),
-                              ("event loop lag", self.loop_lags)):
+        for label, values in (
+            ("side question latency", latencies),
+            ("side model (at the fake)", model_times),
+            ("overhead (per request)", overheads),
+            ("event loop lag", self.loop_lags),
+        ):
             cuts = statistics.quantiles(values, n=100, method="inclusive")
             print(f"{label:26}{ms(statistics.median(values))}{ms(cuts[98])}{ms(max(values))}")
         p99_latency = statistics.quantiles(latencies, n=100, method="inclusive")[98]
@@ -201,15 +220,21 @@ class Bench:
         verdict = "met" if p99_latency <= p99_model + 0.1 else "MISSED"
         print(f"target p99 latency <= side model p99 + 100 ms: {verdict}")
         load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-        print(f"gateway process CPU {self.cpu_share:.0%} of one core; machine load {load} "
-              f"on {os.cpu_count()} CPUs")
+        print(
+            f"gateway process CPU {self.cpu_share:.0%} of one core; machine load {load} "
+            f"on {os.cpu_count()} CPUs"
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=100)
-    parser.add_argument("--sessions", type=int, default=10,
-                        help="sessions kept streaming main turns (0: an idle baseline)")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=10,
+        help="sessions kept streaming main turns (0: an idle baseline)",
+    )
     parser.add_argument("--main-seconds", type=float, default=2.0)
     parser.add_argument("--side-ms", type=float, default=200.0)
     parser.add_argument("--interval-ms", type=float, default=40.0)

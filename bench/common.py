@@ -49,8 +49,7 @@ class BenchSender:
         self.record(address, markdown, final)
         return str(next(self._ids))
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *,
-                   final: bool) -> None:
+    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
         self.record(address, markdown, final)
 
     async def thinking(self, address: Address, on: bool) -> None:
@@ -66,10 +65,18 @@ class BenchSender:
 def inbound(channel: str, text: str, number: int) -> Inbound:
     """A direct message from the bench's one user."""
     reply = Address(platform=PLATFORM, workspace="bench", channel=channel, reply_to=str(number))
-    return Inbound(platform=PLATFORM, workspace="bench", channel=channel,
-                   message_id=str(number), event_id=f"{channel}-{number}",
-                   speaker=Speaker(id="u1", name="Bench"), text=text, is_dm=True,
-                   reply=reply, side_reply=reply.model_copy(update={"side": True}))
+    return Inbound(
+        platform=PLATFORM,
+        workspace="bench",
+        channel=channel,
+        message_id=str(number),
+        event_id=f"{channel}-{number}",
+        speaker=Speaker(id="u1", name="Bench"),
+        text=text,
+        is_dm=True,
+        reply=reply,
+        side_reply=reply.model_copy(update={"side": True}),
+    )
 
 
 def free_port() -> int:
@@ -82,9 +89,22 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
     """A private redis-server (no persistence) and its URL."""
     port = free_port()
     process = subprocess.Popen(
-        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", tempfile.mkdtemp(prefix="bench-redis-")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            find_redis_server(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            tempfile.mkdtemp(prefix="bench-redis-"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return process, f"redis://127.0.0.1:{port}/0"
 
 

@@ -65,12 +65,16 @@ async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> Ta
         stuck = set(await stuck_sessions(client, sorted({x.session for x in sents})))
         lost = [x for x in sents if x.acked and tg.finished_at(x) is None]
         for x in lost[:2]:
-            evidence.append(f"lost {x.tag}, {len(tg.replies(x))} replies posted; "
-                            + await describe_session(client, x.session))
+            evidence.append(
+                f"lost {x.tag}, {len(tg.replies(x))} replies posted; "
+                + await describe_session(client, x.session)
+            )
         for x in [x for x in sents if len(tg.replies(x)) > 1][:2]:
             texts = [m.text[:40] for m in tg.replies(x)]
-            evidence.append(f"duplicated {x.tag}: {len(texts)} messages posted {texts}; "
-                            + await describe_session(client, x.session))
+            evidence.append(
+                f"duplicated {x.tag}: {len(texts)} messages posted {texts}; "
+                + await describe_session(client, x.session)
+            )
         for key in sorted(stuck)[:2]:
             evidence.append("stuck " + await describe_session(client, key))
     finally:
@@ -86,8 +90,16 @@ async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> Ta
 def row(name: str, counted: Tally, ok: bool, figure: str) -> Row:
     """The drill's line: `ok` is its own check; lost, duplicated or stuck always miss."""
     clean = not (counted.lost or counted.duplicated or counted.stuck)
-    return Row(name, counted.trials, counted.lost, counted.duplicated, counted.stuck,
-               counted.worst, verdict(ok and clean, figure), list(counted.evidence))
+    return Row(
+        name,
+        counted.trials,
+        counted.lost,
+        counted.duplicated,
+        counted.stuck,
+        counted.worst,
+        verdict(ok and clean, figure),
+        list(counted.evidence),
+    )
 
 
 # -- SIGKILL a worker mid-stream -----------------------------------------------------------------
@@ -120,8 +132,9 @@ async def crash(quick: bool) -> Row:
         async with httpx.AsyncClient(timeout=30) as http:
             while trials < target and time.monotonic() < deadline:
                 base = len(sents)
-                round_ = await asyncio.gather(*(
-                    tg.send(http, group_chat(base + i), tag(base + i, 1)) for i in range(batch)))
+                round_ = await asyncio.gather(
+                    *(tg.send(http, group_chat(base + i), tag(base + i, 1)) for i in range(batch))
+                )
                 sents += round_
                 await wait_posted(tg, round_, 30)
                 killed, lingering = await _kill_busiest(s, tg, client, round_)
@@ -134,23 +147,29 @@ async def crash(quick: bool) -> Row:
         counted = await settle(s, tg, sents, 30)
         counted.trials = trials
         reclaims = len(s.log_lines("reclaimed turn job"))
-        result = row("sigkill-worker", counted, trials >= target,
-                     f"{trials} turns killed mid-stream, {counted.lost} lost, "
-                     f"{counted.duplicated} duplicated, {counted.stuck} stuck")
-        result.notes.append(f"{reclaims} reclaims logged; {orphans} model processes outlived "
-                            f"their SIGKILLed worker by 5 s; logs in {s.workdir}")
+        result = row(
+            "sigkill-worker",
+            counted,
+            trials >= target,
+            f"{trials} turns killed mid-stream, {counted.lost} lost, "
+            f"{counted.duplicated} duplicated, {counted.stuck} stuck",
+        )
+        result.notes.append(
+            f"{reclaims} reclaims logged; {orphans} model processes outlived "
+            f"their SIGKILLed worker by 5 s; logs in {s.workdir}"
+        )
         return result
 
 
-async def _kill_busiest(s: Stack, tg: Telegram, client: Redis,
-                        round_: list[Sent]) -> tuple[int, int]:
+async def _kill_busiest(
+    s: Stack, tg: Telegram, client: Redis, round_: list[Sent]
+) -> tuple[int, int]:
     """Kill the worker holding most unfinished, already-posted replies of the round.
 
     Returns the turns it held mid-stream and how many of its children outlived it.
     """
     holders = await job_holders(client)
-    streaming = [x for x in round_
-                 if x.acked and tg.replies(x) and tg.finished_at(x) is None]
+    streaming = [x for x in round_ if x.acked and tg.replies(x) and tg.finished_at(x) is None]
     counts = collections.Counter(holders.get(x.session) for x in streaming)
     counts.pop(None, None)
     if not counts:
@@ -209,13 +228,19 @@ async def redis_restart(quick: bool) -> Row:
         counted = await settle(s, tg, sents, 60)
         refused = collections.Counter(st for x in sents for st in x.statuses if st != 200)
         dead = [p.name for p in s.procs if not p.alive()]
-        result = row("redis-restart", counted, not dead,
-                     f"{counted.lost} of {counted.trials} acknowledged lost, "
-                     f"{counted.duplicated} duplicated, {counted.stuck} stuck")
-        result.notes.append(f"{restarts} SIGKILL+restart of Redis; not acknowledged while down: "
-                            f"{dict(refused)} (re-delivered); "
-                            f"{sum(not x.acked for x in sents)} never acknowledged; "
-                            f"exited: {dead or 'none'}")
+        result = row(
+            "redis-restart",
+            counted,
+            not dead,
+            f"{counted.lost} of {counted.trials} acknowledged lost, "
+            f"{counted.duplicated} duplicated, {counted.stuck} stuck",
+        )
+        result.notes.append(
+            f"{restarts} SIGKILL+restart of Redis; not acknowledged while down: "
+            f"{dict(refused)} (re-delivered); "
+            f"{sum(not x.acked for x in sents)} never acknowledged; "
+            f"exited: {dead or 'none'}"
+        )
         return result
 
 
@@ -244,16 +269,25 @@ async def model_chaos(quick: bool) -> Row:
             await asyncio.gather(*(user(n, http) for n in range(users)))
         counted = await settle(s, tg, sents, 30)
         client = s.client()
-        half = [text for key in sorted({x.session for x in sents})
-                for text in await assistant_texts(client, key)
-                if not WHOLE_REPLY.search(text.strip())]
+        half = [
+            text
+            for key in sorted({x.session for x in sents})
+            for text in await assistant_texts(client, key)
+            if not WHOLE_REPLY.search(text.strip())
+        ]
         await client.aclose()
         told = sum(1 for x in sents for m in tg.replies(x) if "could not answer" in m.text)
-        result = row("model-chaos-30%", counted, not half,
-                     f"{counted.trials - counted.lost} of {counted.trials} answered or told, "
-                     f"{len(half)} half replies in history")
-        result.notes.append(f"faults injected {llm.injected} over {len(llm.requests)} calls; "
-                            f"{told} turns told of a failure")
+        result = row(
+            "model-chaos-30%",
+            counted,
+            not half,
+            f"{counted.trials - counted.lost} of {counted.trials} answered or told, "
+            f"{len(half)} half replies in history",
+        )
+        result.notes.append(
+            f"faults injected {llm.injected} over {len(llm.requests)} calls; "
+            f"{told} turns told of a failure"
+        )
         if half:
             result.notes.append(f"half reply recorded, e.g. {half[0][:80]!r}")
         return result
@@ -275,24 +309,36 @@ async def platform_429(quick: bool) -> Row:
         sents: list[Sent] = []
         async with httpx.AsyncClient(timeout=30) as http:
             for start in range(0, trials, batch):
-                round_ = await asyncio.gather(*(
-                    tg.send(http, group_chat(n), tag(n, 1)) for n in range(start, start + batch)))
+                round_ = await asyncio.gather(
+                    *(tg.send(http, group_chat(n), tag(n, 1)) for n in range(start, start + batch))
+                )
                 sents += round_
                 await wait_posted(tg, round_, 30)
-                s.telegram.fail_next("editMessageText", status=429, retry_after=wait,
-                                     count=len(round_))
+                s.telegram.fail_next(
+                    "editMessageText", status=429, retry_after=wait, count=len(round_)
+                )
                 await wait_finished(round_, tg.finished_at, 60)
         counted = await settle(s, tg, sents, 30)
         refusals = [c for c in s.telegram.calls if c.status == 429]
-        early = [c for r in refusals for c in s.telegram.calls
-                 if c is not r and c.params.get("chat_id") == r.params.get("chat_id")
-                 and r.at < c.at < r.at + wait - 0.05]
-        result = row("platform-429", counted, bool(refusals) and not early,
-                     f"{len(early)} calls into a chat during its {len(refusals)} waits, "
-                     f"{counted.trials - counted.lost}/{counted.trials} final texts delivered")
+        early = [
+            c
+            for r in refusals
+            for c in s.telegram.calls
+            if c is not r
+            and c.params.get("chat_id") == r.params.get("chat_id")
+            and r.at < c.at < r.at + wait - 0.05
+        ]
+        result = row(
+            "platform-429",
+            counted,
+            bool(refusals) and not early,
+            f"{len(early)} calls into a chat during its {len(refusals)} waits, "
+            f"{counted.trials - counted.lost}/{counted.trials} final texts delivered",
+        )
         if early:
-            result.notes.append("sent during a wait: " + ", ".join(
-                sorted({c.method for c in early})))
+            result.notes.append(
+                "sent during a wait: " + ", ".join(sorted({c.method for c in early}))
+            )
         return result
 
 
@@ -319,22 +365,28 @@ async def slow_side(quick: bool) -> Row:
             await asyncio.gather(*(conversation(n, http) for n in range(questions)))
 
         def answered(x: Sent) -> float | None:
-            times = [s.telegram.first_time(m.chat_id, m.message_id, "side answer")
-                     for m in tg.replies(x)]
+            times = [
+                s.telegram.first_time(m.chat_id, m.message_id, "side answer") for m in tg.replies(x)
+            ]
             return min((t for t in times if t is not None), default=None)
 
         def quiet() -> bool:
             side = llm.requests_for("side-model")
             return all(answered(x) for x in asked if x.acked) and all(
-                r.finished_at is not None for r in side)
+                r.finished_at is not None for r in side
+            )
 
         await poll(quiet, 60, 0.1)
         await _drained(s, 30)
         counted = tally(asked, answered, tg.replies)
         calls = len(llm.requests_for("side-model"))
-        result = row("slow-side-model", counted, True,
-                     f"{counted.trials - counted.duplicated - counted.lost} of {counted.trials} "
-                     f"questions got exactly one side answer ({calls} side model calls)")
+        result = row(
+            "slow-side-model",
+            counted,
+            True,
+            f"{counted.trials - counted.duplicated - counted.lost} of {counted.trials} "
+            f"questions got exactly one side answer ({calls} side model calls)",
+        )
         result.stuck = None
         result.notes.append(f"side-job reclaims logged: {len(s.log_lines('reclaimed side job'))}")
         return result

@@ -28,13 +28,19 @@ _JSON = "application/json"
 def random_value(rng: random.Random, depth: int = 0) -> Any:
     """Any JSON value, with the odd lone surrogate, huge number or empty container."""
     kinds: list[Callable[[], Any]] = [
-        lambda: None, lambda: rng.random() < 0.5, lambda: rng.randint(-2**70, 2**70),
-        lambda: rng.uniform(-1e300, 1e300), lambda: random_text(rng, rng.choice((0, 5, 300))),
+        lambda: None,
+        lambda: rng.random() < 0.5,
+        lambda: rng.randint(-(2**70), 2**70),
+        lambda: rng.uniform(-1e300, 1e300),
+        lambda: random_text(rng, rng.choice((0, 5, 300))),
     ]
     if depth < 4:
-        kinds += [lambda: [random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))],
-                  lambda: {random_text(rng, 6): random_value(rng, depth + 1)
-                           for _ in range(rng.randint(0, 4))}]
+        kinds += [
+            lambda: [random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))],
+            lambda: {
+                random_text(rng, 6): random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))
+            },
+        ]
     return rng.choice(kinds)()
 
 
@@ -46,21 +52,38 @@ def random_text(rng: random.Random, length: int) -> str:
 def telegram_update(rng: random.Random) -> dict[str, Any]:
     chat_id = rng.choice((42, -100123, 7))
     text = rng.choice(("hello", "/btw what?", "/reset", "@gw_test_bot hi", ""))
-    return {"update_id": rng.randint(1, 2**31), "message": {
-        "message_id": rng.randint(1, 10**6), "date": int(time.time()),
-        "from": {"id": rng.choice((42, 99)), "is_bot": False, "first_name": "F"},
-        "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
-        "text": text, "entities": [{"type": "mention", "offset": 0, "length": 12}]}}
+    return {
+        "update_id": rng.randint(1, 2**31),
+        "message": {
+            "message_id": rng.randint(1, 10**6),
+            "date": int(time.time()),
+            "from": {"id": rng.choice((42, 99)), "is_bot": False, "first_name": "F"},
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "text": text,
+            "entities": [{"type": "mention", "offset": 0, "length": 12}],
+        },
+    }
 
 
 def slack_event(rng: random.Random) -> dict[str, Any]:
-    event = {"type": rng.choice(("app_mention", "message")), "user": "U1", "channel": "C1",
-             "ts": f"{rng.randint(1, 2**31)}.000100", "team": TEAM_ID,
-             "text": f"<@{BOT_USER_ID}> {rng.choice(('hi', '!btw what', ''))}"}
-    return {"token": "legacy", "team_id": TEAM_ID, "api_app_id": "A0001",
-            "type": rng.choice(("event_callback", "url_verification", "block_actions")),
-            "event_id": f"Ev{rng.randint(1, 2**40)}", "event_time": int(time.time()),
-            "challenge": "c", "event": event}
+    event = {
+        "type": rng.choice(("app_mention", "message")),
+        "user": "U1",
+        "channel": "C1",
+        "ts": f"{rng.randint(1, 2**31)}.000100",
+        "team": TEAM_ID,
+        "text": f"<@{BOT_USER_ID}> {rng.choice(('hi', '!btw what', ''))}",
+    }
+    return {
+        "token": "legacy",
+        "team_id": TEAM_ID,
+        "api_app_id": "A0001",
+        "type": rng.choice(("event_callback", "url_verification", "block_actions")),
+        "event_id": f"Ev{rng.randint(1, 2**40)}",
+        "event_time": int(time.time()),
+        "challenge": "c",
+        "event": event,
+    }
 
 
 def mutate(rng: random.Random, value: dict[str, Any]) -> Any:
@@ -103,22 +126,29 @@ def encode(rng: random.Random, value: Any) -> bytes:
 
 
 def content_type(rng: random.Random) -> str:
-    return _JSON if rng.random() < 0.9 else rng.choice(
-        ("text/plain", "application/x-www-form-urlencoded", "", "application/json; charset=x"))
+    return (
+        _JSON
+        if rng.random() < 0.9
+        else rng.choice(
+            ("text/plain", "application/x-www-form-urlencoded", "", "application/json; charset=x")
+        )
+    )
 
 
 def telegram_cases(seed: int, n: int, secret: str) -> Iterator[Case]:
     rng = random.Random(seed)
     for _ in range(n):
-        body = encode(rng, mutate(rng, telegram_update(rng)) if rng.random() < 0.9
-                      else random_value(rng))
+        body = encode(
+            rng, mutate(rng, telegram_update(rng)) if rng.random() < 0.9 else random_value(rng)
+        )
         signed = rng.random() < 0.7
         headers = {"content-type": content_type(rng)}
         if signed:
             headers["X-Telegram-Bot-Api-Secret-Token"] = secret
         elif rng.random() < 0.8:
             headers["X-Telegram-Bot-Api-Secret-Token"] = rng.choice(
-                (secret.upper(), secret + "x", secret[:-1], "", " " + secret, "x" * 300))
+                (secret.upper(), secret + "x", secret[:-1], "", " " + secret, "x" * 300)
+            )
         yield headers, body, signed
 
 
@@ -130,20 +160,28 @@ def slack_signature(secret: str, stamp: str, body: bytes) -> str:
 def slack_cases(seed: int, n: int, secret: str) -> Iterator[Case]:
     rng = random.Random(seed)
     for _ in range(n):
-        body = encode(rng, mutate(rng, slack_event(rng)) if rng.random() < 0.9
-                      else random_value(rng))
+        body = encode(
+            rng, mutate(rng, slack_event(rng)) if rng.random() < 0.9 else random_value(rng)
+        )
         stamp = str(int(time.time()))
         signed = rng.random() < 0.7
-        headers = {"content-type": content_type(rng), "X-Slack-Request-Timestamp": stamp,
-                   "X-Slack-Signature": slack_signature(secret, stamp, body)}
+        headers = {
+            "content-type": content_type(rng),
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": slack_signature(secret, stamp, body),
+        }
         if not signed:
             forge = rng.randrange(5)
             if forge == 0:
                 headers["X-Slack-Signature"] = slack_signature("wrong-secret", stamp, body)
             elif forge == 1:  # a real signature, five minutes and more in the past
                 old = str(int(time.time()) - 400)
-                headers.update({"X-Slack-Request-Timestamp": old,
-                                "X-Slack-Signature": slack_signature(secret, old, body)})
+                headers.update(
+                    {
+                        "X-Slack-Request-Timestamp": old,
+                        "X-Slack-Signature": slack_signature(secret, old, body),
+                    }
+                )
             elif forge == 2:
                 headers["X-Slack-Signature"] = slack_signature(secret, stamp, body + b" ")
             elif forge == 3:
@@ -157,12 +195,23 @@ def slack_cases(seed: int, n: int, secret: str) -> Iterator[Case]:
 
 
 _MARKDOWN_PIECES = (
-    "**bold _nested ~~strike `code** not closed_ ", "```python\nunclosed = fence\n", "```\n",
-    "`" * 7 + " ticks ", "<b>html</b> <script>alert(1)</script> &amp; &bogus; &#0; ",
-    "[link](javascript:alert(1)) [x](http://a/b_c*d) ", "@everyone @here <@U123> <!channel> ",
-    "> > > > > > > > quoted\n", "- " * 40 + "deep list\n", "| a | b |\n|---|---|\n| 1 | 2 |\n",
-    "\u202eevil\u202c \u200b\u200d \ufeff ", "😀" * 30 + " ", "\\*escaped\\* \\_ ",
-    "#" * 9 + " heading\n", "___***___***", "~" * 50 + "\n", "<" * 20 + ">" * 20 + " ",
+    "**bold _nested ~~strike `code** not closed_ ",
+    "```python\nunclosed = fence\n",
+    "```\n",
+    "`" * 7 + " ticks ",
+    "<b>html</b> <script>alert(1)</script> &amp; &bogus; &#0; ",
+    "[link](javascript:alert(1)) [x](http://a/b_c*d) ",
+    "@everyone @here <@U123> <!channel> ",
+    "> > > > > > > > quoted\n",
+    "- " * 40 + "deep list\n",
+    "| a | b |\n|---|---|\n| 1 | 2 |\n",
+    "\u202eevil\u202c \u200b\u200d \ufeff ",
+    "😀" * 30 + " ",
+    "\\*escaped\\* \\_ ",
+    "#" * 9 + " heading\n",
+    "___***___***",
+    "~" * 50 + "\n",
+    "<" * 20 + ">" * 20 + " ",
 )
 
 

@@ -172,8 +172,9 @@ class ChaosLLM(FakeLLM):
         if kind in ("500", "429"):
             status = int(kind)
             headers = {"Retry-After": "1", "retry-after-ms": "1000"} if status == 429 else {}
-            return self._finish(received, web.json_response(
-                error_body(status), status=status, headers=headers))
+            return self._finish(
+                received, web.json_response(error_body(status), status=status, headers=headers)
+            )
         # No await lies between this and the hang lookup that follows in the handler,
         # so this request, not a concurrent one, takes the hang.
         self.hang_next(1, model=self.chaos_model, after_tokens=0 if kind == "timeout" else 3)
@@ -197,13 +198,28 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.durable \
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if self.durable
             else ["--appendonly", "no"]
+        )
         log = (self.workdir / "redis.log").open("ab")
         self.process = subprocess.Popen(
-            [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.workdir), "--save", "", *persistence],
-            stdout=log, stderr=subprocess.STDOUT)
+            [
+                find_redis_server(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.workdir),
+                "--save",
+                "",
+                *persistence,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         _LIVE.add(self.process)
         self._wait_ready()
 
@@ -318,9 +334,13 @@ class Stack:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as sink:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", command], env={**self.env, **env},
-                cwd=self.workdir, stdout=sink, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL)
+                [sys.executable, "-m", "gateway.cli", command],
+                env={**self.env, **env},
+                cwd=self.workdir,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         _LIVE.add(popen)
         proc = Proc(name, popen, log)
         self.procs.append(proc)
@@ -350,6 +370,7 @@ class Stack:
     async def start_web(self, within: float = 60.0) -> Proc:
         proc = self.spawn("web")
         async with httpx.AsyncClient() as http:
+
             async def healthy() -> bool:
                 with contextlib.suppress(httpx.HTTPError):
                     return (await http.get(self.url("/healthz"))).status_code == 200
@@ -383,29 +404,47 @@ class Stack:
 
     def log_lines(self, needle: str) -> list[str]:
         """Every log line of every gateway process that holds `needle`."""
-        return [f"{p.name}: {line}" for p in self.procs for line in p.output().splitlines()
-                if needle in line]
+        return [
+            f"{p.name}: {line}"
+            for p in self.procs
+            for line in p.output().splitlines()
+            if needle in line
+        ]
 
 
-def base_env(redis_url: str, llm: FakeLLM, telegram: FakeTelegram, slack: FakeSlack,
-             **extra: str) -> dict[str, str]:
+def base_env(
+    redis_url: str, llm: FakeLLM, telegram: FakeTelegram, slack: FakeSlack, **extra: str
+) -> dict[str, str]:
     """The settings every drill shares: small lease TTL, fast edits, both HTTP platforms."""
     values = {
-        "TELEGRAM_BOT_TOKEN": telegram.token, "TELEGRAM_API_URL": telegram.base_url,
-        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET, "GATEWAY_ALLOWED_USERS": f"telegram:{ALICE}",
-        "TELEGRAM_EDIT_INTERVAL": "0.3", "TELEGRAM_GROUP_EDIT_INTERVAL": "0.3",
-        "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "SLACK_API_URL": slack.api_url, "SLACK_EDIT_INTERVAL": "0.3",
-        "GATEWAY_LEASE_TTL": "1.5", "GATEWAY_SIDE_MODEL": "openai/side-model",
-        "GATEWAY_MODEL_TIMEOUT": "4", "GATEWAY_LOG_LEVEL": "INFO",
+        "TELEGRAM_BOT_TOKEN": telegram.token,
+        "TELEGRAM_API_URL": telegram.base_url,
+        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
+        "GATEWAY_ALLOWED_USERS": f"telegram:{ALICE}",
+        "TELEGRAM_EDIT_INTERVAL": "0.3",
+        "TELEGRAM_GROUP_EDIT_INTERVAL": "0.3",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "SLACK_EDIT_INTERVAL": "0.3",
+        "GATEWAY_LEASE_TTL": "1.5",
+        "GATEWAY_SIDE_MODEL": "openai/side-model",
+        "GATEWAY_MODEL_TIMEOUT": "4",
+        "GATEWAY_LOG_LEVEL": "INFO",
     }
     values.update(extra)
     return environment(redis_url, llm.api_base, free_port(), **values)
 
 
 @contextlib.asynccontextmanager
-async def stack(name: str, *, llm: FakeLLM | None = None, durable: bool = False,
-                discord: FakeDiscord | None = None, **extra: str) -> AsyncIterator[Stack]:
+async def stack(
+    name: str,
+    *,
+    llm: FakeLLM | None = None,
+    durable: bool = False,
+    discord: FakeDiscord | None = None,
+    **extra: str,
+) -> AsyncIterator[Stack]:
     """Start Redis and the fakes (not yet the gateway); stop everything on the way out."""
     workdir = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
     server = RedisServer(workdir, durable=durable)
@@ -418,8 +457,12 @@ async def stack(name: str, *, llm: FakeLLM | None = None, durable: bool = False,
         await discord.start()
     env = base_env(server.url, model, telegram, slack, **extra)
     if discord is not None:
-        env.update(DISCORD_BOT_TOKEN=discord.token, DISCORD_API_URL=discord.api_url,
-                   DISCORD_GATEWAY_URL=discord.gateway_url, DISCORD_EDIT_INTERVAL="0.3")
+        env.update(
+            DISCORD_BOT_TOKEN=discord.token,
+            DISCORD_API_URL=discord.api_url,
+            DISCORD_GATEWAY_URL=discord.gateway_url,
+            DISCORD_EDIT_INTERVAL="0.3",
+        )
     running = Stack(workdir, server, model, telegram, slack, env, discord)
     try:
         yield running
@@ -459,20 +502,23 @@ async def assistant_texts(client: aioredis.Redis, session_key: str) -> list[str]
     return [str(e.get("text", "")) for e in entries if e.get("role") == "assistant"]
 
 
-
 async def describe_session(client: aioredis.Redis, session_key: str) -> str:
     """A session's state in one line: what a lost or stuck message left behind in Redis."""
     meta = await client.hgetall(Keys.meta(session_key))
     jobs = []
     async for stream in client.scan_iter(match=Keys.jobs("*")):
-        pending = {item["message_id"]: item for item in
-                   await client.xpending_range(stream, GROUP, "-", "+", 1000)}
+        pending = {
+            item["message_id"]: item
+            for item in await client.xpending_range(stream, GROUP, "-", "+", 1000)
+        }
         for job_id, fields in await client.xrange(stream):
             if fields.get("session") == session_key:
                 state = "pending" if job_id in pending else "unread"
                 jobs.append(f"{fields.get('kind')}:{state}")
     lease = await client.pttl(Keys.lease(session_key))
-    return (f"{session_key}: history {await client.llen(Keys.history(session_key))}, "
-            f"answered {meta.get('answered', 0)}, owed {meta.get('owed', 0)}, "
-            f"inbox {await client.llen(Keys.inbox(session_key))}, "
-            f"lease {'none' if lease < 0 else f'{lease}ms'}, jobs {jobs or 'none'}")
+    return (
+        f"{session_key}: history {await client.llen(Keys.history(session_key))}, "
+        f"answered {meta.get('answered', 0)}, owed {meta.get('owed', 0)}, "
+        f"inbox {await client.llen(Keys.inbox(session_key))}, "
+        f"lease {'none' if lease < 0 else f'{lease}ms'}, jobs {jobs or 'none'}"
+    )

@@ -56,8 +56,7 @@ def tag(session: int, number: int) -> str:
     return f"q{session}x{number}"
 
 
-async def post(http: httpx.AsyncClient, url: str, body: bytes,
-               headers: dict[str, str]) -> int:
+async def post(http: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> int:
     """The HTTP status, or CONNECTION_FAILED when no answer came."""
     try:
         return (await http.post(url, content=body, headers=headers)).status_code
@@ -76,45 +75,62 @@ class Telegram:
     def session_key(self, chat_id: int) -> str:
         return f"telegram:{self.fake.bot_id}:{chat_id}"
 
-    def group_update(self, chat_id: int, text: str, *, command: bool = False,
-                     user_id: int = ALICE) -> dict[str, Any]:
+    def group_update(
+        self, chat_id: int, text: str, *, command: bool = False, user_id: int = ALICE
+    ) -> dict[str, Any]:
         """A message in a group that addresses the bot (a mention, or a command to it)."""
         head = f"/btw@{self.fake.username}" if command else f"@{self.fake.username}"
         body = f"{head} {text}"
-        entity = {"type": "bot_command" if command else "mention", "offset": 0,
-                  "length": len(head)}
-        message = {"message_id": next(_message_ids), "date": int(time.time()),
-                   "from": {"id": user_id, "is_bot": False, "first_name": "Alice"},
-                   "chat": {"id": chat_id, "type": "supergroup", "title": "Drill"},
-                   "text": body, "entities": [entity]}
+        entity = {"type": "bot_command" if command else "mention", "offset": 0, "length": len(head)}
+        message = {
+            "message_id": next(_message_ids),
+            "date": int(time.time()),
+            "from": {"id": user_id, "is_bot": False, "first_name": "Alice"},
+            "chat": {"id": chat_id, "type": "supergroup", "title": "Drill"},
+            "text": body,
+            "entities": [entity],
+        }
         return {"update_id": next(_update_ids), "message": message}
 
     @staticmethod
     def direct_update(user_id: int, text: str) -> dict[str, Any]:
         """A private message from `user_id` (its chat id is the user id)."""
         user = {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"}
-        message = {"message_id": next(_message_ids), "date": int(time.time()), "from": user,
-                   "chat": {"id": user_id, "type": "private", "first_name": user["first_name"]},
-                   "text": text}
+        message = {
+            "message_id": next(_message_ids),
+            "date": int(time.time()),
+            "from": user,
+            "chat": {"id": user_id, "type": "private", "first_name": user["first_name"]},
+            "text": text,
+        }
         return {"update_id": next(_update_ids), "message": message}
 
-    async def deliver(self, http: httpx.AsyncClient, update: dict[str, Any], *,
-                      secret: str = TELEGRAM_SECRET) -> int:
-        headers = {"content-type": "application/json",
-                   "X-Telegram-Bot-Api-Secret-Token": secret}
-        return await post(http, self.stack.url("/telegram/webhook"),
-                          json.dumps(update).encode(), headers)
+    async def deliver(
+        self, http: httpx.AsyncClient, update: dict[str, Any], *, secret: str = TELEGRAM_SECRET
+    ) -> int:
+        headers = {"content-type": "application/json", "X-Telegram-Bot-Api-Secret-Token": secret}
+        return await post(
+            http, self.stack.url("/telegram/webhook"), json.dumps(update).encode(), headers
+        )
 
-    async def send(self, http: httpx.AsyncClient, chat_id: int, label: str, *,
-                   copies: int = 1, retry_for: float = 0.0, command: bool = False) -> Sent:
+    async def send(
+        self,
+        http: httpx.AsyncClient,
+        chat_id: int,
+        label: str,
+        *,
+        copies: int = 1,
+        retry_for: float = 0.0,
+        command: bool = False,
+    ) -> Sent:
         """Deliver one message (`copies` times at once); retry like Telegram until a 200."""
         update = self.group_update(chat_id, f"{label} please answer", command=command)
-        sent = Sent(self.session_key(chat_id), str(chat_id),
-                    str(update["message"]["message_id"]), label)
+        sent = Sent(
+            self.session_key(chat_id), str(chat_id), str(update["message"]["message_id"]), label
+        )
         deadline = time.monotonic() + retry_for
         while True:
-            statuses = await asyncio.gather(*(self.deliver(http, update)
-                                              for _ in range(copies)))
+            statuses = await asyncio.gather(*(self.deliver(http, update) for _ in range(copies)))
             sent.statuses.extend(statuses)
             if 200 in statuses:
                 sent.acked_at = time.monotonic()
@@ -128,8 +144,11 @@ class Telegram:
 
     def finished_at(self, sent: Sent) -> float | None:
         """When a reply to `sent` first showed its whole answer or the failure notice."""
-        times = [self.fake.first_time(m.chat_id, m.message_id, needle)
-                 for m in self.replies(sent) for needle in (done_marker(sent.tag), FAILURE_TEXT)]
+        times = [
+            self.fake.first_time(m.chat_id, m.message_id, needle)
+            for m in self.replies(sent)
+            for needle in (done_marker(sent.tag), FAILURE_TEXT)
+        ]
         found = [t for t in times if t is not None]
         return min(found) if found else None
 
@@ -140,17 +159,22 @@ class Slack:
     def __init__(self, stack: Stack) -> None:
         self.stack, self.fake = stack, stack.slack
 
-    async def send(self, http: httpx.AsyncClient, label: str, *, copies: int = 3,
-                   channel: str = "C1") -> Sent:
+    async def send(
+        self, http: httpx.AsyncClient, label: str, *, copies: int = 3, channel: str = "C1"
+    ) -> Sent:
         """A mention at the top of a channel (a thread of its own), delivered `copies` times
         at once: the first as Slack sends it, the rest as its retries."""
         ts = f"1720000000.{next(_slack_ts):06d}"
-        body = json.dumps(event_body(mention(f"{label} please answer", channel=channel,
-                                             ts=ts))).encode()
+        body = json.dumps(
+            event_body(mention(f"{label} please answer", channel=channel, ts=ts))
+        ).encode()
         url = self.stack.url("/slack/events")
-        statuses = await asyncio.gather(*(
-            post(http, url, body, signed_headers(body, retry=attempt or None))
-            for attempt in range(copies)))
+        statuses = await asyncio.gather(
+            *(
+                post(http, url, body, signed_headers(body, retry=attempt or None))
+                for attempt in range(copies)
+            )
+        )
         sent = Sent(f"slack:{TEAM_ID}:{channel}:{ts}", channel, ts, label, list(statuses))
         if any(200 <= s < 300 for s in statuses):
             sent.acked_at = time.monotonic()
@@ -160,8 +184,11 @@ class Slack:
         return self.fake.thread_messages(sent.chat, sent.ref)
 
     def finished_at(self, sent: Sent) -> float | None:
-        times = [self.fake.first_time(m.ts, needle) for m in self.replies(sent)
-                 for needle in (done_marker(sent.tag), FAILURE_TEXT)]
+        times = [
+            self.fake.first_time(m.ts, needle)
+            for m in self.replies(sent)
+            for needle in (done_marker(sent.tag), FAILURE_TEXT)
+        ]
         found = [t for t in times if t is not None]
         return min(found) if found else None
 
@@ -204,8 +231,7 @@ async def wait_posted(tg: Telegram, sents: Iterable[Sent], within: float) -> boo
     return await poll(lambda: all(tg.replies(s) for s in acked), within, 0.05)
 
 
-def tally(sents: Iterable[Sent], finished: Finished,
-          replies: Callable[[Sent], list[Any]]) -> Tally:
+def tally(sents: Iterable[Sent], finished: Finished, replies: Callable[[Sent], list[Any]]) -> Tally:
     """Lost: acknowledged, never answered. Duplicated: more than one posted reply."""
     result = Tally()
     for sent in sents:
@@ -244,8 +270,13 @@ def verdict(ok: bool, figure: str) -> str:
 def typing_after(stack: Stack, chats: Iterable[str], since: float) -> list[str]:
     """Telegram chats that still got a typing action after `since` (a typing loop left on)."""
     wanted = {int(c) for c in chats}
-    return sorted({str(c.params.get("chat_id")) for c in stack.telegram.calls_to("sendChatAction")
-                   if c.at > since and c.params.get("chat_id") in wanted})
+    return sorted(
+        {
+            str(c.params.get("chat_id"))
+            for c in stack.telegram.calls_to("sendChatAction")
+            if c.at > since and c.params.get("chat_id") in wanted
+        }
+    )
 
 
 async def observe_typing(stack: Stack, chats: Iterable[str]) -> list[str]:

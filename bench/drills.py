@@ -90,10 +90,12 @@ async def duplicate_storm(quick: bool) -> Row:
         async with httpx.AsyncClient(timeout=30) as http:
             for start in range(0, trials // 2, batch):
                 numbers = range(start, min(start + batch, trials // 2))
-                tg_round = await asyncio.gather(*(
-                    tg.send(http, group_chat(n), tag(n, 1), copies=2) for n in numbers))
-                sl_round = await asyncio.gather(*(
-                    sl.send(http, tag(n, 2), copies=3) for n in numbers))
+                tg_round = await asyncio.gather(
+                    *(tg.send(http, group_chat(n), tag(n, 1), copies=2) for n in numbers)
+                )
+                sl_round = await asyncio.gather(
+                    *(sl.send(http, tag(n, 2), copies=3) for n in numbers)
+                )
                 tg_sents += tg_round
                 sl_sents += sl_round
                 await wait_finished(tg_round, tg.finished_at, 30)
@@ -109,11 +111,17 @@ async def duplicate_storm(quick: bool) -> Row:
         twice = sum(1 for n in calls.values() if n > 1)
         answers = collections.Counter(st for x in tg_sents + sl_sents for st in x.statuses)
         refused = sum(n for status, n in answers.items() if status != 200)
-        result = _row("duplicate-storm", counted, refused == 0,
-                      f"{counted.trials - counted.duplicated - counted.lost} of "
-                      f"{counted.trials} got exactly one reply")
-        result.notes.append(f"{twice} messages reached the model more than once; "
-                            f"deliveries answered {dict(answers)} (every copy must get a 200)")
+        result = _row(
+            "duplicate-storm",
+            counted,
+            refused == 0,
+            f"{counted.trials - counted.duplicated - counted.lost} of "
+            f"{counted.trials} got exactly one reply",
+        )
+        result.notes.append(
+            f"{twice} messages reached the model more than once; "
+            f"deliveries answered {dict(answers)} (every copy must get a 200)"
+        )
         return result
 
 
@@ -136,38 +144,60 @@ async def fuzz(quick: bool) -> Row:
     async with stack("fuzz") as s:
         await s.start_web()
         await s.start_workers(1)
-        routes = {"/slack/events": lambda: slack_cases(11, per_route, SIGNING_SECRET),
-                  "/telegram/webhook": lambda: telegram_cases(12, per_route, TELEGRAM_SECRET)}
+        routes = {
+            "/slack/events": lambda: slack_cases(11, per_route, SIGNING_SECRET),
+            "/telegram/webhook": lambda: telegram_cases(12, per_route, TELEGRAM_SECRET),
+        }
         client = s.client()
         before = await _written(client)
-        unsigned = {path: await _fire(s, path, (c for c in make() if not c[2]))
-                    for path, make in routes.items()}
+        unsigned = {
+            path: await _fire(s, path, (c for c in make() if not c[2]))
+            for path, make in routes.items()
+        }
         written = {k: v - before[k] for k, v in (await _written(client)).items()}
-        signed = {path: await _fire(s, path, (c for c in make() if c[2]))
-                  for path, make in routes.items()}
+        signed = {
+            path: await _fire(s, path, (c for c in make() if c[2])) for path, make in routes.items()
+        }
         await client.aclose()
         async with httpx.AsyncClient() as http:
             healthy = (await http.get(s.url("/healthz"))).status_code == 200
         dead = [p.name for p in s.procs if not p.alive()]
         tracebacks = len(s.log_lines("Traceback"))
         raised = _exceptions(s)
-        bad = {f"{path} {phase}": _failures(counts)
-               for phase, runs in (("unsigned", unsigned), ("signed", signed))
-               for path, counts in runs.items()}
+        bad = {
+            f"{path} {phase}": _failures(counts)
+            for phase, runs in (("unsigned", unsigned), ("signed", signed))
+            for path, counts in runs.items()
+        }
         failed = sum(bad.values())
         enqueued = sum(written.values())
         ok = not failed and not dead and healthy and not enqueued
         total = sum(sum(c.values()) for runs in (unsigned, signed) for c in runs.values())
-        result = Row("fuzz", total, None, None, None, None, verdict(
-            ok, f"{failed} 5xx or dropped, {len(dead)} crashed, {enqueued} written from "
-                f"unsigned"))
-        result.notes.append(f"5xx/dropped per route and phase {bad}; unsigned phase changed "
-                            f"{written}; healthz ok: {healthy}")
+        result = Row(
+            "fuzz",
+            total,
+            None,
+            None,
+            None,
+            None,
+            verdict(
+                ok,
+                f"{failed} 5xx or dropped, {len(dead)} crashed, {enqueued} written from unsigned",
+            ),
+        )
+        result.notes.append(
+            f"5xx/dropped per route and phase {bad}; unsigned phase changed "
+            f"{written}; healthz ok: {healthy}"
+        )
         result.notes.append(f"{tracebacks} tracebacks logged: {raised}")
-        result.notes.append("statuses: " + "; ".join(
-            f"{path} {phase} {dict(sorted(c.items()))}"
-            for phase, runs in (("unsigned", unsigned), ("signed", signed))
-            for path, c in runs.items()))
+        result.notes.append(
+            "statuses: "
+            + "; ".join(
+                f"{path} {phase} {dict(sorted(c.items()))}"
+                for phase, runs in (("unsigned", unsigned), ("signed", signed))
+                for path, c in runs.items()
+            )
+        )
         return result
 
 
@@ -178,9 +208,12 @@ _EXCEPTION = re.compile(r"^([A-Za-z_.]+(?:Error|Exception))\b")
 
 def _exceptions(s: Stack) -> str:
     """The most frequent exception types in the logs of `gateway web`: where the 5xx came from."""
-    found = collections.Counter(match.group(1) for proc in s.procs
-                                for line in proc.output().splitlines()
-                                if (match := _EXCEPTION.match(line)))
+    found = collections.Counter(
+        match.group(1)
+        for proc in s.procs
+        for line in proc.output().splitlines()
+        if (match := _EXCEPTION.match(line))
+    )
     return ", ".join(f"{name} x{n}" for name, n in found.most_common(5)) or "none"
 
 
@@ -198,13 +231,15 @@ async def _written(client: Any) -> dict[str, int]:
     return counters
 
 
-async def _fire(s: Stack, path: str, cases: Iterator[tuple[dict[str, str], bytes, bool]],
-                connections: int = 8) -> dict[int, int]:
+async def _fire(
+    s: Stack, path: str, cases: Iterator[tuple[dict[str, str], bytes, bool]], connections: int = 8
+) -> dict[int, int]:
     """Send every case over a few connections; the count of each status."""
     counts: dict[int, int] = {}
     dropped_sizes: list[int] = []
     url = s.url(path)
     async with httpx.AsyncClient(timeout=30) as http:
+
         async def sender() -> None:
             for headers, body, _ in cases:
                 status = await post(http, url, body, headers)
@@ -216,8 +251,11 @@ async def _fire(s: Stack, path: str, cases: Iterator[tuple[dict[str, str], bytes
 
         await asyncio.gather(*(sender() for _ in range(connections)))
     if dropped_sizes:
-        print(f"  {path}: {len(dropped_sizes)} connections dropped, bodies of "
-              f"{min(dropped_sizes)} to {max(dropped_sizes)} bytes", flush=True)
+        print(
+            f"  {path}: {len(dropped_sizes)} connections dropped, bodies of "
+            f"{min(dropped_sizes)} to {max(dropped_sizes)} bytes",
+            flush=True,
+        )
     return counts
 
 
@@ -239,17 +277,25 @@ async def strangers(quick: bool) -> Row:
         tg = Telegram(s)
         async with httpx.AsyncClient(timeout=30) as http:
             for turn in range(messages):
-                await asyncio.gather(*(
-                    tg.deliver(http, tg.direct_update(900 + n, f"hello {turn}"))
-                    for n in range(people)))
+                await asyncio.gather(
+                    *(
+                        tg.deliver(http, tg.direct_update(900 + n, f"hello {turn}"))
+                        for n in range(people)
+                    )
+                )
                 for n in range(people):
                     author = discord.user(f"31337{n}", f"stranger{n}")
-                    await discord.dispatch("MESSAGE_CREATE", discord.message(
-                        f"5570{n}", f"hello {turn}", author))
-        refusals = {f"telegram:{900 + n}": (lambda n=n: len(s.telegram.messages_in(900 + n)))
-                    for n in range(people)}
-        refusals |= {f"discord:31337{n}": (lambda n=n: len(discord.channel_messages(f"5570{n}")))
-                     for n in range(people)}
+                    await discord.dispatch(
+                        "MESSAGE_CREATE", discord.message(f"5570{n}", f"hello {turn}", author)
+                    )
+        refusals = {
+            f"telegram:{900 + n}": (lambda n=n: len(s.telegram.messages_in(900 + n)))
+            for n in range(people)
+        }
+        refusals |= {
+            f"discord:31337{n}": (lambda n=n: len(discord.channel_messages(f"5570{n}")))
+            for n in range(people)
+        }
         await poll(lambda: all(count() for count in refusals.values()), 60, 0.1)
         await _quiet(s, discord)
         counts = {who: count() for who, count in refusals.items()}
@@ -257,9 +303,18 @@ async def strangers(quick: bool) -> Row:
         extra = sum(1 for n in counts.values() if n > 1)
         calls = len(llm.requests)
         ok = calls == 0 and not lost and not extra
-        return Row("strangers", len(counts) * messages, lost, extra, None, None, verdict(
-            ok, f"{calls} model calls; refusals per stranger {sorted(set(counts.values()))}"),
-            [f"refusals: {counts}"])
+        return Row(
+            "strangers",
+            len(counts) * messages,
+            lost,
+            extra,
+            None,
+            None,
+            verdict(
+                ok, f"{calls} model calls; refusals per stranger {sorted(set(counts.values()))}"
+            ),
+            [f"refusals: {counts}"],
+        )
 
 
 async def _quiet(s: Stack, discord: FakeDiscord, within: float = 30.0) -> None:
@@ -290,8 +345,9 @@ async def markdown_flood(quick: bool) -> Row:
     big = adversarial_markdown(100_000)
     normal = tagged_reply(8)
     llm = FakeLLM()
-    llm.reply = lambda body: (big + "\n\n" + done_marker(tag(0, 1))
-                              if tag(0, 1) in request_text(body) else normal(body))
+    llm.reply = lambda body: (
+        big + "\n\n" + done_marker(tag(0, 1)) if tag(0, 1) in request_text(body) else normal(body)
+    )
     llm.token_delay = 0.0005
     async with stack("markdown", llm=llm) as s:
         await s.start_web()
@@ -318,19 +374,29 @@ async def markdown_flood(quick: bool) -> Row:
         limit = max(2 * normal_worst, normal_worst + 1.0)
         ok = counted.worst is not None and counted.worst <= limit and delivered_flood
         pieces = len(s.telegram.messages_in(chat))
-        refused = sum(1 for c in s.telegram.calls if c.params.get("chat_id") == chat
-                      and c.status not in (200, 429))
-        result = _row("markdown-100k", counted, ok,
-                      f"others' worst {_s(counted.worst)} against normal {_s(normal_worst)} "
-                      f"(limit {_s(limit)}); flood delivered: {delivered_flood}")
+        refused = sum(
+            1
+            for c in s.telegram.calls
+            if c.params.get("chat_id") == chat and c.status not in (200, 429)
+        )
+        result = _row(
+            "markdown-100k",
+            counted,
+            ok,
+            f"others' worst {_s(counted.worst)} against normal {_s(normal_worst)} "
+            f"(limit {_s(limit)}); flood delivered: {delivered_flood}",
+        )
         lost_leases = len(s.log_lines("lease lost for " + tg.session_key(chat)))
-        result.notes.append(f"the flood came in {pieces} messages; {refused} calls refused in "
-                            f"its chat; its turn lost its lease {lost_leases} times")
+        result.notes.append(
+            f"the flood came in {pieces} messages; {refused} calls refused in "
+            f"its chat; its turn lost its lease {lost_leases} times"
+        )
         return result
 
 
-async def _normal_load(tg: Telegram, http: httpx.AsyncClient, users: int, turns: int,
-                       first: int) -> list[Sent]:
+async def _normal_load(
+    tg: Telegram, http: httpx.AsyncClient, users: int, turns: int, first: int
+) -> list[Sent]:
     """`users` sessions talking at once, each waiting for its answer before going on."""
     sents: list[Sent] = []
 
@@ -389,13 +455,24 @@ async def soak(quick: bool) -> Row:
         await watcher
         seconds = time.monotonic() - started
         counted = await settle(s, tg, sents, 60)
-        growth = {name: max(values[len(values) // 5:]) / warm[name] - 1
-                  for name, values in samples.items() if name in warm}
+        growth = {
+            name: max(values[len(values) // 5 :]) / warm[name] - 1
+            for name, values in samples.items()
+            if name in warm
+        }
         worst = max(growth.values(), default=0.0)
-        result = _row("soak", counted, bool(growth) and worst <= 0.15,
-                      f"RSS growth after warm-up at most {worst:+.0%} (limit +15%)")
-        result.notes.append(f"{len(sents)} messages in {seconds:.0f}s; RSS growth " + ", ".join(
-            f"{name} {warm[name] // 1024}MB {g:+.1%}" for name, g in sorted(growth.items())))
+        result = _row(
+            "soak",
+            counted,
+            bool(growth) and worst <= 0.15,
+            f"RSS growth after warm-up at most {worst:+.0%} (limit +15%)",
+        )
+        result.notes.append(
+            f"{len(sents)} messages in {seconds:.0f}s; RSS growth "
+            + ", ".join(
+                f"{name} {warm[name] // 1024}MB {g:+.1%}" for name, g in sorted(growth.items())
+            )
+        )
         return result
 
 
@@ -413,9 +490,15 @@ def _watched(s: Stack) -> Iterator[tuple[str, int]]:
 # -- the table -----------------------------------------------------------------------------------
 
 DRILLS: dict[str, Drill] = {
-    "crash": crash, "redis-restart": redis_restart, "model-chaos": model_chaos,
-    "platform-429": platform_429, "duplicates": duplicate_storm, "fuzz": fuzz,
-    "strangers": strangers, "slow-side": slow_side_drill, "markdown": markdown_flood,
+    "crash": crash,
+    "redis-restart": redis_restart,
+    "model-chaos": model_chaos,
+    "platform-429": platform_429,
+    "duplicates": duplicate_storm,
+    "fuzz": fuzz,
+    "strangers": strangers,
+    "slow-side": slow_side_drill,
+    "markdown": markdown_flood,
     "soak": soak,
 }
 COLUMNS = ("drill", "trials", "lost", "dup", "stuck", "worst s", "verdict")
@@ -426,13 +509,17 @@ def format_row(row: Row) -> str:
         return "-" if value is None else str(value)
 
     worst = "-" if row.worst is None else f"{row.worst:.2f}"
-    return (f"{row.drill:<18} {row.trials:>7} {cell(row.lost):>5} {cell(row.duplicated):>5} "
-            f"{cell(row.stuck):>5} {worst:>8}  {row.verdict}")
+    return (
+        f"{row.drill:<18} {row.trials:>7} {cell(row.lost):>5} {cell(row.duplicated):>5} "
+        f"{cell(row.stuck):>5} {worst:>8}  {row.verdict}"
+    )
 
 
 def header() -> str:
-    return (f"{COLUMNS[0]:<18} {COLUMNS[1]:>7} {COLUMNS[2]:>5} {COLUMNS[3]:>5} "
-            f"{COLUMNS[4]:>5} {COLUMNS[5]:>8}  {COLUMNS[6]}")
+    return (
+        f"{COLUMNS[0]:<18} {COLUMNS[1]:>7} {COLUMNS[2]:>5} {COLUMNS[3]:>5} "
+        f"{COLUMNS[4]:>5} {COLUMNS[5]:>8}  {COLUMNS[6]}"
+    )
 
 
 async def run(names: list[str], quick: bool) -> list[Row]:

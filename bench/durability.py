@@ -50,8 +50,10 @@ class Figures:
     def line(self) -> str:
         median = statistics.median(self.latencies) * 1e6
         p99 = percentile(self.latencies, 99) * 1e6
-        return (f"{self.policy:>9}  one at a time: median {median:8.1f} µs  p99 {p99:8.1f} µs"
-                f"   {self.width} in flight: {self.per_second:8.0f} messages/s")
+        return (
+            f"{self.policy:>9}  one at a time: median {median:8.1f} µs  p99 {p99:8.1f} µs"
+            f"   {self.width} in flight: {self.per_second:8.0f} messages/s"
+        )
 
 
 async def measure(policy: str, args: argparse.Namespace) -> Figures:
@@ -116,8 +118,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def amain(args: argparse.Namespace) -> None:
-    print(f"durability: {args.messages} messages per policy through Ingest.receive, "
-          f"embedded redis-server in {file_system(args.dir)}")
+    print(
+        f"durability: {args.messages} messages per policy through Ingest.receive, "
+        f"embedded redis-server in {file_system(args.dir)}"
+    )
     figures = {}
     for policy in FSYNC_POLICIES:
         figures[policy] = await measure(policy, args)
@@ -125,9 +129,11 @@ async def amain(args: argparse.Namespace) -> None:
     always, baseline = figures["always"], figures[BASELINE]
     ratio = statistics.median(always.latencies) / statistics.median(baseline.latencies)
     p99_ratio = percentile(always.latencies, 99) / percentile(baseline.latencies, 99)
-    print(f"always/{BASELINE}: median {ratio:.2f}x, p99 {p99_ratio:.2f}x one at a time; "
-          f"{always.per_second / baseline.per_second:.2f}x the messages/s "
-          f"with {args.in_flight} in flight")
+    print(
+        f"always/{BASELINE}: median {ratio:.2f}x, p99 {p99_ratio:.2f}x one at a time; "
+        f"{always.per_second / baseline.per_second:.2f}x the messages/s "
+        f"with {args.in_flight} in flight"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

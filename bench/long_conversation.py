@@ -64,13 +64,23 @@ def line(number: int) -> str:
 
 
 def inbound(number: int) -> Inbound:
-    address = Address(platform="slack", workspace="T1", channel="C1", thread="1712.1",
-                      reply_to=f"1712.{number}")
-    return Inbound(platform="slack", workspace="T1", channel="C1", thread="1712.1",
-                   message_id=f"1712.{number}", event_id=f"Ev{number}",
-                   speaker=Speaker(id="U1", name="Alice"), text=line(number), is_dm=False,
-                   mentions_bot=True, reply=address,
-                   side_reply=address.model_copy(update={"side": True}))
+    address = Address(
+        platform="slack", workspace="T1", channel="C1", thread="1712.1", reply_to=f"1712.{number}"
+    )
+    return Inbound(
+        platform="slack",
+        workspace="T1",
+        channel="C1",
+        thread="1712.1",
+        message_id=f"1712.{number}",
+        event_id=f"Ev{number}",
+        speaker=Speaker(id="U1", name="Alice"),
+        text=line(number),
+        is_dm=False,
+        mentions_bot=True,
+        reply=address,
+        side_reply=address.model_copy(update={"side": True}),
+    )
 
 
 @asynccontextmanager
@@ -78,9 +88,22 @@ async def redis_server() -> AsyncIterator[str]:
     workdir = tempfile.mkdtemp(prefix="gw-bench-")
     port = free_port()
     process = subprocess.Popen(  # noqa: ASYNC220 (started once, before any timing)
-        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
-         "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            find_redis_server(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            workdir,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     client = aioredis.Redis.from_url(url)
     try:
@@ -100,8 +123,9 @@ async def redis_server() -> AsyncIterator[str]:
         process.wait(timeout=10)
 
 
-async def grow_session(redis: aioredis.Redis, compressor: Compressor, key: str,
-                       entries: int) -> None:
+async def grow_session(
+    redis: aioredis.Redis, compressor: Compressor, key: str, entries: int
+) -> None:
     """Append user/assistant pairs as turns would, compressing after each turn as needed."""
     history, meta = Keys.history(key), Keys.meta(key)
     for number in range(entries // 2):
@@ -114,8 +138,9 @@ async def grow_session(redis: aioredis.Redis, compressor: Compressor, key: str,
         await compressor.after_turn(key, group=True)
 
 
-async def compile_path(sessions: SessionStore, compressor: Compressor, settings: Settings,
-                       key: str) -> tuple[float, int, int]:
+async def compile_path(
+    sessions: SessionStore, compressor: Compressor, settings: Settings, key: str
+) -> tuple[float, int, int]:
     """One turn's work before the model call; (seconds, view entries, tokens)."""
     started = time.perf_counter()
     view = await sessions.view(key)
@@ -153,17 +178,22 @@ async def bench_compile(url: str, llm: FakeLLM, budget: int) -> dict[int, int]:
         for size in sizes:
             _, messages, tokens = runs[size][-1]
             segments = len(await sessions.segments(keys[size]))
-            print(f"compile time at {size:>6,} entries: {times[size] * 1000:6.2f} ms "
-                  f"(median of 50; {messages} messages, {tokens:,} tokens sent, "
-                  f"{segments} segments, budget {budget:,})")
+            print(
+                f"compile time at {size:>6,} entries: {times[size] * 1000:6.2f} ms "
+                f"(median of 50; {messages} messages, {tokens:,} tokens sent, "
+                f"{segments} segments, budget {budget:,})"
+            )
         ratio = times[10_000] / times[100]
-        print(f"compile time 10,000 / 100 entries: {ratio:.2f}x "
-              f"(target: at most 20 ms and at most 2x)")
+        print(
+            f"compile time 10,000 / 100 entries: {ratio:.2f}x "
+            f"(target: at most 20 ms and at most 2x)"
+        )
         # A freshly started worker:
         cold = Compressor(settings, redis, Models.for_settings(settings))
         firsts = [(await compile_path(sessions, cold, settings, keys[size]))[0] for size in sizes]
         shown = ", ".join(
-            f"{size:,}: {t * 1000:.1f} ms" for size, t in zip(sizes, firsts, strict=True))
+            f"{size:,}: {t * 1000:.1f} ms" for size, t in zip(sizes, firsts, strict=True)
+        )
         print(f"first compile in a fresh worker (every view entry counted once): {shown}")
     finally:
         await redis.aclose()
@@ -192,8 +222,10 @@ async def bench_tokens(url: str, llm: FakeLLM, turns: int) -> None:
     full, delta = per_mode["full"], per_mode["delta"]
     for turn in (1, 50, 100, 150, turns):
         if turn <= turns:
-            print(f"tokens sent at turn {turn:>3}: full {full[turn - 1]:>6,}   "
-                  f"delta {delta[turn - 1]:>4,}")
+            print(
+                f"tokens sent at turn {turn:>3}: full {full[turn - 1]:>6,}   "
+                f"delta {delta[turn - 1]:>4,}"
+            )
     print(f"tokens sent over {turns} turns: full {sum(full):,}   delta {sum(delta):,}")
     print(f"delta / full at turn {turns}: {delta[-1] / full[-1]:.1%} (target: at most 10%)")
 
@@ -204,15 +236,21 @@ async def main(budget: int, turns: int) -> None:
     warnings.filterwarnings("ignore", "Pydantic serializer warnings", UserWarning)
     load_litellm()
     with FakeLLM() as llm:
-        llm.set_model_behaviour("openai/compress-model",
-                                reply=lambda body: "- Alice: deploy 2.x failed (certificate); "
-                                "Bob: invoice open, remind Friday; decision: ship to beta.")
+        llm.set_model_behaviour(
+            "openai/compress-model",
+            reply=lambda body: (
+                "- Alice: deploy 2.x failed (certificate); "
+                "Bob: invoice open, remind Friday; decision: ship to beta."
+            ),
+        )
         async with redis_server() as url:
             memories = await bench_compile(url, llm, budget)
             await bench_tokens(url, llm, turns)
             for size in (100, 10_000):
-                print(f"Redis memory per session at {size:>6,} entries: "
-                      f"{memories[size] / 1024:8.1f} KiB")
+                print(
+                    f"Redis memory per session at {size:>6,} entries: "
+                    f"{memories[size] / 1024:8.1f} KiB"
+                )
 
 
 if __name__ == "__main__":

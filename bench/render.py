@@ -55,14 +55,18 @@ class Target:
 def targets() -> list[Target]:
     """The three platforms, measured by their real senders (no network is touched)."""
     slack = SlackSender(web_client("xoxb-bench", "http://127.0.0.1:9/api/"), edit_interval=1.0)
-    telegram = TelegramSender(BotClient.build("1:bench", "http://127.0.0.1:9/bot"),
-                              edit_interval=1.0, group_edit_interval=3.0)
+    telegram = TelegramSender(
+        BotClient.build("1:bench", "http://127.0.0.1:9/bot"),
+        edit_interval=1.0,
+        group_edit_interval=3.0,
+    )
     discord = DiscordSender("bench", edit_interval=1.0)
     return [
         Target("slack", to_mrkdwn, slack.measure, slack.limits(ADDRESS).max_length),
         Target("telegram", markup.render, telegram.measure, telegram.limits(ADDRESS).max_length),
-        Target("discord", discord_render.render, discord.measure,
-               discord.limits(ADDRESS).max_length),
+        Target(
+            "discord", discord_render.render, discord.measure, discord.limits(ADDRESS).max_length
+        ),
     ]
 
 
@@ -78,8 +82,9 @@ def seconds(work: Callable[[], object], repeat: int) -> float:
 
 def timings(target: Target, shape: str, sizes: list[int], repeat: int) -> list[float]:
     """Render plus split of the shape at each size (the text is made before the clock runs)."""
-    return [seconds(partial(render_and_split, target, text_of(shape, size)), repeat)
-            for size in sizes]
+    return [
+        seconds(partial(render_and_split, target, text_of(shape, size)), repeat) for size in sizes
+    ]
 
 
 def render_and_split(target: Target, text: str) -> None:
@@ -102,11 +107,16 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     chosen = [t for t in targets() if t.name in args.platforms.split(",")]
-    print(f"render + split, ms; ratio of {sizes[-1] // 1000}k to {sizes[0] // 1000}k "
-          f"(linear {sizes[-1] / sizes[0]:.0f}, quadratic {(sizes[-1] / sizes[0]) ** 2:.0f}); "
-          "ratio to ordinary Markdown at the largest size")
-    print(f"{'platform':<9} {'shape':<18} " + " ".join(f"{size // 1000:>6}k" for size in sizes)
-          + f" {'growth':>7} {'/ordinary':>9}")
+    print(
+        f"render + split, ms; ratio of {sizes[-1] // 1000}k to {sizes[0] // 1000}k "
+        f"(linear {sizes[-1] / sizes[0]:.0f}, quadratic {(sizes[-1] / sizes[0]) ** 2:.0f}); "
+        "ratio to ordinary Markdown at the largest size"
+    )
+    print(
+        f"{'platform':<9} {'shape':<18} "
+        + " ".join(f"{size // 1000:>6}k" for size in sizes)
+        + f" {'growth':>7} {'/ordinary':>9}"
+    )
     for target in chosen:
         ordinary = timings(target, "ordinary", sizes, args.repeat)
         print(line(target.name, "ordinary", ordinary, ordinary[-1]), flush=True)
@@ -117,8 +127,10 @@ def main() -> None:
 
 def line(platform: str, shape: str, times: list[float], ordinary: float) -> str:
     figures = " ".join(f"{t * 1000:7.1f}" for t in times)
-    return (f"{platform:<9} {shape:<18} {figures} {times[-1] / max(times[0], 1e-6):7.1f} "
-            f"{times[-1] / max(ordinary, 1e-6):9.2f}")
+    return (
+        f"{platform:<9} {shape:<18} {figures} {times[-1] / max(times[0], 1e-6):7.1f} "
+        f"{times[-1] / max(ordinary, 1e-6):9.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -72,9 +72,11 @@ class Round:
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
         rate = self.ok / self.seconds
         cpu = self.server_cpu / max(1, self.ok) * 1000
-        return (f"{self.label:>12}  sent {self.sent:6d}  ok {self.ok:6d}  "
-                f"acked {rate:8.1f}/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  "
-                f"server CPU {cpu:4.1f} ms/event{self.failed()}")
+        return (
+            f"{self.label:>12}  sent {self.sent:6d}  ok {self.ok:6d}  "
+            f"acked {rate:8.1f}/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  "
+            f"server CPU {cpu:4.1f} ms/event{self.failed()}"
+        )
 
     def failed(self) -> str:
         if not self.failures:
@@ -88,8 +90,9 @@ def signed_event(user: str) -> tuple[bytes, dict[str, str]]:
     return body, signed_headers(body)
 
 
-async def fire(session: aiohttp.ClientSession, url: str, latencies: list[float],
-               failures: list[int]) -> None:
+async def fire(
+    session: aiohttp.ClientSession, url: str, latencies: list[float], failures: list[int]
+) -> None:
     body, headers = signed_event(USERS[len(latencies) % len(USERS)])
     started = time.perf_counter()
     try:
@@ -145,9 +148,22 @@ def redis_server() -> Iterator[str]:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="bench-redis-")
     process = subprocess.Popen(
-        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
-         "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            find_redis_server(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            workdir,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
@@ -158,12 +174,22 @@ def redis_server() -> Iterator[str]:
 @contextlib.contextmanager
 def gateway_web(redis_url: str, slack: FakeSlack, port: int) -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "SLACK_"))}
-    env.update({"REDIS_URL": redis_url, "PORT": str(port), "HOST": "127.0.0.1",
-                "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-                "SLACK_API_URL": slack.api_url, "GATEWAY_LOG_LEVEL": "WARNING",
-                "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "web"], env=env,
-                               stdin=subprocess.DEVNULL)
+    env.update(
+        {
+            "REDIS_URL": redis_url,
+            "PORT": str(port),
+            "HOST": "127.0.0.1",
+            "SLACK_BOT_TOKEN": BOT_TOKEN,
+            "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "SLACK_API_URL": slack.api_url,
+            "GATEWAY_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "web"], env=env, stdin=subprocess.DEVNULL
+    )
     try:
         yield process
     finally:
@@ -195,8 +221,10 @@ async def run(args: argparse.Namespace) -> None:
             await wait_healthy(port, process)
             url = f"http://127.0.0.1:{port}/slack/events"
             await open_loop(url, 50, 1)  # warm-up: name cache, auth.test, connections
-            print(f"gateway web, signed app_mention events, {os.cpu_count()} CPUs shared "
-                  "with the load client")
+            print(
+                f"gateway web, signed app_mention events, {os.cpu_count()} CPUs shared "
+                "with the load client"
+            )
             for rate in rates:
                 before = cpu_seconds(process.pid)
                 result = await open_loop(url, rate, args.seconds)

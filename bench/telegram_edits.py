@@ -31,8 +31,9 @@ PRIVATE = Address(platform="telegram", workspace="123456", channel="42")
 GROUP = Address(platform="telegram", workspace="123456", channel="-1001234")
 
 
-async def stream(sender: TelegramSender, budget: SendBudget, address: Address,
-                 seconds: float, rate: float) -> float:
+async def stream(
+    sender: TelegramSender, budget: SendBudget, address: Address, seconds: float, rate: float
+) -> float:
     async def keep(ids: list[str]) -> None:
         return None
 
@@ -56,10 +57,12 @@ def report(fake: FakeTelegram, name: str, chat_id: int, elapsed: float, interval
     unchanged = [c for c in edits if c.status == 400]
     sends = [c for c in calls if c.method == "sendMessage" and c.status == 200]
     per_minute = 60.0 / elapsed
-    print(f"{name:<8} edit interval {interval:.1f}s  {elapsed:5.1f}s streamed  "
-          f"messages {len(sends)}  edits {len(changed)} ({len(changed) * per_minute:.1f}/min)  "
-          f"not-modified edits {len(unchanged)} ({len(unchanged) * per_minute:.1f}/min)  "
-          f"all calls {len(calls) * per_minute:.1f}/min")
+    print(
+        f"{name:<8} edit interval {interval:.1f}s  {elapsed:5.1f}s streamed  "
+        f"messages {len(sends)}  edits {len(changed)} ({len(changed) * per_minute:.1f}/min)  "
+        f"not-modified edits {len(unchanged)} ({len(unchanged) * per_minute:.1f}/min)  "
+        f"all calls {len(calls) * per_minute:.1f}/min"
+    )
 
 
 async def main(seconds: float, rate: float, private: float, group: float) -> None:
@@ -68,12 +71,16 @@ async def main(seconds: float, rate: float, private: float, group: float) -> Non
     redis = store.connect(embedded.start())
     try:
         async with running() as fake:
-            sender = TelegramSender(BotClient.build(fake.token, fake.base_url),
-                                    edit_interval=private, group_edit_interval=group)
+            sender = TelegramSender(
+                BotClient.build(fake.token, fake.base_url),
+                edit_interval=private,
+                group_edit_interval=group,
+            )
             budget = SendBudget(redis)
             elapsed_private, elapsed_group = await asyncio.gather(
                 stream(sender, budget, PRIVATE, seconds, rate),
-                stream(sender, budget, GROUP, seconds, rate))
+                stream(sender, budget, GROUP, seconds, rate),
+            )
             report(fake, "private", 42, elapsed_private, private)
             report(fake, "group", -1001234, elapsed_group, group)
             await sender.aclose()
@@ -89,5 +96,6 @@ if __name__ == "__main__":
     parser.add_argument("--private-interval", type=float, default=1.0)
     parser.add_argument("--group-interval", type=float, default=3.0)
     args = parser.parse_args()
-    asyncio.run(main(args.seconds, args.tokens_per_second, args.private_interval,
-                     args.group_interval))
+    asyncio.run(
+        main(args.seconds, args.tokens_per_second, args.private_interval, args.group_interval)
+    )

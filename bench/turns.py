@@ -117,8 +117,9 @@ class Run:
     wall: float = 0.0
 
 
-async def users(sessions: int, turns: int, think: float, seed: int, name: str,
-                one_turn: Turn) -> float:
+async def users(
+    sessions: int, turns: int, think: float, seed: int, name: str, one_turn: Turn
+) -> float:
     """Drive `sessions` users through `turns` turns each; the wall time of it all."""
     started = time.monotonic()
 
@@ -134,8 +135,9 @@ async def users(sessions: int, turns: int, think: float, seed: int, name: str,
     return time.monotonic() - started
 
 
-async def gateway_run(settings: Settings, sessions: int, turns: int, think: float, seed: int,
-                      name: str) -> Run:
+async def gateway_run(
+    settings: Settings, sessions: int, turns: int, think: float, seed: int, name: str
+) -> Run:
     redis = connect(settings.redis_url or "")
     await redis.flushdb()
     sender = StampingSender()
@@ -163,8 +165,9 @@ async def gateway_run(settings: Settings, sessions: int, turns: int, think: floa
     return run
 
 
-async def naive_run(settings: Settings, sessions: int, turns: int, think: float, seed: int,
-                    name: str) -> Run:
+async def naive_run(
+    settings: Settings, sessions: int, turns: int, think: float, seed: int, name: str
+) -> Run:
     """The same requests straight through litellm: no Redis, no compiler, no delivery."""
     litellm = load_litellm()
     key = settings.api_key.get_secret_value() if settings.api_key else None
@@ -173,15 +176,23 @@ async def naive_run(settings: Settings, sessions: int, turns: int, think: float,
 
     async def one_turn(index: int, tag: str, text: str) -> None:
         history = histories.setdefault(
-            index, [{"role": "system", "content": settings.system_prompt}])
+            index, [{"role": "system", "content": settings.system_prompt}]
+        )
         history.append({"role": "user", "content": text})
         started = time.monotonic()
         response = await litellm.acompletion(
-            model=settings.model, messages=list(history), stream=True, timeout=60.0,
-            num_retries=0, api_base=settings.api_base, api_key=key,
-            stream_options={"include_usage": True})
-        reply = "".join([chunk.choices[0].delta.content or "" async for chunk in response
-                         if chunk.choices])
+            model=settings.model,
+            messages=list(history),
+            stream=True,
+            timeout=60.0,
+            num_retries=0,
+            api_base=settings.api_base,
+            api_key=key,
+            stream_options={"include_usage": True},
+        )
+        reply = "".join(
+            [chunk.choices[0].delta.content or "" async for chunk in response if chunk.choices]
+        )
         run.turn[tag] = run.model_call[tag] = time.monotonic() - started
         history.append({"role": "assistant", "content": reply})
 
@@ -191,15 +202,23 @@ async def naive_run(settings: Settings, sessions: int, turns: int, think: float,
 
 def at_fake(fake: RemoteFake, model: str) -> dict[str, float]:
     """The fake's own time for each request, by tag."""
-    return {tag_of(r["body"]["messages"]): r["finished_at"] - r["received_at"]
-            for r in fake.requests(model) if r["finished_at"] is not None}
+    return {
+        tag_of(r["body"]["messages"]): r["finished_at"] - r["received_at"]
+        for r in fake.requests(model)
+        if r["finished_at"] is not None
+    }
 
 
 def settings_for(redis_url: str, fake: RemoteFake, model: str, processes: int = 0) -> Settings:
     values: dict[str, Any] = {
-        "_env_file": None, "REDIS_URL": redis_url, "GATEWAY_MODEL": f"openai/{model}",
-        "GATEWAY_API_BASE": fake.api_base, "GATEWAY_API_KEY": "sk-bench",
-        "GATEWAY_MODEL_RETRIES": 0, "GATEWAY_MODEL_PROCESSES": processes}
+        "_env_file": None,
+        "REDIS_URL": redis_url,
+        "GATEWAY_MODEL": f"openai/{model}",
+        "GATEWAY_API_BASE": fake.api_base,
+        "GATEWAY_API_KEY": "sk-bench",
+        "GATEWAY_MODEL_RETRIES": 0,
+        "GATEWAY_MODEL_PROCESSES": processes,
+    }
     return Settings(**values)
 
 
@@ -221,26 +240,38 @@ def mode(processes: int) -> str:
     return "in-process" if processes == 0 else f"{processes} model process{'es' * (processes > 1)}"
 
 
-async def level(redis_url: str, fake: RemoteFake, model: str, sessions: int, turns: int,
-                think: float, seed: int, modes: list[int]) -> list[Level]:
+async def level(
+    redis_url: str,
+    fake: RemoteFake,
+    model: str,
+    sessions: int,
+    turns: int,
+    think: float,
+    seed: int,
+    modes: list[int],
+) -> list[Level]:
     """The naive loop, then the gateway in each mode, under the same load."""
     name = f"{model}.{sessions}.{think:g}"  # tags stay unique across levels
-    naive = await naive_run(settings_for(redis_url, fake, model), sessions, turns, think, seed,
-                            name)
+    naive = await naive_run(
+        settings_for(redis_url, fake, model), sessions, turns, think, seed, name
+    )
     runs = []
     for processes in modes:
         settings = settings_for(redis_url, fake, model, processes)
-        runs.append(await gateway_run(settings, sessions, turns, think, seed,
-                                      f"{name}.{processes}"))
+        runs.append(
+            await gateway_run(settings, sessions, turns, think, seed, f"{name}.{processes}")
+        )
     fake_times = at_fake(fake, model)
     n_tags = [t for t in naive.turn if t in fake_times]
     n_fake = [naive.turn[t] - fake_times[t] for t in n_tags]
     n_turn = statistics.median(naive.turn[t] for t in n_tags)
     pace = f"think {think:g}s" if think > 0 else "closed"
-    print(f"{model:>6} {pace:>9} {sessions:>4} sessions | naive loop: turn p50 {ms(n_turn)}, "
-          f"over the fake p50 {ms(statistics.median(n_fake))}"
-          + (f", {len(n_tags) / naive.wall:.1f} turns/s" if think == 0 and sessions > 1 else ""),
-          flush=True)
+    print(
+        f"{model:>6} {pace:>9} {sessions:>4} sessions | naive loop: turn p50 {ms(n_turn)}, "
+        f"over the fake p50 {ms(statistics.median(n_fake))}"
+        + (f", {len(n_tags) / naive.wall:.1f} turns/s" if think == 0 and sessions > 1 else ""),
+        flush=True,
+    )
     levels = []
     for processes, gateway in zip(modes, runs, strict=True):
         tags = [t for t in gateway.turn if t in gateway.model_call and t in fake_times]
@@ -250,9 +281,12 @@ async def level(redis_url: str, fake: RemoteFake, model: str, sessions: int, tur
         rates = ""
         if think == 0 and sessions > 1:
             rates = f" | {len(tags) / gateway.wall:6.1f} turns/s"
-        print(f"{'':>27} gateway, {mode(processes):>15}: {len(tags):>4} turns | overhead "
-              f"{p50_p99(overhead)} | over the fake p50 {ms(statistics.median(g_fake))} | "
-              f"turn p50 {ms(g_turn)} ratio {g_turn / n_turn:.3f}{rates}", flush=True)
+        print(
+            f"{'':>27} gateway, {mode(processes):>15}: {len(tags):>4} turns | overhead "
+            f"{p50_p99(overhead)} | over the fake p50 {ms(statistics.median(g_fake))} | "
+            f"turn p50 {ms(g_turn)} ratio {g_turn / n_turn:.3f}{rates}",
+            flush=True,
+        )
         levels.append(Level(model, sessions, think, processes, overhead, g_turn / n_turn))
     return levels
 
@@ -263,27 +297,38 @@ def verdicts(levels: list[Level]) -> None:
         if lv.model == "quick" and lv.sessions == 50 and lv.think > 0:
             p50, p99 = statistics.median(lv.overhead), percentile(lv.overhead, 99)
             met = p50 <= OVERHEAD_P50 and p99 <= OVERHEAD_P99
-            print(f"target overhead p50 <= 3 ms, p99 <= 15 ms at {how}, {mode(lv.processes)}: "
-                  f"{'met' if met else 'missed'} (p50 {p50 * 1000:.2f} ms, p99 "
-                  f"{p99 * 1000:.2f} ms)")
+            print(
+                f"target overhead p50 <= 3 ms, p99 <= 15 ms at {how}, {mode(lv.processes)}: "
+                f"{'met' if met else 'missed'} (p50 {p50 * 1000:.2f} ms, p99 "
+                f"{p99 * 1000:.2f} ms)"
+            )
         if lv.model == "slow" and (lv.think > 0 or lv.sessions == 1):
-            print(f"target turn time <= {SLOW_RATIO} x naive, 300 ms model, {how}, "
-                  f"{mode(lv.processes)}: {'met' if lv.ratio <= SLOW_RATIO else 'missed'} "
-                  f"({lv.ratio:.3f})")
+            print(
+                f"target turn time <= {SLOW_RATIO} x naive, 300 ms model, {how}, "
+                f"{mode(lv.processes)}: {'met' if lv.ratio <= SLOW_RATIO else 'missed'} "
+                f"({lv.ratio:.3f})"
+            )
 
 
 async def amain(args: argparse.Namespace) -> None:
     process, url = start_redis()
-    fake = RemoteFake("--reply", REPLY,
-                      "--model", f"quick={args.quick_ms / 2000},{args.quick_ms / 2000}",
-                      "--model", f"slow={args.slow_ms / 2000},{args.slow_ms / 2000}")
+    fake = RemoteFake(
+        "--reply",
+        REPLY,
+        "--model",
+        f"quick={args.quick_ms / 2000},{args.quick_ms / 2000}",
+        "--model",
+        f"slow={args.slow_ms / 2000},{args.slow_ms / 2000}",
+    )
     try:
         await wait_redis(url)
         warm = settings_for(url, fake, "quick")
         await naive_run(warm, 2, 2, 0.0, 0, "warm")  # litellm's first call builds its clients
-        print(f"quick model: {args.quick_ms:g} ms per reply (first token after half); slow "
-              f"model: {args.slow_ms:g} ms; {args.turns} turns per session (20 at 1 session); "
-              f"users think {args.think:g}s on average between a reply and their next message")
+        print(
+            f"quick model: {args.quick_ms:g} ms per reply (first token after half); slow "
+            f"model: {args.slow_ms:g} ms; {args.turns} turns per session (20 at 1 session); "
+            f"users think {args.think:g}s on average between a reply and their next message"
+        )
         modes = [int(n) for n in args.modes.split(",")]
         levels: list[Level] = []
         for model in ("quick", "slow"):
@@ -310,8 +355,9 @@ def main() -> None:
     parser.add_argument("--quick-ms", type=float, default=20.0)
     parser.add_argument("--slow-ms", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--modes", default="0,1",
-                        help="model processes per gateway run: 0 is litellm in the worker")
+    parser.add_argument(
+        "--modes", default="0,1", help="model processes per gateway run: 0 is litellm in the worker"
+    )
     warnings.filterwarnings("ignore", module="pydantic")  # litellm's own schema warnings
     asyncio.run(amain(parser.parse_args()))
 

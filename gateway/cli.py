@@ -70,9 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("key", nargs="?")
     sessions.add_argument("--json", action="store_true")
     sessions.add_argument(
-        "--older-than", type=_days, default=None, metavar="DAYS",
+        "--older-than",
+        type=_days,
+        default=None,
+        metavar="DAYS",
         help="prune: remove sessions idle for more than DAYS "
-             "(default: GATEWAY_SESSION_RETENTION_DAYS)",
+        "(default: GATEWAY_SESSION_RETENTION_DAYS)",
     )
     sessions.set_defaults(handler=cmd_sessions)
     return parser
@@ -144,7 +147,11 @@ async def _serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
             yield  # our own handlers set `stop`; uvicorn must not take them over
 
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
         lifespan="on",
     )
     server = Server(config)
@@ -207,8 +214,9 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             app = create_app(redis, ingest, http, sorted(senders))
             tasks.append(_task(_serve_web(settings, app, stop)))
         # What only brings work in (connections, the console) just closes on a stop.
-        readers = [_task(_hold_connection(p, ingest, redis))
-                   for p in platforms if not p.uses_http()]
+        readers = [
+            _task(_hold_connection(p, ingest, redis)) for p in platforms if not p.uses_http()
+        ]
         if use_console:
             readers.append(_task(_console(ingest, worker.ready, stop)))
         try:

@@ -379,7 +379,6 @@ class Compressor:
         task.add_done_callback(done)
 
 
-
 def summary_request(
     previous: dict[str, Any] | None, entries: Sequence[Entry], budget: int = 48_000
 ) -> list[dict[str, str]]:

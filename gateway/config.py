@@ -98,9 +98,7 @@ class Settings(BaseSettings):
 
     # Unset: sessions are kept for good. Removing conversations cannot be undone,
     # so it is the operator's choice, never a default.
-    session_retention_days: int | None = Field(
-        default=None, alias="GATEWAY_SESSION_RETENTION_DAYS"
-    )
+    session_retention_days: int | None = Field(default=None, alias="GATEWAY_SESSION_RETENTION_DAYS")
 
     @field_validator("log_level")
     @classmethod

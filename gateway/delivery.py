@@ -169,7 +169,7 @@ class _Cutter:
         the lines before it, so the text past `position` need not be read)."""
         if position > self.fenced_to:
             self.fenced_to = max(position, 2 * self.fenced_to)
-            self.fences = _fence_states(self.text[:self.fenced_to])
+            self.fences = _fence_states(self.text[: self.fenced_to])
         return self.fences
 
 
@@ -211,6 +211,7 @@ def _fence_states(text: str) -> list[str | None]:
 
 
 # --- the shared send budget ------------------------------------------------------------------
+
 
 class SendBudget:
     """Per-chat pacing shared by every worker: one Redis key per chat, its next free time."""

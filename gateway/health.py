@@ -46,8 +46,11 @@ class Health:
             async with asyncio.timeout(REPORT_TIMEOUT):
                 await self.redis.hset(Keys.HEALTH, self.component, body)
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("health of %s not reported: Redis does not answer (%s)",
-                        self.component, type(exc).__name__)
+            log.warning(
+                "health of %s not reported: Redis does not answer (%s)",
+                self.component,
+                type(exc).__name__,
+            )
 
 
 async def read_all(redis: Redis, now: float | None = None) -> dict[str, dict[str, Any]]:

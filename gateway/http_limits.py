@@ -77,11 +77,23 @@ class BodyLimit:
         bad_length = declared is None
         status = 400 if bad_length else 413
         reason = b"bad content-length" if bad_length else b"request body too large"
-        log.warning("%s %s refused with %d: %s", scope.get("method"), scope.get("path"),
-                    status, reason.decode())
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                (b"connection", b"close")]})
+        log.warning(
+            "%s %s refused with %d: %s",
+            scope.get("method"),
+            scope.get("path"),
+            status,
+            reason.decode(),
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": reason})
 
 
@@ -141,8 +153,7 @@ def _depth_over(value: Any, max_depth: int) -> bool:
         if depth > max_depth:
             return True
         children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children
-                     if isinstance(child, (dict, list)))
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
 
 

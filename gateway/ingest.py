@@ -47,8 +47,9 @@ def clean_text(text: str) -> str:
 class Ingest:
     """Turns a normalized message into session state and jobs."""
 
-    def __init__(self, settings: Settings, redis: Redis,
-                 streams: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, redis: Redis, streams: Mapping[str, str] | None = None
+    ) -> None:
         self.settings = settings
         self.redis = redis
         self.sessions = SessionStore(redis, streams)

@@ -58,7 +58,11 @@ class Job:
 
     @classmethod
     def from_fields(
-        cls, stream: str, job_id: str, fields: dict[str, str], fresh: bool = False,
+        cls,
+        stream: str,
+        job_id: str,
+        fields: dict[str, str],
+        fresh: bool = False,
         deliveries: int = 1,
     ) -> Job:
         payload = json.loads(fields["payload"]) if fields.get("payload") else {}
@@ -83,8 +87,13 @@ def consumer_name() -> str:
 class JobQueue:
     """Reading, reclaiming, touching and completing jobs for one worker (one consumer)."""
 
-    def __init__(self, redis: Redis, platforms: Sequence[str], consumer: str | None = None,
-                 streams: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        platforms: Sequence[str],
+        consumer: str | None = None,
+        streams: Mapping[str, str] | None = None,
+    ) -> None:
         self.redis = redis
         routes = streams or {}
         self.streams = [routes.get(p) or Keys.jobs(p) for p in platforms]
@@ -147,11 +156,18 @@ class JobQueue:
             if len(jobs) >= count:
                 break
             rows: Any = await self.redis.xpending_range(
-                stream, GROUP, min="-", max="+", count=count + len(running),
+                stream,
+                GROUP,
+                min="-",
+                max="+",
+                count=count + len(running),
                 consumername=self.consumer,
             )
-            wanted = {str(row["message_id"]): int(row["times_delivered"]) for row in rows
-                      if str(row["message_id"]) not in running}
+            wanted = {
+                str(row["message_id"]): int(row["times_delivered"])
+                for row in rows
+                if str(row["message_id"]) not in running
+            }
             ids: list[Any] = list(wanted)[: count - len(jobs)]
             if not ids:
                 continue
@@ -162,8 +178,9 @@ class JobQueue:
                 if not fields:  # deleted after delivery: nothing left to run
                     await self.redis.xack(stream, GROUP, job_id)
                 else:
-                    jobs.append(Job.from_fields(stream, job_id, fields,
-                                                deliveries=wanted[job_id] + 1))
+                    jobs.append(
+                        Job.from_fields(stream, job_id, fields, deliveries=wanted[job_id] + 1)
+                    )
         return jobs
 
     async def reclaim(self, min_idle: float, count: int) -> list[Job]:
@@ -184,8 +201,11 @@ class JobQueue:
         jobs: list[Job] = []
         for job_id, fields in result[1]:
             if fields:
-                jobs.append(Job.from_fields(stream, job_id, fields,
-                                            deliveries=await self._deliveries(stream, job_id)))
+                jobs.append(
+                    Job.from_fields(
+                        stream, job_id, fields, deliveries=await self._deliveries(stream, job_id)
+                    )
+                )
             else:  # trimmed away: nothing left to run
                 await self.redis.xack(stream, GROUP, job_id)
         return jobs

@@ -52,8 +52,9 @@ class Lease:
     async def renew(self) -> bool:
         """Extend the TTL; False (and `lost` set) when another owner holds the key or it expired."""
         held = bool(
-            await self._renew(keys={"lease": self.key},
-                              args={"token": self.token, "ttl_ms": self.ttl_ms})
+            await self._renew(
+                keys={"lease": self.key}, args={"token": self.token, "ttl_ms": self.ttl_ms}
+            )
         )
         if not held:
             self.lost.set()

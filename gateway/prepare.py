@@ -89,8 +89,12 @@ class Preparer:
         return self.compile(context, view)
 
     def _shape(self, prepared: PreparedTurn) -> RequestShape:
-        return RequestShape(self.settings.system_prompt, prepared.view, prepared.context.group,
-                            prepared.request.reminder)
+        return RequestShape(
+            self.settings.system_prompt,
+            prepared.view,
+            prepared.context.group,
+            prepared.request.reminder,
+        )
 
 
 def _target(user: Entry, address: Address) -> ReplyTarget:

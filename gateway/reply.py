@@ -26,8 +26,14 @@ class Replies:
         self.sessions, self.budget, self.metrics = sessions, budget, metrics
 
     def open(
-        self, key: str, token: str, claim: Claim, sender: Sender, address: Address,
-        user_entry_id: str, may_post: Callable[[], Awaitable[bool]] | None = None,
+        self,
+        key: str,
+        token: str,
+        claim: Claim,
+        sender: Sender,
+        address: Address,
+        user_entry_id: str,
+        may_post: Callable[[], Awaitable[bool]] | None = None,
     ) -> ReplyStream:
         """A started stream that stores its message ids (and the user entry they answer)
         and its live text under the lease."""

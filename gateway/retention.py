@@ -78,19 +78,26 @@ class Retention:
                     removed += 1
                 else:
                     kept += 1
-        log.info("pruning idle sessions: %d removed, %d kept (busy or active again) in %.2fs",
-                 removed, kept, time.monotonic() - started)
+        log.info(
+            "pruning idle sessions: %d removed, %d kept (busy or active again) in %.2fs",
+            removed,
+            kept,
+            time.monotonic() - started,
+        )
         return PruneResult(removed, kept)
 
-    async def idle_sessions(self, cutoff: float, *, offset: int = 0,
-                            count: int = BATCH) -> list[str]:
+    async def idle_sessions(
+        self, cutoff: float, *, offset: int = 0, count: int = BATCH
+    ) -> list[str]:
         """Sessions whose last activity is at or before `cutoff`, the oldest first."""
-        found = await self.redis.zrangebyscore(Keys.SESSIONS, "-inf", cutoff,
-                                               start=offset, num=count)
+        found = await self.redis.zrangebyscore(
+            Keys.SESSIONS, "-inf", cutoff, start=offset, num=count
+        )
         return [str(key) for key in found]
 
-    async def prune_session(self, session_key: str, cutoff: float,
-                            channel_key: str | None = None) -> bool:
+    async def prune_session(
+        self, session_key: str, cutoff: float, channel_key: str | None = None
+    ) -> bool:
         """Remove one session if it is still idle since `cutoff` and nothing is owed."""
         channel = channel_key or channel_of(session_key)
         keys = {
@@ -110,8 +117,10 @@ class Retention:
             for key in session_keys:
                 pipe.hget(Keys.meta(key), "channel")
             recorded = await pipe.execute()
-        return [(key, str(channel or channel_of(key)))
-                for key, channel in zip(session_keys, recorded, strict=True)]
+        return [
+            (key, str(channel or channel_of(key)))
+            for key, channel in zip(session_keys, recorded, strict=True)
+        ]
 
     async def prune_if_due(self) -> PruneResult | None:
         """Prune when no worker has in this interval; None when another one has (or does)."""

@@ -29,6 +29,7 @@ Entry = dict[str, Any]
 EARLY_ENTRY_MAX = 64 * 1024  # larger messages are not copied into their job
 LIVE_TTL = 600  # a running reply's text outlives a writer that died by this much at most
 
+
 def new_entry_id() -> str:
     return secrets.token_hex(6)
 
@@ -274,8 +275,14 @@ class SessionStore:
         return Finish(int(await self._finish(keys=keys, args=args, rest=rest)))
 
     async def show_progress(
-        self, session_key: str, token: str, claim: Claim, *, text: str = "",
-        ids: list[str] | None = None, reply_to: str = "",
+        self,
+        session_key: str,
+        token: str,
+        claim: Claim,
+        *,
+        text: str = "",
+        ids: list[str] | None = None,
+        reply_to: str = "",
     ) -> bool:
         """Write a running turn's text so far (for /btw) or its messages' platform ids
         (for a re-run), only while `token` holds the lease in the claim's epoch.
@@ -294,8 +301,9 @@ class SessionStore:
             "turn_id": claim.turn_id,
             "live_text": text,
             "live_ttl_s": LIVE_TTL,
-            "reply_ids": (json.dumps({"to": reply_to, "ids": ids} if reply_to else ids)
-                          if ids else ""),
+            "reply_ids": (
+                json.dumps({"to": reply_to, "ids": ids} if reply_to else ids) if ids else ""
+            ),
         }
         return bool(await self._reply_state(keys=keys, args=args))
 

@@ -57,8 +57,11 @@ class Shutdown:
         self.signals += 1
         if self.signals == 1:
             self.requested.set()
-            wait = (f"replies being written get {self.grace:g} s to finish; "
-                    if self.grace is not None else "")
+            wait = (
+                f"replies being written get {self.grace:g} s to finish; "
+                if self.grace is not None
+                else ""
+            )
             log.warning("stopping: %sCtrl-C again stops at once", wait)
         elif self.signals == 2:
             log.warning("stopping at once")

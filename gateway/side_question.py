@@ -36,8 +36,10 @@ still being written is incomplete.
 def build_side_messages(transcript: str, question: str) -> list[dict[str, str]]:
     """The messages of the one-shot side call: the instructions, then the snapshot and question."""
     user_part = f"{TRANSCRIPT_OPEN}\n{transcript}\n{TRANSCRIPT_CLOSE}\n\nSide question: {question}"
-    return [{"role": "system", "content": SIDE_SYSTEM_PROMPT},
-            {"role": "user", "content": user_part}]
+    return [
+        {"role": "system", "content": SIDE_SYSTEM_PROMPT},
+        {"role": "user", "content": user_part},
+    ]
 
 
 def answer_marker(question: str) -> str:

@@ -147,7 +147,6 @@ class Keys:
         return f"{PREFIX}:user:{platform}:{user_id}"
 
 
-
 def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
     """An asyncio client that retries dropped connections with backoff.
 
@@ -221,8 +220,9 @@ class ServerRecord:
     socket: Path
 
     def dump(self) -> str:
-        return json.dumps({"owner": self.owner_pid, "server": self.server_pid,
-                           "socket": str(self.socket)})
+        return json.dumps(
+            {"owner": self.owner_pid, "server": self.server_pid, "socket": str(self.socket)}
+        )
 
     @classmethod
     def parse(cls, text: str) -> ServerRecord | None:
@@ -347,8 +347,11 @@ class EmbeddedRedis:
         assert self._process is not None and self.socket_path is not None
         while not self.socket_path.exists():
             if self._process.poll() is not None:
-                err = self._process.stderr.read().decode(errors="replace") if (
-                    self._process.stderr) else ""
+                err = (
+                    self._process.stderr.read().decode(errors="replace")
+                    if (self._process.stderr)
+                    else ""
+                )
                 self.stop()
                 raise StoreUnavailable(
                     f"embedded redis-server exited: {err.strip() or self._log_tail()}"
@@ -441,8 +444,9 @@ def _stop_left_server(record: ServerRecord | None, timeout: float = 10.0) -> Non
     client = sync_redis.Redis(unix_socket_path=str(record.socket), socket_timeout=timeout)
     try:
         client.shutdown()
-        log.warning("stopped the embedded Redis (pid %d) a crashed gateway left running",
-                    record.server_pid)
+        log.warning(
+            "stopped the embedded Redis (pid %d) a crashed gateway left running", record.server_pid
+        )
     except (sync_redis.ConnectionError, sync_redis.TimeoutError):
         pass  # nothing answers there: it is gone already
     finally:

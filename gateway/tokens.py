@@ -26,6 +26,7 @@ DEFAULT_BUDGET = 16_000  # tokens, for a model litellm has no window for
 WINDOW_SHARE = 0.6  # of the model's input window, when GATEWAY_TOKEN_BUDGET is unset
 FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
 
+
 def token_budget(settings: Settings, models: Models) -> int:
     """GATEWAY_TOKEN_BUDGET, else 60% of the model's input window, else DEFAULT_BUDGET."""
     if settings.token_budget:

@@ -54,10 +54,16 @@ def render_transcript(
     cut to at most half the budget, so it never crowds out the newest messages.
     """
     blocks = _render_entries(entries or (), message_cap)
-    live = _clip(f"ASSISTANT (still writing, in progress): {_indented(live_reply)}",
-                 message_cap) if live_reply and live_reply.strip() else None
-    earlier = _clip(f"{SUMMARY_LABEL}: {_indented(summary.strip())}",
-                    int(budget * SUMMARY_SHARE)) if summary and summary.strip() else None
+    live = (
+        _clip(f"ASSISTANT (still writing, in progress): {_indented(live_reply)}", message_cap)
+        if live_reply and live_reply.strip()
+        else None
+    )
+    earlier = (
+        _clip(f"{SUMMARY_LABEL}: {_indented(summary.strip())}", int(budget * SUMMARY_SHARE))
+        if summary and summary.strip()
+        else None
+    )
     if not blocks and live is None and earlier is None:
         return PLACEHOLDER
     if earlier is None:
@@ -104,8 +110,9 @@ def _render_user(entry: Mapping[object, object], text: str) -> str | None:
     return f"{label}: {_indented(body)}" if body else None
 
 
-def _render_assistant(entry: Mapping[object, object], text: str,
-                      tool_names: dict[str, str]) -> str | None:
+def _render_assistant(
+    entry: Mapping[object, object], text: str, tool_names: dict[str, str]
+) -> str | None:
     lines = [f"ASSISTANT: {_indented(text.strip())}"] if text.strip() else []
     called = _tool_calls(entry.get("tool_calls"), tool_names)
     if called:
@@ -113,8 +120,7 @@ def _render_assistant(entry: Mapping[object, object], text: str,
     return "\n".join(lines) or None
 
 
-def _render_tool(entry: Mapping[object, object], text: str,
-                 tool_names: dict[str, str]) -> str:
+def _render_tool(entry: Mapping[object, object], text: str, tool_names: dict[str, str]) -> str:
     call_id = entry.get("tool_call_id")
     name = tool_names.get(call_id) if isinstance(call_id, str) else None
     if name is None and isinstance(entry.get("name"), str):
@@ -165,8 +171,11 @@ def _attachments(entry: Mapping[object, object]) -> str:
     attachments = entry.get("attachments")
     if not isinstance(attachments, list):
         return ""
-    labels = [str(item.get("name") or item.get("kind") or "file")
-              for item in attachments if isinstance(item, Mapping)]
+    labels = [
+        str(item.get("name") or item.get("kind") or "file")
+        for item in attachments
+        if isinstance(item, Mapping)
+    ]
     return f"[attached: {', '.join(labels)}]" if labels else ""
 
 

@@ -170,7 +170,12 @@ class TurnRunner:
         context = self.preparer.context(key, view, user, address, list(claim.injections))
         sender = self.senders[address.platform]
         stream = self.replies.open(
-            key, turn.lease.token, claim, sender, address, str(user.get("id") or ""),
+            key,
+            turn.lease.token,
+            claim,
+            sender,
+            address,
+            str(user.get("id") or ""),
             may_post=turn.lease.renew,  # a new message only while the lease is held
         )
         usage, prepared, chain = Usage(), None, None

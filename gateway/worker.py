@@ -188,8 +188,13 @@ class Worker:
                 log.warning("reclaiming jobs failed: %s", exc)
                 continue
             for job in jobs:
-                log.info("reclaimed %s job %s of %s (delivery %d)",
-                         job.kind, job.id, job.session_key, job.deliveries)
+                log.info(
+                    "reclaimed %s job %s of %s (delivery %d)",
+                    job.kind,
+                    job.id,
+                    job.session_key,
+                    job.deliveries,
+                )
             self._start_all(jobs, taken)
 
     async def _cancel_listener(self) -> None:
@@ -260,15 +265,23 @@ class Worker:
             # Left pending: reclaimed once idle and run again, up to MAX_DELIVERIES.
             log.exception(
                 "%s job %s of %s failed (delivery %d); left for a retry",
-                job.kind, job.id, job.session_key, job.deliveries,
+                job.kind,
+                job.id,
+                job.session_key,
+                job.deliveries,
             )
             with contextlib.suppress(RedisError):
                 await self.metrics.count("errors", f"job_{job.kind}")
 
     async def _give_up(self, job: Job) -> None:
         """A job that failed on every delivery: said once, then done with."""
-        log.error("%s job %s of %s failed %d times; giving up",
-                  job.kind, job.id, job.session_key, job.deliveries - 1)
+        log.error(
+            "%s job %s of %s failed %d times; giving up",
+            job.kind,
+            job.id,
+            job.session_key,
+            job.deliveries - 1,
+        )
         await self.metrics.count("errors", "job_given_up")
         address = await self.turns.give_up(job) if job.kind == "turn" else _address_of(job)
         if address is not None and job.kind != "notice":

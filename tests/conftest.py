@@ -18,6 +18,7 @@ from gateway.store import find_redis_server
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -31,9 +32,23 @@ def redis_server() -> Iterator[str]:
     for _ in range(5):  # a free port can be taken by another process before Redis binds it
         port = free_port()
         process = subprocess.Popen(
-            [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir",
-             str(workdir), "--save", "", "--appendonly", "no", "--databases", "64"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                find_redis_server(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(workdir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--databases",
+                "64",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         if _answers(process, port):
             break

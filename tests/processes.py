@@ -39,21 +39,32 @@ P = TypeVar("P", bound=Processes)
 
 def environment(redis_url: str, llm_api_base: str, port: int, **values: str) -> dict[str, str]:
     """What the processes see: only the settings the test gives (none from the developer)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "DISCORD_"))}
-    env.update({
-        "REDIS_URL": redis_url, "GATEWAY_MODEL": "openai/fake-model",
-        "GATEWAY_API_BASE": llm_api_base, "GATEWAY_API_KEY": "sk-test", "PORT": str(port),
-        "HOST": "127.0.0.1", "GATEWAY_LOG_LEVEL": "INFO", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "PYTHONPATH": str(ROOT),
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "DISCORD_"))
+    }
+    env.update(
+        {
+            "REDIS_URL": redis_url,
+            "GATEWAY_MODEL": "openai/fake-model",
+            "GATEWAY_API_BASE": llm_api_base,
+            "GATEWAY_API_KEY": "sk-test",
+            "PORT": str(port),
+            "HOST": "127.0.0.1",
+            "GATEWAY_LOG_LEVEL": "INFO",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     env.update(values)
     return env
 
 
 @contextlib.asynccontextmanager
-async def gateway(workdir: Path, env: dict[str, str], *commands: str,
-                  kind: type[P] = Processes) -> AsyncIterator[P]:  # type: ignore[assignment]
+async def gateway(
+    workdir: Path, env: dict[str, str], *commands: str, kind: type[P] = Processes
+) -> AsyncIterator[P]:  # type: ignore[assignment]
     """Start `gateway <command>` for each command; SIGTERM them all on exit."""
     processes = kind(port=int(env["PORT"]))
     try:
@@ -73,9 +84,16 @@ def _spawn(processes: Processes, workdir: Path, env: dict[str, str], command: st
     log = workdir / f"gateway-{command}.log"
     processes.logs.append(log)
     with log.open("wb") as sink:
-        processes.running.append(subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", command], env=env, cwd=workdir,
-            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        processes.running.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", command],
+                env=env,
+                cwd=workdir,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        )
 
 
 def _stop_all(running: list[subprocess.Popen[bytes]]) -> None:

@@ -16,8 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "adapters")
-SCRIPTS = ("btw", "drills", "durability", "long_conversation", "render", "slack_ingest",
-           "telegram_edits", "turns")
+SCRIPTS = (
+    "btw",
+    "drills",
+    "durability",
+    "long_conversation",
+    "render",
+    "slack_ingest",
+    "telegram_edits",
+    "turns",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -122,6 +130,9 @@ def test_the_circle_check_sees_a_circle() -> None:
 def test_every_benchmark_starts_as_a_script(script: str) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / f"{script}.py"), "--help"],
-        cwd=ROOT / "bench", capture_output=True, text=True, timeout=60,
+        cwd=ROOT / "bench",
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr[-2000:]

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 THREAD_NAME_LENGTH = 90
 # No message cache (the gateway looks nothing up), no member lists, no pings by default.
 _CLIENT_OPTIONS: dict[str, Any] = {
-    "max_messages": None, "chunk_guilds_at_startup": False,
+    "max_messages": None,
+    "chunk_guilds_at_startup": False,
     "member_cache_flags": discord.MemberCacheFlags.none(),
     "allowed_mentions": discord.AllowedMentions.none(),
 }
@@ -46,8 +47,9 @@ def intents() -> discord.Intents:
     return wanted
 
 
-def btw_command(handler: Callable[[discord.Interaction, str], Awaitable[None]]
-                ) -> app_commands.Command:  # type: ignore[type-arg]
+def btw_command(
+    handler: Callable[[discord.Interaction, str], Awaitable[None]],
+) -> app_commands.Command:  # type: ignore[type-arg]
     """The `/btw question` application command, calling `handler`."""
 
     @app_commands.describe(question="What you want to know about this conversation")
@@ -55,7 +57,8 @@ def btw_command(handler: Callable[[discord.Interaction, str], Awaitable[None]]
         await handler(interaction, question)
 
     return app_commands.Command(
-        name="btw", callback=btw,
+        name="btw",
+        callback=btw,
         description="Ask a side question about this conversation (kept out of its history)",
     )
 
@@ -63,15 +66,27 @@ def btw_command(handler: Callable[[discord.Interaction, str], Awaitable[None]]
 class GatewayClient(discord.AutoShardedClient):
     """One process's shards of the bot, handing every message for the bot to `ingest`."""
 
-    def __init__(self, ingest: Ingest, *, auto_thread: bool, command_guilds: Sequence[int],
-                 shard_count: int | None, shard_ids: Sequence[int] | None,
-                 pin_gateway: bool, on_state: StateListener) -> None:
+    def __init__(
+        self,
+        ingest: Ingest,
+        *,
+        auto_thread: bool,
+        command_guilds: Sequence[int],
+        shard_count: int | None,
+        shard_ids: Sequence[int] | None,
+        pin_gateway: bool,
+        on_state: StateListener,
+    ) -> None:
         # The gateway never joins voice; without this discord.py warns that voice is off.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         quiet_library_logs()
         if shard_ids is not None:  # discord.py takes the list only when there is one
-            super().__init__(intents=intents(), shard_count=shard_count, shard_ids=list(shard_ids),
-                             **_CLIENT_OPTIONS)
+            super().__init__(
+                intents=intents(),
+                shard_count=shard_count,
+                shard_ids=list(shard_ids),
+                **_CLIENT_OPTIONS,
+            )
         else:
             super().__init__(intents=intents(), shard_count=shard_count, **_CLIENT_OPTIONS)
         self.ingest = ingest
@@ -100,8 +115,13 @@ class GatewayClient(discord.AutoShardedClient):
                 await self.tree.sync(guild=guild)
             except discord.HTTPException as exc:
                 where = f"guild {guild.id}" if guild else "globally"
-                log.warning("could not register /btw %s: %s %s (invite the bot with the "
-                            "applications.commands scope)", where, exc.status, exc.text)
+                log.warning(
+                    "could not register /btw %s: %s %s (invite the bot with the "
+                    "applications.commands scope)",
+                    where,
+                    exc.status,
+                    exc.text,
+                )
             else:
                 log.info("registered /btw %s", f"in guild {guild.id}" if guild else "globally")
 
@@ -138,8 +158,10 @@ class GatewayClient(discord.AutoShardedClient):
         if self.user is None:
             return
         role = message.guild.self_role if message.guild else None
-        facts: dict[str, Any] = {"bot_id": str(self.user.id),
-                                 "bot_role_id": str(role.id) if role else None}
+        facts: dict[str, Any] = {
+            "bot_id": str(self.user.id),
+            "bot_role_id": str(role.id) if role else None,
+        }
         payload = payload_of(message)
         in_thread = isinstance(message.channel, discord.Thread)
         inbound = to_inbound(payload, in_thread=in_thread, **facts)
@@ -157,9 +179,13 @@ class GatewayClient(discord.AutoShardedClient):
         stranger gets none: a thread is public and named after their text, so access is
         decided first, and their refusal is answered in the channel.
         """
-        return (self.auto_thread and inbound.mentions_bot and self.ingest.allowed(inbound)
-                and isinstance(message.channel, discord.TextChannel)
-                and not inbound.text.startswith(("/", "!")))
+        return (
+            self.auto_thread
+            and inbound.mentions_bot
+            and self.ingest.allowed(inbound)
+            and isinstance(message.channel, discord.TextChannel)
+            and not inbound.text.startswith(("/", "!"))
+        )
 
     async def _start_thread(self, message: discord.Message, inbound: Inbound) -> str | None:
         name = (inbound.text.splitlines() or [""])[0][:THREAD_NAME_LENGTH].strip()
@@ -174,10 +200,17 @@ class GatewayClient(discord.AutoShardedClient):
         if channel_id in self._no_thread_channels:
             return
         self._no_thread_channels.add(channel_id)
-        why = (f"Discord answered {exc.status} {exc.text}" if not isinstance(exc, discord.Forbidden)
-               else "the bot lacks the Create Public Threads permission there")
-        log.warning("DISCORD_AUTO_THREAD: cannot open a thread in channel %s (%s); "
-                    "replying in the channel instead", channel_id, why)
+        why = (
+            f"Discord answered {exc.status} {exc.text}"
+            if not isinstance(exc, discord.Forbidden)
+            else "the bot lacks the Create Public Threads permission there"
+        )
+        log.warning(
+            "DISCORD_AUTO_THREAD: cannot open a thread in channel %s (%s); "
+            "replying in the channel instead",
+            channel_id,
+            why,
+        )
 
     # the /btw command ----------------------------------------------------
 
@@ -189,11 +222,16 @@ class GatewayClient(discord.AutoShardedClient):
         """
         user = interaction.user
         inbound = interaction_inbound(
-            interaction_id=str(interaction.id), token=interaction.token,
+            interaction_id=str(interaction.id),
+            token=interaction.token,
             channel_id=str(interaction.channel_id),
             guild_id=str(interaction.guild_id) if interaction.guild_id else None,
-            user={"id": str(user.id), "username": user.name, "global_name": user.global_name,
-                  "bot": user.bot},
+            user={
+                "id": str(user.id),
+                "username": user.name,
+                "global_name": user.global_name,
+                "bot": user.bot,
+            },
             question=question,
         )
         if inbound is None:
@@ -201,8 +239,9 @@ class GatewayClient(discord.AutoShardedClient):
         try:
             await interaction.response.defer(thinking=True)
         except discord.HTTPException as exc:
-            log.warning("could not defer /btw interaction %s: %s %s",
-                        interaction.id, exc.status, exc.text)
+            log.warning(
+                "could not defer /btw interaction %s: %s %s", interaction.id, exc.status, exc.text
+            )
             return
         await self._receive(inbound)
 
@@ -210,8 +249,9 @@ class GatewayClient(discord.AutoShardedClient):
         try:
             outcome = await self.ingest.receive(inbound)
         except GatewayError as exc:
-            log.error("could not take message %s in %s: %s", inbound.message_id,
-                      inbound.session_key, exc)
+            log.error(
+                "could not take message %s in %s: %s", inbound.message_id, inbound.session_key, exc
+            )
             return
         log.debug("message %s in %s: %s", inbound.message_id, inbound.session_key, outcome)
 

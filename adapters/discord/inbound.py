@@ -52,28 +52,44 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
         "type": message.type.value,
         "content": message.content,
         "webhook_id": str(message.webhook_id) if message.webhook_id else None,
-        "author": {"id": str(author.id), "username": author.name,
-                   "global_name": author.global_name, "bot": author.bot},
+        "author": {
+            "id": str(author.id),
+            "username": author.name,
+            "global_name": author.global_name,
+            "bot": author.bot,
+        },
         "mentions": [{"id": str(user.id)} for user in message.mentions],
         # discord.py finds role mentions in the content: only a text has any to find.
-        "mention_roles": ([str(role_id) for role_id in message.raw_role_mentions]
-                          if isinstance(message.content, str) else []),
-        "attachments": [{"url": a.url, "filename": a.filename, "content_type": a.content_type}
-                        for a in message.attachments],
+        "mention_roles": (
+            [str(role_id) for role_id in message.raw_role_mentions]
+            if isinstance(message.content, str)
+            else []
+        ),
+        "attachments": [
+            {"url": a.url, "filename": a.filename, "content_type": a.content_type}
+            for a in message.attachments
+        ],
         "referenced_message": None,
     }
     reference = message.reference
     if reference is not None and reference.message_id:
         payload["message_reference"] = {"message_id": str(reference.message_id)}
     if reference is not None and isinstance(reference.resolved, discord.Message):
-        payload["referenced_message"] = {"id": str(reference.resolved.id),
-                                         "author": {"id": str(reference.resolved.author.id)}}
+        payload["referenced_message"] = {
+            "id": str(reference.resolved.id),
+            "author": {"id": str(reference.resolved.author.id)},
+        }
     return payload
 
 
-def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
-               session_channel: str | None = None,
-               bot_role_id: str | None = None) -> Inbound | None:
+def to_inbound(
+    payload: Mapping[str, Any],
+    *,
+    bot_id: str,
+    in_thread: bool,
+    session_channel: str | None = None,
+    bot_role_id: str | None = None,
+) -> Inbound | None:
     """The Inbound for one MESSAGE_CREATE body, or None when it is not for the gateway.
 
     Dropped: the bot's own messages, other bots, webhooks, system messages.
@@ -94,27 +110,43 @@ def to_inbound(payload: Mapping[str, Any], *, bot_id: str, in_thread: bool,
     channel = session_channel or str(payload["channel_id"])
     message_id = str(payload["id"])
     mentions_bot = any(str(user["id"]) == bot_id for user in payload.get("mentions") or ())
-    mentions_bot = mentions_bot or (bot_role_id is not None
-                                    and bot_role_id in (payload.get("mention_roles") or ()))
+    mentions_bot = mentions_bot or (
+        bot_role_id is not None and bot_role_id in (payload.get("mention_roles") or ())
+    )
     referenced = payload.get("referenced_message") or {}
     replies_to_bot = str((referenced.get("author") or {}).get("id", "")) == bot_id
     workspace = str(guild_id) if guild_id else DM_WORKSPACE
     # In a busy channel the answer quotes the question; in a DM or a thread the
     # conversation is already private to it, and a new thread holds only it.
     quote = guild_id is not None and not in_thread and session_channel is None
-    reply = Address(platform=PLATFORM, workspace=workspace, channel=channel,
-                    reply_to=message_id if quote else None)
+    reply = Address(
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel,
+        reply_to=message_id if quote else None,
+    )
     return Inbound(
-        platform=PLATFORM, workspace=workspace, channel=channel, message_id=message_id,
-        event_id=message_id, speaker=_speaker(author),
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel,
+        message_id=message_id,
+        event_id=message_id,
+        speaker=_speaker(author),
         text=strip_mention(payload["content"], bot_id, bot_role_id),
-        is_dm=guild_id is None, mentions_bot=mentions_bot, replies_to_bot=replies_to_bot,
+        is_dm=guild_id is None,
+        mentions_bot=mentions_bot,
+        replies_to_bot=replies_to_bot,
         reply_to=_reference_id(payload),
         follows_thread=in_thread or session_channel is not None,
         attachments=_attachments(payload.get("attachments") or ()),
         reply=reply,
-        side_reply=Address(platform=PLATFORM, workspace=workspace, channel=channel,
-                           reply_to=None if session_channel else message_id, side=True),
+        side_reply=Address(
+            platform=PLATFORM,
+            workspace=workspace,
+            channel=channel,
+            reply_to=None if session_channel else message_id,
+            side=True,
+        ),
     )
 
 
@@ -123,9 +155,11 @@ def message_fields(payload: Mapping[str, Any], session_channel: str | None) -> l
     author = payload.get("author") or {}
     reference = payload.get("message_reference") or {}
     referenced = payload.get("referenced_message") or {}
-    shape: list[Field] = [("author", author, is_mapping),
-                          ("message_reference", reference, is_mapping),
-                          ("referenced_message", referenced, is_mapping)]
+    shape: list[Field] = [
+        ("author", author, is_mapping),
+        ("message_reference", reference, is_mapping),
+        ("referenced_message", referenced, is_mapping),
+    ]
     if first_invalid(shape) is not None:
         return shape
     return [
@@ -140,9 +174,15 @@ def message_fields(payload: Mapping[str, Any], session_channel: str | None) -> l
     ]
 
 
-def interaction_inbound(*, interaction_id: str, token: str, channel_id: str,
-                        guild_id: str | None, user: Mapping[str, Any],
-                        question: str) -> Inbound | None:
+def interaction_inbound(
+    *,
+    interaction_id: str,
+    token: str,
+    channel_id: str,
+    guild_id: str | None,
+    user: Mapping[str, Any],
+    question: str,
+) -> Inbound | None:
     """The Inbound for the `/btw` application command; None when its ids are malformed.
 
     The text is `/btw <question>` so the core parses it like the typed form;
@@ -150,18 +190,28 @@ def interaction_inbound(*, interaction_id: str, token: str, channel_id: str,
     interaction's follow-up, which carries `token` and replaces the deferral.
     """
     fields: list[Field] = [
-        ("id", interaction_id, snowflake), ("channel_id", channel_id, snowflake),
-        ("guild_id", guild_id, optional(snowflake)), ("user.id", user.get("id"), snowflake),
-        ("token", token, is_text), ("question", question, is_text),
+        ("id", interaction_id, snowflake),
+        ("channel_id", channel_id, snowflake),
+        ("guild_id", guild_id, optional(snowflake)),
+        ("user.id", user.get("id"), snowflake),
+        ("token", token, is_text),
+        ("question", question, is_text),
     ]
     if invalid(PLATFORM, fields):
         return None
     workspace = guild_id or DM_WORKSPACE
     address = Address(platform=PLATFORM, workspace=workspace, channel=channel_id, token=token)
     return Inbound(
-        platform=PLATFORM, workspace=workspace, channel=channel_id, message_id=interaction_id,
-        event_id=interaction_id, speaker=_speaker(user), text=f"/btw {question}".strip(),
-        is_dm=guild_id is None, mentions_bot=True, reply=address,
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel_id,
+        message_id=interaction_id,
+        event_id=interaction_id,
+        speaker=_speaker(user),
+        text=f"/btw {question}".strip(),
+        is_dm=guild_id is None,
+        mentions_bot=True,
+        reply=address,
         side_reply=address.model_copy(update={"side": True}),
     )
 
@@ -187,6 +237,7 @@ def _speaker(author: Mapping[str, Any]) -> Speaker:
 
 
 def _attachments(raw: Any) -> tuple[Attachment, ...]:
-    return tuple(attachment(url=a.get("url"), name=a.get("filename"),
-                            mime_type=a.get("content_type"))
-                 for a in raw)
+    return tuple(
+        attachment(url=a.get("url"), name=a.get("filename"), mime_type=a.get("content_type"))
+        for a in raw
+    )

@@ -55,8 +55,9 @@ class DiscordPlatform(Platform):
 
     def sender(self) -> DiscordSender:
         if self._sender is None:
-            self._sender = DiscordSender(self._token(),
-                                         edit_interval=self.settings.discord_edit_interval)
+            self._sender = DiscordSender(
+                self._token(), edit_interval=self.settings.discord_edit_interval
+            )
         return self._sender
 
     async def shutdown(self) -> None:
@@ -79,10 +80,13 @@ class DiscordPlatform(Platform):
             await health.report(up, detail)
 
         client = GatewayClient(
-            ingest, auto_thread=self.settings.discord_auto_thread,
+            ingest,
+            auto_thread=self.settings.discord_auto_thread,
             command_guilds=command_guilds(self.settings.discord_command_guilds),
-            shard_count=count, shard_ids=ids,
-            pin_gateway=self.settings.discord_gateway_url is not None, on_state=report,
+            shard_count=count,
+            shard_ids=ids,
+            pin_gateway=self.settings.discord_gateway_url is not None,
+            on_state=report,
         )
         renewing = asyncio.create_task(_renew(report))
         try:
@@ -157,8 +161,9 @@ def shard_plan(count: int | None, ids: str | None) -> tuple[int | None, list[int
     except ValueError:
         raise ConfigError("DISCORD_SHARD_IDS must be shard numbers like 0,1 or 0-3") from None
     if not chosen or chosen[-1] >= count or chosen[0] < 0:
-        raise ConfigError(f"DISCORD_SHARD_IDS must lie between 0 and {count - 1} "
-                          "(DISCORD_SHARD_COUNT - 1)")
+        raise ConfigError(
+            f"DISCORD_SHARD_IDS must lie between 0 and {count - 1} (DISCORD_SHARD_COUNT - 1)"
+        )
     return count, chosen
 
 

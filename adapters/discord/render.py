@@ -64,10 +64,10 @@ def _links(line: str) -> str:
     link, span = links.search(0), code.search(0)
     while link is not None:
         if span is not None and span.start() < link.start():
-            out.append(line[pos:span.end()])
+            out.append(line[pos : span.end()])
             pos = span.end()
         else:
-            out.append(line[pos:link.start()])
+            out.append(line[pos : link.start()])
             out.append(_link(link))
             pos = link.end()
         # Searches only move forward, as the finders require.

@@ -64,8 +64,11 @@ class DiscordSender:
         self._login_lock = asyncio.Lock()
 
     def limits(self, address: Address) -> Limits:
-        return Limits(max_length=MAX_LENGTH, edit_interval=self._edit_interval,
-                      typing_interval=TYPING_INTERVAL)
+        return Limits(
+            max_length=MAX_LENGTH,
+            edit_interval=self._edit_interval,
+            typing_interval=TYPING_INTERVAL,
+        )
 
     def measure(self, markdown: str) -> int:
         return len(render(markdown))
@@ -79,7 +82,8 @@ class DiscordSender:
             return str(sent.id)
         http = await self.client()
         params = handle_message_parameters(
-            content=content, allowed_mentions=_mentions(address.reply_to is not None),
+            content=content,
+            allowed_mentions=_mentions(address.reply_to is not None),
             message_reference=_reference(address),
         )
         message: dict[str, Any] = await _call(http.send_message(address.channel, params=params))
@@ -89,12 +93,16 @@ class DiscordSender:
         content = render(markdown)
         if address.token:
             webhook = await self._webhook(address.token)
-            await _call(webhook.edit_message(int(message_id), content=content,
-                                             allowed_mentions=_mentions(False)))
+            await _call(
+                webhook.edit_message(
+                    int(message_id), content=content, allowed_mentions=_mentions(False)
+                )
+            )
             return
         http = await self.client()
         params = handle_message_parameters(
-            content=content, allowed_mentions=_mentions(address.reply_to is not None))
+            content=content, allowed_mentions=_mentions(address.reply_to is not None)
+        )
         await _call(http.edit_message(address.channel, message_id, params=params))
 
     async def thinking(self, address: Address, on: bool) -> None:
@@ -109,8 +117,9 @@ class DiscordSender:
         """The logged-in HTTP client (one `GET /users/@me` the first time)."""
         async with self._login_lock:
             if self._http is None:
-                http = HTTPClient(asyncio.get_running_loop(),
-                                  max_ratelimit_timeout=MAX_LIBRARY_WAIT)
+                http = HTTPClient(
+                    asyncio.get_running_loop(), max_ratelimit_timeout=MAX_LIBRARY_WAIT
+                )
                 try:
                     self.bot_user = dict(await _call(http.static_login(self._token)))
                 except PlatformError:
@@ -151,8 +160,11 @@ def _reference(address: Address) -> Any:
     if address.reply_to is None:
         return discord.utils.MISSING
     # fail_if_not_exists=False: a question deleted meanwhile still gets its answer.
-    return {"message_id": address.reply_to, "channel_id": address.channel,
-            "fail_if_not_exists": False}
+    return {
+        "message_id": address.reply_to,
+        "channel_id": address.channel,
+        "fail_if_not_exists": False,
+    }
 
 
 async def _call(awaitable: Any) -> Any:

@@ -57,8 +57,15 @@ class Timing:
 class SocketSupervisor:
     """Runs one Socket Mode connection for `app` until cancelled."""
 
-    def __init__(self, app: AsyncApp, app_token: str, health: Health, *,
-                 timing: Timing | None = None, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        app: AsyncApp,
+        app_token: str,
+        health: Health,
+        *,
+        timing: Timing | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
         self.app = app
         self.app_token = app_token
         self.health = health
@@ -105,8 +112,9 @@ class SocketSupervisor:
             log.debug("could not report the stop: %s", type(exc).__name__)
 
     def _handler(self) -> AsyncSocketModeHandler:
-        handler = AsyncSocketModeHandler(self.app, self.app_token,
-                                         ping_interval=self.timing.ping_interval)
+        handler = AsyncSocketModeHandler(
+            self.app, self.app_token, ping_interval=self.timing.ping_interval
+        )
         # The supervisor reconnects (with backoff, visible in health); the SDK's own
         # fixed-interval reconnect would fight it.
         handler.client.default_auto_reconnect_enabled = False

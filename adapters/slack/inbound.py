@@ -116,7 +116,9 @@ def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> 
     workspace = installation_team(body, bot)
     session_thread = thread_ts if is_dm else (thread_ts or ts)
     return Inbound(
-        platform=PLATFORM, workspace=workspace, channel=channel,
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel,
         thread=session_thread,
         message_id=ts,
         event_id=str(body.get("event_id") or f"{channel}:{ts}"),
@@ -134,10 +136,15 @@ def to_inbound(body: Mapping[str, Any], bot: BotIdentity, speaker_name: str) -> 
 def event_fields(body: Mapping[str, Any]) -> list[Field]:
     """The ids and texts of a message event that the conversion reads, with their checks."""
     event, authorizations = body.get("event"), body.get("authorizations")
-    shape: list[Field] = [("event", event, optional(is_mapping)),
-                          ("authorizations", authorizations, optional(_authorization_list))]
-    if (first_invalid(shape) is not None or not isinstance(event, Mapping)
-            or event.get("type") not in MESSAGE_EVENTS):
+    shape: list[Field] = [
+        ("event", event, optional(is_mapping)),
+        ("authorizations", authorizations, optional(_authorization_list)),
+    ]
+    if (
+        first_invalid(shape) is not None
+        or not isinstance(event, Mapping)
+        or event.get("type") not in MESSAGE_EVENTS
+    ):
         return shape  # malformed, or not a message event: `wanted` drops those as they are
     authorization = _authorization(body)
     return [
@@ -173,8 +180,9 @@ def command_fields(command: Mapping[str, Any]) -> list[Field]:
     ]
 
 
-def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,
-                speaker_name: str) -> Inbound:
+def btw_inbound(
+    command: Mapping[str, Any], session_key: str, quote_ts: str, speaker_name: str
+) -> Inbound:
     """The native `/btw` slash command, aimed at the channel's latest session.
 
     `session_key` is that session (so the core snapshots it); the answer goes
@@ -187,12 +195,17 @@ def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,
     # the installation's.
     invoker = {command.get("team_id"), command.get("enterprise_id")}
     return Inbound(
-        platform=PLATFORM, workspace=workspace, channel=channel,
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel,
         thread=thread,
         message_id=quote_ts,
         event_id=str(command.get("trigger_id") or f"btw:{channel}:{quote_ts}"),
-        speaker=Speaker(id=str(command["user_id"]), name=speaker_name,
-                        external=session_workspace(session_key) not in invoker),
+        speaker=Speaker(
+            id=str(command["user_id"]),
+            name=speaker_name,
+            external=session_workspace(session_key) not in invoker,
+        ),
         text=f"/btw {(command.get('text') or '').strip()}",
         is_dm=channel.startswith("D") or command.get("channel_name") == "directmessage",
         mentions_bot=True,
@@ -201,10 +214,22 @@ def btw_inbound(command: Mapping[str, Any], session_key: str, quote_ts: str,
     )
 
 
-def _address(workspace: str, channel: str, thread: str | None, *, reply_to: str | None = None,
-             side: bool = False) -> Address:
-    return Address(platform=PLATFORM, workspace=workspace, channel=channel, thread=thread,
-                   reply_to=reply_to, side=side)
+def _address(
+    workspace: str,
+    channel: str,
+    thread: str | None,
+    *,
+    reply_to: str | None = None,
+    side: bool = False,
+) -> Address:
+    return Address(
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel,
+        thread=thread,
+        reply_to=reply_to,
+        side=side,
+    )
 
 
 def session_thread(session_key: str) -> str | None:
@@ -264,6 +289,8 @@ def _is_dm(event: Mapping[str, Any]) -> bool:
 
 def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
     files = event.get("files") or ()
-    return tuple(attachment(url=f.get("url_private"), name=f.get("name"),
-                            mime_type=f.get("mimetype"))
-                 for f in files if isinstance(f, Mapping))
+    return tuple(
+        attachment(url=f.get("url_private"), name=f.get("name"), mime_type=f.get("mimetype"))
+        for f in files
+        if isinstance(f, Mapping)
+    )

@@ -35,8 +35,12 @@ LOCAL_SIZE = 10_000
 def display_name(user: Mapping[str, Any]) -> str | None:
     """Slack's own preference: the profile display name, then the real name, then the handle."""
     profile = user.get("profile") or {}
-    for candidate in (profile.get("display_name"), profile.get("real_name"),
-                      user.get("real_name"), user.get("name")):
+    for candidate in (
+        profile.get("display_name"),
+        profile.get("real_name"),
+        user.get("real_name"),
+        user.get("name"),
+    ):
         if isinstance(candidate, str) and candidate.strip():
             return candidate.strip()
     return None

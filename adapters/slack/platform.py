@@ -49,19 +49,28 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Ack = Callable[..., Awaitable[Any]]
-NO_SESSION = ("There is no conversation in this channel yet: mention me first, "
-              "then `/btw` asks about it.")
-CANNOT_POST = ("I could not post in this channel; invite me first (`/invite @gateway`), "
-               "or ask with `!btw <question>` in the conversation's thread.")
-BTW_USAGE = ("Usage: `/btw <question>` asks a side question about this channel's "
-             "latest conversation.")
+NO_SESSION = (
+    "There is no conversation in this channel yet: mention me first, then `/btw` asks about it."
+)
+CANNOT_POST = (
+    "I could not post in this channel; invite me first (`/invite @gateway`), "
+    "or ask with `!btw <question>` in the conversation's thread."
+)
+BTW_USAGE = (
+    "Usage: `/btw <question>` asks a side question about this channel's latest conversation."
+)
 
 
 class Listeners:
     """What the bolt app does with each kind of request."""
 
-    def __init__(self, ingest: Ingest, client: AsyncWebClient, names: UserNames,
-                 identity: Callable[[], Awaitable[BotIdentity]]) -> None:
+    def __init__(
+        self,
+        ingest: Ingest,
+        client: AsyncWebClient,
+        names: UserNames,
+        identity: Callable[[], Awaitable[BotIdentity]],
+    ) -> None:
         self.ingest = ingest
         self.client = client
         self.names = names
@@ -114,7 +123,8 @@ class Listeners:
         quoted = "\n".join(f"> {escape(line)}" for line in question.splitlines())
         try:
             posted = await self.client.chat_postMessage(
-                channel=channel, text=f"<@{user}> asked /btw:\n{quoted}")
+                channel=channel, text=f"<@{user}> asked /btw:\n{quoted}"
+            )
         except SlackApiError as exc:
             raise platform_error(exc, "chat.postMessage") from None
         return str(posted["ts"])
@@ -136,8 +146,9 @@ BOLT_LOG = logging.getLogger("adapters.slack.bolt")
 BOLT_LOG.addFilter(_TokenFromEnvironment())
 
 
-def build_app(client: AsyncWebClient, listeners: Listeners, *,
-              signing_secret: str | None) -> AsyncApp:
+def build_app(
+    client: AsyncWebClient, listeners: Listeners, *, signing_secret: str | None
+) -> AsyncApp:
     """The bolt app; `signing_secret` None means Socket Mode (no HTTP signature to check)."""
     app = AsyncApp(
         client=client,
@@ -160,8 +171,10 @@ async def _failed(error: Exception) -> BoltResponse:
     """bolt's answer when a listener or middleware raised: 5xx when Slack should deliver
     it again, 400 when the delivery itself is malformed; either way one log line."""
     if isinstance(error, GatewayError | RedisError):
-        log.warning("slack: delivery not stored (%s), answered 500 so that Slack sends it again",
-                    one_line(error, 120))
+        log.warning(
+            "slack: delivery not stored (%s), answered 500 so that Slack sends it again",
+            one_line(error, 120),
+        )
         return BoltResponse(status=500, body="")
     if isinstance(error, SHAPE_ERRORS):
         log.warning("slack: delivery of the wrong shape refused with 400 (%s)", one_line(error))
@@ -172,6 +185,7 @@ async def _failed(error: Exception) -> BoltResponse:
 
 async def _ack_only(ack: Ack) -> None:
     await ack()
+
 
 NEEDS_APP_TOKEN = "SLACK_APP_TOKEN is required for Slack Socket Mode (gateway slack)"
 
@@ -196,8 +210,10 @@ class SlackPlatform(Platform):
             raise ConfigError("SLACK_BOT_TOKEN is required for Slack")
         # With an app token Slack runs over Socket Mode, and `gateway web` serves no Slack route.
         if mode == "http" and self.uses_http() and settings.slack_signing_secret is None:
-            raise ConfigError("SLACK_SIGNING_SECRET is required for Slack over HTTP "
-                              "(gateway web); set it, or set SLACK_APP_TOKEN for Socket Mode")
+            raise ConfigError(
+                "SLACK_SIGNING_SECRET is required for Slack over HTTP "
+                "(gateway web); set it, or set SLACK_APP_TOKEN for Socket Mode"
+            )
         if mode == "connect":
             app_token = settings.slack_app_token
             if app_token is None:
@@ -215,8 +231,10 @@ class SlackPlatform(Platform):
         return self._client
 
     def sender(self) -> SlackSender:
-        return SlackSender(web_client(self._bot_token(), self.settings.slack_api_url),
-                           self.settings.slack_edit_interval)
+        return SlackSender(
+            web_client(self._bot_token(), self.settings.slack_api_url),
+            self.settings.slack_edit_interval,
+        )
 
     async def startup(self) -> None:
         """Learn the bot's own ids (so its messages are never taken for a user's)."""
@@ -237,10 +255,15 @@ class SlackPlatform(Platform):
             raise platform_error(exc, "auth.test") from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformError(f"Slack auth.test failed: {type(exc).__name__}") from None
-        log.info("Slack bot is %s (%s) in team %s", auth.get("user"), auth.get("user_id"),
-                 auth.get("team_id"))
-        return BotIdentity(user_id=str(auth["user_id"]), bot_id=auth.get("bot_id"),
-                           team_id=auth.get("team_id"))
+        log.info(
+            "Slack bot is %s (%s) in team %s",
+            auth.get("user"),
+            auth.get("user_id"),
+            auth.get("team_id"),
+        )
+        return BotIdentity(
+            user_id=str(auth["user_id"]), bot_id=auth.get("bot_id"), team_id=auth.get("team_id")
+        )
 
     def listeners(self, ingest: Ingest) -> Listeners:
         return Listeners(ingest, self.client, UserNames(self.redis, self.client), self.identity)
@@ -249,8 +272,9 @@ class SlackPlatform(Platform):
         secret = self.settings.slack_signing_secret
         if secret is None:
             raise ConfigError("SLACK_SIGNING_SECRET is required for Slack over HTTP (gateway web)")
-        app = build_app(self.client, self.listeners(ingest),
-                        signing_secret=secret.get_secret_value())
+        app = build_app(
+            self.client, self.listeners(ingest), signing_secret=secret.get_secret_value()
+        )
         return [events_route(app, secret.get_secret_value())]
 
     async def connect(self, ingest: Ingest, health: Health) -> None:
@@ -259,8 +283,13 @@ class SlackPlatform(Platform):
             raise ConfigError(NEEDS_APP_TOKEN)
         await health.report(False, "connecting")
         app = build_app(self.client, self.listeners(ingest), signing_secret=None)
-        supervisor = SocketSupervisor(app, app_token.get_secret_value(), health,
-                                      timing=self.socket_timing, backoff=self.socket_backoff)
+        supervisor = SocketSupervisor(
+            app,
+            app_token.get_secret_value(),
+            health,
+            timing=self.socket_timing,
+            backoff=self.socket_backoff,
+        )
         await supervisor.run()
 
     async def shutdown(self) -> None:

@@ -128,7 +128,7 @@ def _line(line: str) -> str:
     if not quotes:
         return _unquoted(line)
     # The quote markers stay raw `>`s: escaped, Slack would show them as text.
-    depth, inside = quotes.group(0).count(">"), line[quotes.end():]
+    depth, inside = quotes.group(0).count(">"), line[quotes.end() :]
     return "> " * depth + _unquoted(inside) if inside else "> " * (depth - 1) + ">"
 
 
@@ -164,7 +164,7 @@ def _task(text: str) -> str:
     if not task:
         return _inline(text)
     box = "☐" if task.group(1) == " " else "☑"
-    return f"{box} {_inline(text[task.end():])}"
+    return f"{box} {_inline(text[task.end() :])}"
 
 
 def _inline(text: str) -> str:

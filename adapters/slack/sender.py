@@ -27,12 +27,22 @@ log = logging.getLogger(__name__)
 MAX_LENGTH = 3900
 THINKING_REACTION = "eyes"
 THINKING_STATUS = "is thinking…"
-_REJECTED = frozenset({"msg_too_long", "no_text", "invalid_blocks", "invalid_arguments",
-                       "rich_text_too_long"})
+_REJECTED = frozenset(
+    {"msg_too_long", "no_text", "invalid_blocks", "invalid_arguments", "rich_text_too_long"}
+)
 # setStatus errors that mean the app lacks the assistant feature (not just this thread).
-_NO_ASSISTANT = frozenset({"missing_scope", "not_allowed_token_type", "no_permission",
-                           "access_denied", "method_deprecated", "unknown_method",
-                           "feature_not_enabled", "team_not_allowed"})
+_NO_ASSISTANT = frozenset(
+    {
+        "missing_scope",
+        "not_allowed_token_type",
+        "no_permission",
+        "access_denied",
+        "method_deprecated",
+        "unknown_method",
+        "feature_not_enabled",
+        "team_not_allowed",
+    }
+)
 
 
 def web_client(token: str, base_url: str) -> AsyncWebClient:
@@ -73,14 +83,24 @@ class SlackSender:
         return len(to_mrkdwn(markdown))
 
     async def send(self, address: Address, markdown: str, *, final: bool) -> str:
-        result = await self._call("chat.postMessage", self.client.chat_postMessage,
-                                  channel=address.channel, thread_ts=address.thread,
-                                  text=to_mrkdwn(markdown) or " ", unfurl_links=False)
+        result = await self._call(
+            "chat.postMessage",
+            self.client.chat_postMessage,
+            channel=address.channel,
+            thread_ts=address.thread,
+            text=to_mrkdwn(markdown) or " ",
+            unfurl_links=False,
+        )
         return str(result["ts"])
 
     async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
-        await self._call("chat.update", self.client.chat_update, channel=address.channel,
-                         ts=message_id, text=to_mrkdwn(markdown) or " ")
+        await self._call(
+            "chat.update",
+            self.client.chat_update,
+            channel=address.channel,
+            ts=message_id,
+            text=to_mrkdwn(markdown) or " ",
+        )
 
     async def thinking(self, address: Address, on: bool) -> None:
         """An assistant-thread status where the app has the feature, else an `eyes` reaction."""
@@ -101,15 +121,19 @@ class SlackSender:
     async def _set_status(self, address: Address, status: str) -> bool:
         try:
             await self.client.assistant_threads_setStatus(
-                channel_id=address.channel, thread_ts=address.thread or "", status=status)
+                channel_id=address.channel, thread_ts=address.thread or "", status=status
+            )
         except SlackApiError as exc:
             error = platform_error(exc, "assistant.threads.setStatus")
             if isinstance(error, RateLimited):
                 raise error from None
             code = exc.response.get("error") if isinstance(exc.response.data, dict) else None
             if code in _NO_ASSISTANT:
-                log.info("assistant status unavailable (%s); using the %s reaction instead",
-                         code, THINKING_REACTION)
+                log.info(
+                    "assistant status unavailable (%s); using the %s reaction instead",
+                    code,
+                    THINKING_REACTION,
+                )
                 self.assistant_status = False
             return False
         return True
@@ -118,8 +142,13 @@ class SlackSender:
         method = self.client.reactions_add if on else self.client.reactions_remove
         api_method = "reactions.add" if on else "reactions.remove"
         try:
-            await self._call(api_method, method, channel=address.channel,
-                             timestamp=address.reply_to, name=THINKING_REACTION)
+            await self._call(
+                api_method,
+                method,
+                channel=address.channel,
+                timestamp=address.reply_to,
+                name=THINKING_REACTION,
+            )
         except PlatformError as exc:
             # Already there / already gone is the state we wanted.
             if "already_reacted" not in str(exc) and "no_reaction" not in str(exc):

@@ -1,12 +1,12 @@
 """Telegram, on python-telegram-bot: webhook on `gateway web`, or long polling.
 
-    platform.py    TelegramPlatform, what the CLI loads
-    inbound.py     update -> Inbound (pure): what is a message to the bot, sessions, addresses
-    render.py      Markdown -> Telegram HTML, and the length Telegram counts
-    sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction
-    connection.py  `gateway telegram`: getUpdates, confirming each update after ingest
-    http.py        POST /telegram/webhook with the secret-token check
-    client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share
+platform.py    TelegramPlatform, what the CLI loads
+inbound.py     update -> Inbound (pure): what is a message to the bot, sessions, addresses
+render.py      Markdown -> Telegram HTML, and the length Telegram counts
+sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction
+connection.py  `gateway telegram`: getUpdates, confirming each update after ingest
+http.py        POST /telegram/webhook with the secret-token check
+client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share
 """
 
 from adapters.telegram.platform import TelegramPlatform

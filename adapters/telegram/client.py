@@ -33,11 +33,17 @@ class BotClient:
 
     @classmethod
     def build(cls, token: str, base_url: str) -> BotClient:
-        request = HTTPXRequest(connection_pool_size=64, read_timeout=15.0, write_timeout=15.0,
-                               connect_timeout=5.0, pool_timeout=5.0)
+        request = HTTPXRequest(
+            connection_pool_size=64,
+            read_timeout=15.0,
+            write_timeout=15.0,
+            connect_timeout=5.0,
+            pool_timeout=5.0,
+        )
         # getUpdates adds its long-poll timeout to this read timeout by itself.
-        updates = HTTPXRequest(connection_pool_size=2, read_timeout=10.0, connect_timeout=5.0,
-                               pool_timeout=5.0)
+        updates = HTTPXRequest(
+            connection_pool_size=2, read_timeout=10.0, connect_timeout=5.0, pool_timeout=5.0
+        )
         bot = Bot(token, base_url=base_url, request=request, get_updates_request=updates)
         return cls(bot, (request, updates))
 

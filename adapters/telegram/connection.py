@@ -41,9 +41,14 @@ MAX_BACKOFF = 30.0
 class Poller:
     """Fetches updates, hands each to ingest, and confirms it only after that."""
 
-    def __init__(self, bot: Bot, ingest: Ingest, health: Health,
-                 convert: Callable[[Update], Inbound | None],
-                 poll_timeout: int = POLL_TIMEOUT) -> None:
+    def __init__(
+        self,
+        bot: Bot,
+        ingest: Ingest,
+        health: Health,
+        convert: Callable[[Update], Inbound | None],
+        poll_timeout: int = POLL_TIMEOUT,
+    ) -> None:
         self.bot, self.ingest, self.health, self.convert = bot, ingest, health, convert
         self.poll_timeout = poll_timeout
         self.offset: int | None = None
@@ -73,13 +78,16 @@ class Poller:
                 await self._wait(self._backoff(), f"deleteWebhook: {exc.message}")
         self._failures = 0
         await self._report(True, "polling")
-        log.info("telegram: deleted any webhook so that long polling can receive updates "
-                 "(pending updates are kept); set the webhook again to go back to `gateway web`")
+        log.info(
+            "telegram: deleted any webhook so that long polling can receive updates "
+            "(pending updates are kept); set the webhook again to go back to `gateway web`"
+        )
 
     async def _fetch(self) -> Sequence[Update]:
         try:
             updates = await self.bot.get_updates(
-                offset=self.offset, timeout=self.poll_timeout, allowed_updates=ALLOWED_UPDATES)
+                offset=self.offset, timeout=self.poll_timeout, allowed_updates=ALLOWED_UPDATES
+            )
         except InvalidToken:
             raise PlatformError("Telegram refused TELEGRAM_BOT_TOKEN") from None
         except RetryAfter as exc:

@@ -85,7 +85,8 @@ async def _receive(ingest: Ingest, inbound: Inbound | None) -> Response:
             await ingest.receive(inbound)
         except (GatewayError, RedisError) as exc:
             # Telegram delivers the update again later; ingest dedupes it then.
-            log.warning("telegram webhook: update %s not stored (%s), answered 503",
-                        inbound.event_id, exc)
+            log.warning(
+                "telegram webhook: update %s not stored (%s), answered 503", inbound.event_id, exc
+            )
             return PlainTextResponse("try again", status_code=503)
     return JSONResponse({"ok": True})

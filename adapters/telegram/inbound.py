@@ -52,16 +52,31 @@ def to_inbound(update: Update | dict[str, Any], bot_id: int, bot_username: str) 
     mentioned = _mentions(message, bot_username)
     addressed = command_target is not None or _is_our_bare_command(message)
     replied = _replied_message(message)
-    return _build(update, message, bot_id, is_dm=is_dm,
-                  text=_strip_mentions(message, text, bot_username) if mentioned else text,
-                  mentions_bot=mentioned or addressed,
-                  replies_to_bot=replied is not None and replied.from_user is not None
-                  and replied.from_user.id == bot_id,
-                  reply_to=str(replied.message_id) if replied is not None else None)
+    return _build(
+        update,
+        message,
+        bot_id,
+        is_dm=is_dm,
+        text=_strip_mentions(message, text, bot_username) if mentioned else text,
+        mentions_bot=mentioned or addressed,
+        replies_to_bot=replied is not None
+        and replied.from_user is not None
+        and replied.from_user.id == bot_id,
+        reply_to=str(replied.message_id) if replied is not None else None,
+    )
 
 
-def _build(update: Update, message: Message, bot_id: int, *, is_dm: bool, text: str,
-           mentions_bot: bool, replies_to_bot: bool, reply_to: str | None) -> Inbound:
+def _build(
+    update: Update,
+    message: Message,
+    bot_id: int,
+    *,
+    is_dm: bool,
+    text: str,
+    mentions_bot: bool,
+    replies_to_bot: bool,
+    reply_to: str | None,
+) -> Inbound:
     user = message.from_user
     assert user is not None
     workspace, channel = str(bot_id), str(message.chat.id)
@@ -72,14 +87,33 @@ def _build(update: Update, message: Message, bot_id: int, *, is_dm: bool, text: 
     # there is only one person and a quote would be noise.
     main_reply_to = None if is_dm else message_id
     return Inbound(
-        platform=PLATFORM, workspace=workspace, channel=channel, thread=thread,
-        message_id=message_id, event_id=str(update.update_id),
-        speaker=Speaker(id=str(user.id), name=_name(message)), text=text, is_dm=is_dm,
-        mentions_bot=mentions_bot, reply_to=reply_to, replies_to_bot=replies_to_bot,
-        reply=Address(platform=PLATFORM, workspace=workspace, channel=channel, thread=thread,
-                      reply_to=main_reply_to),
-        side_reply=Address(platform=PLATFORM, workspace=workspace, channel=channel,
-                           thread=thread, reply_to=message_id, side=True),
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel,
+        thread=thread,
+        message_id=message_id,
+        event_id=str(update.update_id),
+        speaker=Speaker(id=str(user.id), name=_name(message)),
+        text=text,
+        is_dm=is_dm,
+        mentions_bot=mentions_bot,
+        reply_to=reply_to,
+        replies_to_bot=replies_to_bot,
+        reply=Address(
+            platform=PLATFORM,
+            workspace=workspace,
+            channel=channel,
+            thread=thread,
+            reply_to=main_reply_to,
+        ),
+        side_reply=Address(
+            platform=PLATFORM,
+            workspace=workspace,
+            channel=channel,
+            thread=thread,
+            reply_to=message_id,
+            side=True,
+        ),
     )
 
 
@@ -138,8 +172,10 @@ def _is_our_bare_command(message: Message) -> bool:
 
 def _mentions(message: Message, bot_username: str) -> bool:
     ours = "@" + bot_username.lower()
-    return any(entity.type == MessageEntity.MENTION and value.lower() == ours
-               for entity, value in _entities(message).items())
+    return any(
+        entity.type == MessageEntity.MENTION and value.lower() == ours
+        for entity, value in _entities(message).items()
+    )
 
 
 def _strip_mentions(message: Message, text: str, bot_username: str) -> str:
@@ -153,9 +189,9 @@ def _strip_mentions(message: Message, text: str, bot_username: str) -> str:
     encoded = text.encode("utf-16-le")
     kept, cursor = [], 0
     for start, end in spans:
-        kept.append(encoded[cursor * 2:start * 2])
-        cursor = end + 1 if encoded[end * 2:end * 2 + 2] == " ".encode("utf-16-le") else end
-    kept.append(encoded[cursor * 2:])
+        kept.append(encoded[cursor * 2 : start * 2])
+        cursor = end + 1 if encoded[end * 2 : end * 2 + 2] == " ".encode("utf-16-le") else end
+    kept.append(encoded[cursor * 2 :])
     return b"".join(kept).decode("utf-16-le").strip() or text
 
 
@@ -165,8 +201,7 @@ def _replied_message(message: Message) -> Message | None:
     if replied is None:
         return None
     if message.is_topic_message and (
-        replied.forum_topic_created is not None
-        or replied.message_id == message.message_thread_id
+        replied.forum_topic_created is not None or replied.message_id == message.message_thread_id
     ):
         return None
     return replied

@@ -48,17 +48,24 @@ class TelegramPlatform(Platform):
     def validate(self, mode: Mode) -> None:
         require(self.settings, "telegram_bot_token", because="for Telegram")
         if mode == "http":
-            require(self.settings, "telegram_webhook_secret",
-                    because="for the Telegram webhook (or run `gateway telegram` to poll)")
+            require(
+                self.settings,
+                "telegram_webhook_secret",
+                because="for the Telegram webhook (or run `gateway telegram` to poll)",
+            )
 
     def uses_http(self) -> bool:
-        return (self.settings.telegram_bot_token is not None
-                and self.settings.telegram_webhook_secret is not None)
+        return (
+            self.settings.telegram_bot_token is not None
+            and self.settings.telegram_webhook_secret is not None
+        )
 
     def sender(self) -> TelegramSender:
-        return TelegramSender(self._build(),
-                              edit_interval=self.settings.telegram_edit_interval,
-                              group_edit_interval=self.settings.telegram_group_edit_interval)
+        return TelegramSender(
+            self._build(),
+            edit_interval=self.settings.telegram_edit_interval,
+            group_edit_interval=self.settings.telegram_group_edit_interval,
+        )
 
     def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
         secret = self.settings.telegram_webhook_secret
@@ -74,8 +81,9 @@ class TelegramPlatform(Platform):
         try:
             await self._client.bot.set_my_commands(MENU)
         except TelegramError as exc:
-            log.warning("telegram: setMyCommands failed (%s); the command menu may be stale",
-                        exc.message)
+            log.warning(
+                "telegram: setMyCommands failed (%s); the command menu may be stale", exc.message
+            )
         log.info("telegram: bot @%s (id %s) ready", me.username, me.id)
 
     async def shutdown(self) -> None:
@@ -115,4 +123,3 @@ async def _get_me(client: BotClient) -> User:
 
 def _convert(update: Update, *, bot_id: int, bot_username: str) -> Inbound | None:
     return to_inbound(update, bot_id, bot_username)
-

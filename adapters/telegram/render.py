@@ -44,11 +44,15 @@ _ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#x27;", "'"), ("&
 _MARKUP = re.compile(r"[\\`\[*_~]")  # a line without these is plain text
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _LINK = re.compile(r"\[([^\[\]\n]+)\]\(([^()\s]+)(?:\s+\"[^\"\n]*\")?\)")
-_BOLD = (spans.Delimited("*", r"\*\*(?=\S)", r"(?<=\S)\*\*"),
-         spans.Delimited("_", r"(?<!\w)__(?=\S)", r"(?<=\S)__(?!\w)"))
+_BOLD = (
+    spans.Delimited("*", r"\*\*(?=\S)", r"(?<=\S)\*\*"),
+    spans.Delimited("_", r"(?<!\w)__(?=\S)", r"(?<=\S)__(?!\w)"),
+)
 _STRIKE = spans.Delimited("~", r"~~(?=\S)", r"(?<=\S)~~")
-_ITALIC = (spans.Delimited("*", r"(?<![\w*])\*(?=[^\s*])", r"(?<=[^\s*])\*(?![\w*])"),
-           spans.Delimited("_", r"(?<![\w_])_(?=[^\s_])", r"(?<=[^\s_])_(?![\w_])"))
+_ITALIC = (
+    spans.Delimited("*", r"(?<![\w*])\*(?=[^\s*])", r"(?<=[^\s*])\*(?![\w*])"),
+    spans.Delimited("_", r"(?<![\w_])_(?=[^\s_])", r"(?<=[^\s_])_(?![\w_])"),
+)
 
 
 def render(markdown: str) -> str:
@@ -93,7 +97,7 @@ def visible_length(telegram_html: str) -> int:
 
 def _fence(line: str) -> re.Match[str] | None:
     fence = _FENCE.match(line)
-    return fence if fence and "`" not in line[fence.end(1):] else None
+    return fence if fence and "`" not in line[fence.end(1) :] else None
 
 
 def _code_block(lines: list[str], start: int, fence: re.Match[str], out: list[str]) -> int:
@@ -102,7 +106,7 @@ def _code_block(lines: list[str], start: int, fence: re.Match[str], out: list[st
     end = start + 1
     while end < len(lines) and not closing.match(lines[end]):
         end += 1
-    code = html.escape("\n".join(lines[start + 1:end]), quote=False)
+    code = html.escape("\n".join(lines[start + 1 : end]), quote=False)
     if language:
         out.append(f'<pre><code class="language-{html.escape(language)}">{code}</code></pre>')
     else:
@@ -157,7 +161,7 @@ def inline(text: str, *, in_link: bool = False) -> str:
         if chosen is None:
             break
         if chosen.start() > pos:
-            out.append(_text(text[pos:chosen.start()]))
+            out.append(_text(text[pos : chosen.start()]))
         out.append(finders[best][1](chosen))
         pos = chosen.end()
     out.append(_text(text[pos:]))

@@ -52,15 +52,24 @@ class TelegramSender:
 
     platform = "telegram"
 
-    def __init__(self, client: BotClient, *, edit_interval: float,
-                 group_edit_interval: float) -> None:
+    def __init__(
+        self, client: BotClient, *, edit_interval: float, group_edit_interval: float
+    ) -> None:
         self.client = client
         self.bot = client.bot
-        self._private = Limits(max_length=MAX_LENGTH, edit_interval=edit_interval,
-                               chat_interval=edit_interval, typing_interval=TYPING_INTERVAL)
+        self._private = Limits(
+            max_length=MAX_LENGTH,
+            edit_interval=edit_interval,
+            chat_interval=edit_interval,
+            typing_interval=TYPING_INTERVAL,
+        )
         # Telegram allows about 20 messages a minute into one group: slower edits there.
-        self._group = Limits(max_length=MAX_LENGTH, edit_interval=group_edit_interval,
-                             chat_interval=group_edit_interval, typing_interval=TYPING_INTERVAL)
+        self._group = Limits(
+            max_length=MAX_LENGTH,
+            edit_interval=group_edit_interval,
+            chat_interval=group_edit_interval,
+            typing_interval=TYPING_INTERVAL,
+        )
 
     def limits(self, address: Address) -> Limits:
         return self._group if is_group(address) else self._private
@@ -69,26 +78,35 @@ class TelegramSender:
         return visible_length(render(markdown))
 
     async def send(self, address: Address, markdown: str, *, final: bool) -> str:
-        reply = (ReplyParameters(message_id=int(address.reply_to),
-                                 allow_sending_without_reply=True)
-                 if address.reply_to else None)
+        reply = (
+            ReplyParameters(message_id=int(address.reply_to), allow_sending_without_reply=True)
+            if address.reply_to
+            else None
+        )
         thread = int(address.thread) if address.thread else None
 
         async def post(text: str, parse_mode: str | None) -> str:
             message = await self.bot.send_message(
-                chat_id=int(address.channel), text=text, parse_mode=parse_mode,
-                message_thread_id=thread, reply_parameters=reply,
-                link_preview_options=_NO_PREVIEW)
+                chat_id=int(address.channel),
+                text=text,
+                parse_mode=parse_mode,
+                message_thread_id=thread,
+                reply_parameters=reply,
+                link_preview_options=_NO_PREVIEW,
+            )
             return str(message.message_id)
 
         return await self._with_fallback(markdown, post)
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *,
-                   final: bool) -> None:
+    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
         async def change(text: str, parse_mode: str | None) -> None:
             await self.bot.edit_message_text(
-                text=text, chat_id=int(address.channel), message_id=int(message_id),
-                parse_mode=parse_mode, link_preview_options=_NO_PREVIEW)
+                text=text,
+                chat_id=int(address.channel),
+                message_id=int(message_id),
+                parse_mode=parse_mode,
+                link_preview_options=_NO_PREVIEW,
+            )
 
         try:
             await self._with_fallback(markdown, change)
@@ -102,16 +120,18 @@ class TelegramSender:
             return
         thread = int(address.thread) if address.thread else None
         try:
-            await self.bot.send_chat_action(chat_id=int(address.channel),
-                                            action=ChatAction.TYPING, message_thread_id=thread)
+            await self.bot.send_chat_action(
+                chat_id=int(address.channel), action=ChatAction.TYPING, message_thread_id=thread
+            )
         except TelegramError as exc:
             raise _mapped(exc) from None
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def _with_fallback(self, markdown: str, call: Callable[[str, str | None], Awaitable[T]]
-                             ) -> T:
+    async def _with_fallback(
+        self, markdown: str, call: Callable[[str, str | None], Awaitable[T]]
+    ) -> T:
         """Send as HTML; when Telegram cannot parse it, send the same text as plain text."""
         rendered = render(markdown) if markdown.strip() else "…"
         try:

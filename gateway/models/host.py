@@ -119,8 +119,11 @@ async def serve() -> None:
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     settings = ModelSettings.from_init(json.loads(await reader.readline())["init"])
     api_key = settings.api_key
-    setup(os.environ.get("GATEWAY_LOG_LEVEL", "WARNING").upper(),
-          os.environ.get("GATEWAY_LOG_FORMAT", "text"), [api_key] if api_key else [])
+    setup(
+        os.environ.get("GATEWAY_LOG_LEVEL", "WARNING").upper(),
+        os.environ.get("GATEWAY_LOG_FORMAT", "text"),
+        [api_key] if api_key else [],
+    )
     backend = LitellmBackend(settings)
     await backend.start()
     host = Host(backend, writer)

@@ -377,4 +377,3 @@ def _retry_after(exc: BaseException) -> float | None:
         return min(60.0, float(headers["retry-after"]))
     except (KeyError, TypeError, ValueError):
         return None
-

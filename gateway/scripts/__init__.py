@@ -58,8 +58,9 @@ class BoundScript:
         if rest and not self.script.variadic:
             raise TypeError(f"script {self.script.name} takes no further arguments")
         ordered = [values[name] for name in self.script.args]
-        return await self._call(keys=[keys[name] for name in self.script.keys],
-                                args=[*ordered, *rest])
+        return await self._call(
+            keys=[keys[name] for name in self.script.keys], args=[*ordered, *rest]
+        )
 
 
 def _check(script: str, what: str, expected: Sequence[str], given: Mapping[str, Any]) -> None:

@@ -85,8 +85,15 @@ def _mix(size: int) -> str:
     turn the rest into plain code."""
     rng = random.Random(7)
     inline = [unit for unit in UNITS.values() if "\n" not in unit]
-    units = [*inline, "\n", "\n\n", "**b** ", "[ok](https://e.io) ", "\n```\nx\n```\n",
-             "\n| a | b |\n|---|---|\n"]
+    units = [
+        *inline,
+        "\n",
+        "\n\n",
+        "**b** ",
+        "[ok](https://e.io) ",
+        "\n```\nx\n```\n",
+        "\n| a | b |\n|---|---|\n",
+    ]
     parts: list[str] = []
     length = 0
     while length < size:

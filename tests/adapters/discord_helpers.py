@@ -54,10 +54,15 @@ class Gateway:
     """`DiscordPlatform.connect` running in a task, with its Ingest and Health."""
 
     def __init__(self, fake: FakeDiscord, redis: Redis, **settings: Any) -> None:
-        self.settings = Settings(**{
-            "DISCORD_BOT_TOKEN": fake.token, "DISCORD_API_URL": fake.api_url,
-            "DISCORD_GATEWAY_URL": fake.gateway_url, "DISCORD_ALLOW_ALL": True, **settings,
-        })
+        self.settings = Settings(
+            **{
+                "DISCORD_BOT_TOKEN": fake.token,
+                "DISCORD_API_URL": fake.api_url,
+                "DISCORD_GATEWAY_URL": fake.gateway_url,
+                "DISCORD_ALLOW_ALL": True,
+                **settings,
+            }
+        )
         self.platform = PLATFORM(self.settings, redis)
         self.ingest = RecordingIngest(self.settings, redis)
         self.health = RecordingHealth(redis, "discord")
@@ -78,8 +83,9 @@ class Gateway:
             await self.task
         await self.platform.shutdown()
 
-    async def until(self, fake: FakeDiscord, condition: Callable[[], Any],
-                    within: float = 30.0) -> Any:
+    async def until(
+        self, fake: FakeDiscord, condition: Callable[[], Any], within: float = 30.0
+    ) -> Any:
         """Poll `condition` (with `reports` fresh), failing at once if the connection ended."""
         deadline = time.monotonic() + within
         while True:

@@ -24,15 +24,23 @@ _event_ids = itertools.count(1)
 _ts = itertools.count(1)
 
 
-def signed_headers(body: bytes, *, secret: str = SIGNING_SECRET,
-                   timestamp: int | None = None, content_type: str = "application/json",
-                   retry: int | None = None) -> dict[str, str]:
+def signed_headers(
+    body: bytes,
+    *,
+    secret: str = SIGNING_SECRET,
+    timestamp: int | None = None,
+    content_type: str = "application/json",
+    retry: int | None = None,
+) -> dict[str, str]:
     """Headers of a request Slack signed: `v0=HMAC-SHA256(secret, "v0:<ts>:<body>")`."""
     stamp = str(int(time.time()) if timestamp is None else timestamp)
     signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body)
     assert signature is not None
-    headers = {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": signature,
-               "Content-Type": content_type}
+    headers = {
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": signature,
+        "Content-Type": content_type,
+    }
     if retry is not None:
         headers["X-Slack-Retry-Num"] = str(retry)
         headers["X-Slack-Retry-Reason"] = "http_timeout"
@@ -44,25 +52,59 @@ def new_ts() -> str:
 
 
 def event_body(event: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
-    return {"token": "legacy", "team_id": TEAM_ID, "api_app_id": "A0001", "type": "event_callback",
-            "event_id": event_id or f"Ev{next(_event_ids):08d}", "event_time": int(time.time()),
-            "authorizations": [{"team_id": TEAM_ID, "user_id": BOT_USER_ID, "is_bot": True}],
-            "event": event}
+    return {
+        "token": "legacy",
+        "team_id": TEAM_ID,
+        "api_app_id": "A0001",
+        "type": "event_callback",
+        "event_id": event_id or f"Ev{next(_event_ids):08d}",
+        "event_time": int(time.time()),
+        "authorizations": [{"team_id": TEAM_ID, "user_id": BOT_USER_ID, "is_bot": True}],
+        "event": event,
+    }
 
 
-def mention(text: str, *, user: str = "U1", channel: str = "C1", ts: str | None = None,
-            thread_ts: str | None = None) -> dict[str, Any]:
-    event = {"type": "app_mention", "user": user, "channel": channel, "ts": ts or new_ts(),
-             "text": f"<@{BOT_USER_ID}> {text}", "team": TEAM_ID}
+def mention(
+    text: str,
+    *,
+    user: str = "U1",
+    channel: str = "C1",
+    ts: str | None = None,
+    thread_ts: str | None = None,
+) -> dict[str, Any]:
+    event = {
+        "type": "app_mention",
+        "user": user,
+        "channel": channel,
+        "ts": ts or new_ts(),
+        "text": f"<@{BOT_USER_ID}> {text}",
+        "team": TEAM_ID,
+    }
     if thread_ts:
         event["thread_ts"] = thread_ts
     return event
 
 
-def message(text: str, *, user: str = "U1", channel: str = "C1", channel_type: str = "channel",
-            ts: str | None = None, thread_ts: str | None = None, **extra: Any) -> dict[str, Any]:
-    event = {"type": "message", "user": user, "channel": channel, "channel_type": channel_type,
-             "ts": ts or new_ts(), "text": text, "team": TEAM_ID, **extra}
+def message(
+    text: str,
+    *,
+    user: str = "U1",
+    channel: str = "C1",
+    channel_type: str = "channel",
+    ts: str | None = None,
+    thread_ts: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    event = {
+        "type": "message",
+        "user": user,
+        "channel": channel,
+        "channel_type": channel_type,
+        "ts": ts or new_ts(),
+        "text": text,
+        "team": TEAM_ID,
+        **extra,
+    }
     if thread_ts:
         event["thread_ts"] = thread_ts
     return {k: v for k, v in event.items() if v is not None}
@@ -72,17 +114,28 @@ def json_bytes(body: dict[str, Any]) -> bytes:
     return json.dumps(body).encode()
 
 
-def command_bytes(text: str, *, channel: str = "C1", user: str = "U1",
-                  trigger_id: str | None = None) -> bytes:
-    form = {"token": "legacy", "team_id": TEAM_ID, "team_domain": "test", "channel_id": channel,
-            "channel_name": "general", "user_id": user, "user_name": "ada", "command": "/btw",
-            "text": text, "api_app_id": "A0001",
-            "response_url": "http://127.0.0.1:9/commands/unused",
-            "trigger_id": trigger_id or f"trig.{next(_event_ids)}"}
+def command_bytes(
+    text: str, *, channel: str = "C1", user: str = "U1", trigger_id: str | None = None
+) -> bytes:
+    form = {
+        "token": "legacy",
+        "team_id": TEAM_ID,
+        "team_domain": "test",
+        "channel_id": channel,
+        "channel_name": "general",
+        "user_id": user,
+        "user_name": "ada",
+        "command": "/btw",
+        "text": text,
+        "api_app_id": "A0001",
+        "response_url": "http://127.0.0.1:9/commands/unused",
+        "trigger_id": trigger_id or f"trig.{next(_event_ids)}",
+    }
     return urlencode(form).encode()
 
 
 # -- gateway subprocesses -------------------------------------------------------
+
 
 class Processes(processes.Processes):
     @property
@@ -90,16 +143,24 @@ class Processes(processes.Processes):
         return self.url("/slack/events")
 
 
-def environment(redis_url: str, llm_api_base: str, slack_api_url: str, port: int,
-                **extra: str) -> dict[str, str]:
+def environment(
+    redis_url: str, llm_api_base: str, slack_api_url: str, port: int, **extra: str
+) -> dict[str, str]:
     """The core's test settings plus Slack's."""
     return processes.environment(
-        redis_url, llm_api_base, port, SLACK_BOT_TOKEN=BOT_TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack_api_url,
-        SLACK_EDIT_INTERVAL="0.2", **extra)
+        redis_url,
+        llm_api_base,
+        port,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack_api_url,
+        SLACK_EDIT_INTERVAL="0.2",
+        **extra,
+    )
 
 
-def gateway(workdir: Path, env: dict[str, str],
-            *commands: str) -> contextlib.AbstractAsyncContextManager[Processes]:
+def gateway(
+    workdir: Path, env: dict[str, str], *commands: str
+) -> contextlib.AbstractAsyncContextManager[Processes]:
     """Start `gateway <command>` for each command; SIGTERM them all on exit."""
     return processes.gateway(workdir, env, *commands, kind=Processes)

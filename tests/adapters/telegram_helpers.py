@@ -26,45 +26,65 @@ class Gateway(processes.Processes):
         return self.url("/telegram/webhook")
 
 
-def environment(redis_url: str, llm: FakeLLM, fake: FakeTelegram, port: int,
-                **extra: str) -> dict[str, str]:
+def environment(
+    redis_url: str, llm: FakeLLM, fake: FakeTelegram, port: int, **extra: str
+) -> dict[str, str]:
     """The core's test settings plus Telegram's."""
     values = {
-        "TELEGRAM_BOT_TOKEN": fake.token, "TELEGRAM_API_URL": fake.base_url,
-        "TELEGRAM_WEBHOOK_SECRET": SECRET, "GATEWAY_ALLOWED_USERS": "telegram:42,telegram:43",
-        "TELEGRAM_EDIT_INTERVAL": "0.3", "TELEGRAM_GROUP_EDIT_INTERVAL": "0.5",
+        "TELEGRAM_BOT_TOKEN": fake.token,
+        "TELEGRAM_API_URL": fake.base_url,
+        "TELEGRAM_WEBHOOK_SECRET": SECRET,
+        "GATEWAY_ALLOWED_USERS": "telegram:42,telegram:43",
+        "TELEGRAM_EDIT_INTERVAL": "0.3",
+        "TELEGRAM_GROUP_EDIT_INTERVAL": "0.5",
     }
     values.update(extra)
     return processes.environment(redis_url, llm.api_base, port, **values)
 
 
-def gateway(tmp_path: Path, env: dict[str, str],
-            *commands: str) -> contextlib.AbstractAsyncContextManager[Gateway]:
+def gateway(
+    tmp_path: Path, env: dict[str, str], *commands: str
+) -> contextlib.AbstractAsyncContextManager[Gateway]:
     """Start `gateway <command>` for each command; stop them all (SIGTERM) on exit."""
     return processes.gateway(tmp_path, env, *commands, kind=Gateway)
 
 
-def message(text: str, *, user: dict[str, Any] = ALICE, chat: dict[str, Any] | None = None,
-            topic: int | None = None, entities: list[dict[str, Any]] | None = None,
-            message_id: int | None = None) -> dict[str, Any]:
+def message(
+    text: str,
+    *,
+    user: dict[str, Any] = ALICE,
+    chat: dict[str, Any] | None = None,
+    topic: int | None = None,
+    entities: list[dict[str, Any]] | None = None,
+    message_id: int | None = None,
+) -> dict[str, Any]:
     """An update carrying one message (without update_id: the fake or the caller adds it)."""
     body: dict[str, Any] = {
-        "message_id": message_id or next(_message_ids), "date": int(time.time()),
-        "from": user, "text": text,
+        "message_id": message_id or next(_message_ids),
+        "date": int(time.time()),
+        "from": user,
+        "text": text,
         "chat": chat or {"id": user["id"], "type": "private", "first_name": user["first_name"]},
     }
     if entities:
         body["entities"] = entities
     if topic is not None:
-        body.update(message_thread_id=topic, is_topic_message=True, reply_to_message={
-            "message_id": topic, "date": 1700000000, "chat": body["chat"], "from": user,
-            "forum_topic_created": {"name": "Plans", "icon_color": 7322096}})
+        body.update(
+            message_thread_id=topic,
+            is_topic_message=True,
+            reply_to_message={
+                "message_id": topic,
+                "date": 1700000000,
+                "chat": body["chat"],
+                "from": user,
+                "forum_topic_created": {"name": "Plans", "icon_color": 7322096},
+            },
+        )
     return {"message": body}
 
 
 def mention_entities(text: str, username: str) -> list[dict[str, Any]]:
-    return [{"type": "mention", "offset": text.index("@" + username),
-             "length": len(username) + 1}]
+    return [{"type": "mention", "offset": text.index("@" + username), "length": len(username) + 1}]
 
 
 def command_entities(text: str) -> list[dict[str, Any]]:

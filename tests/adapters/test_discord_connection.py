@@ -40,7 +40,8 @@ def only(fake: FakeDiscord, predicate: Callable[[Any], bool]) -> list[Any]:
 
 
 async def test_connects_with_the_intents_registers_btw_and_reports_health(
-        fake: FakeDiscord, redis_client: Redis) -> None:
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     async with Gateway(fake, redis_client) as gateway:
         await gateway.ready(fake)
         identify = fake.identifies[0]
@@ -53,24 +54,28 @@ async def test_connects_with_the_intents_registers_btw_and_reports_health(
     assert report["up"] is False
 
 
-async def test_messages_reach_ingest_and_noise_does_not(fake: FakeDiscord,
-                                                        redis_client: Redis) -> None:
+async def test_messages_reach_ingest_and_noise_does_not(
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     alice, other_bot = fake.user("42"), fake.user("99", "otherbot", bot=True)
     async with Gateway(fake, redis_client) as gateway:
         await gateway.ready(fake)
         noise = [
-            fake.message(CHANNEL, f"<@{fake.bot['id']}> hi", other_bot, guild_id=GUILD,
-                         mentions=(fake.bot,)),
+            fake.message(
+                CHANNEL, f"<@{fake.bot['id']}> hi", other_bot, guild_id=GUILD, mentions=(fake.bot,)
+            ),
             fake.message(CHANNEL, "I am the bot", fake.bot, guild_id=GUILD),
             fake.message(CHANNEL, "", alice, guild_id=GUILD, kind=7),
         ]
         for message in noise:
             await fake.dispatch("MESSAGE_CREATE", message)
-        edited = fake.message(CHANNEL, f"<@{fake.bot['id']}> edited", alice, guild_id=GUILD,
-                              mentions=(fake.bot,))
+        edited = fake.message(
+            CHANNEL, f"<@{fake.bot['id']}> edited", alice, guild_id=GUILD, mentions=(fake.bot,)
+        )
         await fake.dispatch("MESSAGE_UPDATE", {**edited, "edited_timestamp": edited["timestamp"]})
-        mention = fake.message(CHANNEL, f"<@{fake.bot['id']}> hello there", alice,
-                               guild_id=GUILD, mentions=(fake.bot,))
+        mention = fake.message(
+            CHANNEL, f"<@{fake.bot['id']}> hello there", alice, guild_id=GUILD, mentions=(fake.bot,)
+        )
         await fake.dispatch("MESSAGE_CREATE", mention)
         await fake.dispatch("MESSAGE_CREATE", fake.message("555", "a dm", alice))
         await fake.dispatch("MESSAGE_CREATE", fake.role_mention(CHANNEL, GUILD, "via role", alice))
@@ -84,12 +89,14 @@ async def test_messages_reach_ingest_and_noise_does_not(fake: FakeDiscord,
     assert by_text["a dm"][0].is_dm and by_text["via role"][0].mentions_bot
 
 
-async def test_the_btw_command_is_deferred_at_once_and_handed_over(fake: FakeDiscord,
-                                                                  redis_client: Redis) -> None:
+async def test_the_btw_command_is_deferred_at_once_and_handed_over(
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     async with Gateway(fake, redis_client) as gateway:
         await gateway.ready(fake)
-        interaction = fake.interaction(CHANNEL, "what did we decide?", fake.user("42"),
-                                       guild_id=GUILD)
+        interaction = fake.interaction(
+            CHANNEL, "what did we decide?", fake.user("42"), guild_id=GUILD
+        )
         started = asyncio.get_running_loop().time()
         await fake.dispatch("INTERACTION_CREATE", interaction)
         seen = await gateway.seen(fake)
@@ -103,8 +110,9 @@ async def test_the_btw_command_is_deferred_at_once_and_handed_over(fake: FakeDis
     assert inbound.event_id == interaction["id"]
 
 
-async def test_commands_go_to_the_listed_guilds_only(fake: FakeDiscord,
-                                                     redis_client: Redis) -> None:
+async def test_commands_go_to_the_listed_guilds_only(
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     async with Gateway(fake, redis_client, DISCORD_COMMAND_GUILDS=f"{GUILD},{GUILD_B}") as gw:
         await gw.ready(fake)
         await fake.wait_for(lambda: GUILD in fake.commands and GUILD_B in fake.commands)
@@ -112,13 +120,19 @@ async def test_commands_go_to_the_listed_guilds_only(fake: FakeDiscord,
     assert [c["name"] for c in fake.commands[GUILD]] == ["btw"]
 
 
-async def test_auto_thread_opens_a_thread_that_becomes_the_session(fake: FakeDiscord,
-                                                                   redis_client: Redis) -> None:
+async def test_auto_thread_opens_a_thread_that_becomes_the_session(
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     alice = fake.user("42")
     async with Gateway(fake, redis_client, DISCORD_AUTO_THREAD=True) as gateway:
         await gateway.ready(fake)
-        mention = fake.message(CHANNEL, f"<@{fake.bot['id']}> plan the launch", alice,
-                               guild_id=GUILD, mentions=(fake.bot,))
+        mention = fake.message(
+            CHANNEL,
+            f"<@{fake.bot['id']}> plan the launch",
+            alice,
+            guild_id=GUILD,
+            mentions=(fake.bot,),
+        )
         await fake.dispatch("MESSAGE_CREATE", mention)
         inbound, _ = (await gateway.seen(fake))[0]
         follow_up = fake.message(mention["id"], "and the budget?", alice, guild_id=GUILD)
@@ -131,18 +145,36 @@ async def test_auto_thread_opens_a_thread_that_becomes_the_session(fake: FakeDis
 
 
 async def test_a_strangers_mention_opens_no_thread_and_gets_one_refusal(
-        fake: FakeDiscord, redis_client: Redis) -> None:
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     stranger, alice = fake.user("66", "mallory"), fake.user("42")
-    async with Gateway(fake, redis_client, DISCORD_AUTO_THREAD=True, DISCORD_ALLOW_ALL=False,
-                       GATEWAY_ALLOWED_USERS="discord:42") as gateway:
+    async with Gateway(
+        fake,
+        redis_client,
+        DISCORD_AUTO_THREAD=True,
+        DISCORD_ALLOW_ALL=False,
+        GATEWAY_ALLOWED_USERS="discord:42",
+    ) as gateway:
         await gateway.ready(fake)
         for text in ("name a thread after me", "and another one"):
-            await fake.dispatch("MESSAGE_CREATE", fake.message(
-                CHANNEL, f"<@{fake.bot['id']}> {text}", stranger, guild_id=GUILD,
-                mentions=(fake.bot,)))
+            await fake.dispatch(
+                "MESSAGE_CREATE",
+                fake.message(
+                    CHANNEL,
+                    f"<@{fake.bot['id']}> {text}",
+                    stranger,
+                    guild_id=GUILD,
+                    mentions=(fake.bot,),
+                ),
+            )
         await gateway.seen(fake, 2)
-        allowed = fake.message(CHANNEL, f"<@{fake.bot['id']}> plan the launch", alice,
-                               guild_id=GUILD, mentions=(fake.bot,))
+        allowed = fake.message(
+            CHANNEL,
+            f"<@{fake.bot['id']}> plan the launch",
+            alice,
+            guild_id=GUILD,
+            mentions=(fake.bot,),
+        )
         await fake.dispatch("MESSAGE_CREATE", allowed)
         seen = await gateway.seen(fake, 3)
     threads = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages/\d+/threads")
@@ -156,16 +188,24 @@ async def test_a_strangers_mention_opens_no_thread_and_gets_one_refusal(
 
 
 async def test_auto_thread_falls_back_to_a_reply_and_logs_once(
-        fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture) -> None:
+    fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     fake.forbid_threads = True
     alice = fake.user("42")
     caplog.set_level(logging.WARNING, logger="adapters.discord.connection")
     async with Gateway(fake, redis_client, DISCORD_AUTO_THREAD=True) as gateway:
         await gateway.ready(fake)
         for text in ("first", "second"):
-            await fake.dispatch("MESSAGE_CREATE", fake.message(
-                CHANNEL, f"<@{fake.bot['id']}> {text}", alice, guild_id=GUILD,
-                mentions=(fake.bot,)))
+            await fake.dispatch(
+                "MESSAGE_CREATE",
+                fake.message(
+                    CHANNEL,
+                    f"<@{fake.bot['id']}> {text}",
+                    alice,
+                    guild_id=GUILD,
+                    mentions=(fake.bot,),
+                ),
+            )
         seen = await gateway.seen(fake, 2)
     assert all(inbound.channel == CHANNEL for inbound, _ in seen)
     assert all(inbound.reply.reply_to == inbound.message_id for inbound, _ in seen)
@@ -174,7 +214,8 @@ async def test_auto_thread_falls_back_to_a_reply_and_logs_once(
 
 
 async def test_a_refused_message_content_intent_ends_with_the_clear_line(
-        fake: FakeDiscord, redis_client: Redis) -> None:
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     fake.message_content_enabled = False
     gateway = Gateway(fake, redis_client)
     with pytest.raises(ConfigError) as caught:
@@ -188,10 +229,17 @@ async def test_a_process_runs_only_its_shards(fake: FakeDiscord, redis_client: R
         await gw.until(fake, lambda: fake.identifies)
         assert [i["shard"] for i in fake.identifies] == [[1, 2]]
         report = await gw.until(fake, lambda: gw.reports.get("discord-shards-1", {}).get("up"))
-        await fake.dispatch("MESSAGE_CREATE", fake.message(
-            CHANNEL_B, f"<@{fake.bot['id']}> on shard one", fake.user("42"), guild_id=GUILD_B,
-            mentions=(fake.bot,)))
-        (inbound, _), = await gw.seen(fake)
+        await fake.dispatch(
+            "MESSAGE_CREATE",
+            fake.message(
+                CHANNEL_B,
+                f"<@{fake.bot['id']}> on shard one",
+                fake.user("42"),
+                guild_id=GUILD_B,
+                mentions=(fake.bot,),
+            ),
+        )
+        ((inbound, _),) = await gw.seen(fake)
     assert report is True
     assert inbound.workspace == GUILD_B
 
@@ -204,8 +252,7 @@ async def test_a_dropped_connection_resumes(fake: FakeDiscord, redis_client: Red
         await gateway.until(fake, lambda: gateway.health.reported.count(False) > downs)
         await gateway.until(fake, lambda: fake.resumes, within=20)
         await gateway.ready(fake)
-        await fake.dispatch("MESSAGE_CREATE", fake.message("555", "still there?",
-                                                           fake.user("42")))
+        await fake.dispatch("MESSAGE_CREATE", fake.message("555", "still there?", fake.user("42")))
         seen = await gateway.seen(fake)
     assert fake.resumes[0]["session_id"] == "session-1"
     assert seen[0][0].text == "still there?"
@@ -238,15 +285,19 @@ async def test_doctor_checks_the_token_over_rest(fake: FakeDiscord, redis_client
 
 
 async def test_an_unreachable_discord_is_one_platform_error(redis_client: Redis) -> None:
-    settings = Settings(DISCORD_BOT_TOKEN="t", DISCORD_API_URL="http://127.0.0.1:9/api/v10",
-                        DISCORD_GATEWAY_URL="ws://127.0.0.1:9/")
+    settings = Settings(
+        DISCORD_BOT_TOKEN="t",
+        DISCORD_API_URL="http://127.0.0.1:9/api/v10",
+        DISCORD_GATEWAY_URL="ws://127.0.0.1:9/",
+    )
     platform = DiscordPlatform(settings, redis_client)
     with pytest.raises(PlatformError, match="could not be reached"):
         await platform.connect(Ingest(settings, redis_client), Health(redis_client, "discord"))
 
 
 async def test_without_a_gateway_url_the_one_discord_names_is_used(
-        fake: FakeDiscord, redis_client: Redis) -> None:
+    fake: FakeDiscord, redis_client: Redis
+) -> None:
     async with Gateway(fake, redis_client, DISCORD_GATEWAY_URL=None) as gateway:
         await gateway.ready(fake)
     assert fake.calls_to("GET", r"/gateway/bot")

@@ -37,8 +37,13 @@ class Process:
     def __init__(self, command: str, env: dict[str, str], workdir: Path) -> None:
         self.log_path = workdir / f"{command}.log"
         self._log: IO[bytes] = self.log_path.open("wb")
-        self.popen = subprocess.Popen([sys.executable, "-m", "gateway.cli", command], env=env,
-                                      cwd=workdir, stdout=self._log, stderr=subprocess.STDOUT)
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", command],
+            env=env,
+            cwd=workdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
     def output(self) -> str:
         if not self._log.closed:
@@ -62,11 +67,16 @@ class Stack:
     def __init__(self, fake: FakeDiscord, llm: FakeLLM, redis_url: str, workdir: Path) -> None:
         self.fake, self.llm, self.workdir = fake, llm, workdir
         self.env = {
-            "PATH": os.environ.get("PATH", ""), "REDIS_URL": redis_url,
-            "GATEWAY_MODEL": "openai/fake-model", "GATEWAY_API_BASE": llm.api_base,
-            "GATEWAY_API_KEY": "sk-test", "DISCORD_BOT_TOKEN": fake.token,
-            "DISCORD_API_URL": fake.api_url, "DISCORD_GATEWAY_URL": fake.gateway_url,
-            "GATEWAY_ALLOWED_USERS": f"discord:{ALICE}", "DISCORD_EDIT_INTERVAL": "0.2",
+            "PATH": os.environ.get("PATH", ""),
+            "REDIS_URL": redis_url,
+            "GATEWAY_MODEL": "openai/fake-model",
+            "GATEWAY_API_BASE": llm.api_base,
+            "GATEWAY_API_KEY": "sk-test",
+            "DISCORD_BOT_TOKEN": fake.token,
+            "DISCORD_API_URL": fake.api_url,
+            "DISCORD_GATEWAY_URL": fake.gateway_url,
+            "GATEWAY_ALLOWED_USERS": f"discord:{ALICE}",
+            "DISCORD_EDIT_INTERVAL": "0.2",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
         self.processes: list[Process] = []
@@ -83,8 +93,7 @@ class Stack:
         """
         workers = [p for p in self.processes if p.log_path.stem == "worker"]
         await self.wait(lambda: self.fake.identifies and self.fake.commands, within=60)
-        await self.wait(lambda: all("reading gw:jobs" in p.output() for p in workers),
-                        within=90)
+        await self.wait(lambda: all("reading gw:jobs" in p.output() for p in workers), within=90)
 
     async def wait(self, condition: Any, within: float = 45.0) -> Any:
         def met() -> Any:
@@ -92,24 +101,41 @@ class Stack:
                 if process.popen.poll() is not None:
                     raise AssertionError(f"`{process.log_path.stem}` exited:\n{process.output()}")
             return condition()
+
         return await self.fake.wait_for(met, within=within)
 
-    async def say(self, channel: str, text: str, *, user: str = ALICE, guild: bool = True,
-                  mention: bool = False, bot: bool = False, **kw: Any) -> dict[str, Any]:
+    async def say(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = ALICE,
+        guild: bool = True,
+        mention: bool = False,
+        bot: bool = False,
+        **kw: Any,
+    ) -> dict[str, Any]:
         content = f"<@{self.fake.bot['id']}> {text}" if mention else text
-        message = self.fake.message(channel, content, self.fake.user(user, bot=bot),
-                                    guild_id=GUILD if guild else None,
-                                    mentions=(self.fake.bot,) if mention else (), **kw)
+        message = self.fake.message(
+            channel,
+            content,
+            self.fake.user(user, bot=bot),
+            guild_id=GUILD if guild else None,
+            mentions=(self.fake.bot,) if mention else (),
+            **kw,
+        )
         await self.fake.dispatch("MESSAGE_CREATE", message)
         return message
 
     async def answer(self, channel: str, expect: str, count: int = 1) -> list[dict[str, Any]]:
         """Wait until the bot posted `count` messages in `channel`, the last holding `expect`."""
+
         def done() -> list[dict[str, Any]] | None:
             posted = self.fake.channel_messages(channel)
             if len(posted) < count or expect not in posted[-1]["content"]:
                 return None
             return posted
+
         return list(await self.wait(done))
 
     async def participating(self, session_key: str) -> None:
@@ -149,8 +175,7 @@ def main_requests(llm: FakeLLM) -> list[str]:
     return [json.dumps(r.get("messages")) for r in llm.requests]
 
 
-async def test_who_is_answered_where(
-        stack: Stack, fake: FakeDiscord, llm: FakeLLM) -> None:
+async def test_who_is_answered_where(stack: Stack, fake: FakeDiscord, llm: FakeLLM) -> None:
     thread = fake.add_thread(GUILD, CHANNEL)
     quiet_thread = fake.add_thread(GUILD, CHANNEL)
     stack.start("discord", "worker")
@@ -178,8 +203,10 @@ async def test_who_is_answered_where(
 
     await stack.say(quiet_thread, "nobody asked the bot here")
     for author in (fake.user("99", "otherbot", bot=True), fake.bot):
-        await fake.dispatch("MESSAGE_CREATE", fake.message(
-            "556", f"<@{fake.bot['id']}> ping", author, mentions=(fake.bot,)))
+        await fake.dispatch(
+            "MESSAGE_CREATE",
+            fake.message("556", f"<@{fake.bot['id']}> ping", author, mentions=(fake.bot,)),
+        )
     await stack.say("557", "let me in", user="31337", guild=False)
     (refusal,) = await stack.answer("557", "discord:31337")
     assert len(refusal["content"]) < 300
@@ -207,7 +234,8 @@ async def test_auto_thread_answers_inside_the_new_thread(stack: Stack, fake: Fak
 
 
 async def test_a_long_answer_arrives_in_three_messages_with_balanced_code_blocks(
-        stack: Stack, fake: FakeDiscord, llm: FakeLLM) -> None:
+    stack: Stack, fake: FakeDiscord, llm: FakeLLM
+) -> None:
     code = "\n".join(f"    value_{i} = compute({i})  # step {i}" for i in range(70))
     prose = " ".join(["The plan has several parts that need careful attention."] * 17)
     llm.reply = f"{prose}\n\n{FENCE}python\n{code}\n{FENCE}\n\n{prose}"
@@ -232,26 +260,35 @@ async def test_a_long_answer_arrives_in_three_messages_with_balanced_code_blocks
 
 
 async def test_btw_command_and_typed_btw_answer_aside_and_stay_out_of_history(
-        stack: Stack, fake: FakeDiscord, llm: FakeLLM) -> None:
+    stack: Stack, fake: FakeDiscord, llm: FakeLLM
+) -> None:
     stack.start("discord", "worker")
     await stack.connected()
     await stack.say(CHANNEL, "first main question", mention=True)
     await stack.answer(CHANNEL, "first main question")
 
-    interaction = fake.interaction(CHANNEL, "what did I ask first?", fake.user(ALICE),
-                                   guild_id=GUILD)
+    interaction = fake.interaction(
+        CHANNEL, "what did I ask first?", fake.user(ALICE), guild_id=GUILD
+    )
     await fake.dispatch("INTERACTION_CREATE", interaction)
     await stack.wait(lambda: fake.callbacks.get(interaction["token"]))
     assert fake.callbacks[interaction["token"]]["type"] == 5
-    followup = await stack.wait(lambda: [m for m in fake.messages.values()
-                                         if m.get("interaction_token") == interaction["token"]])
+    followup = await stack.wait(
+        lambda: [
+            m for m in fake.messages.values() if m.get("interaction_token") == interaction["token"]
+        ]
+    )
     await stack.wait(stack.idle)
     assert followup[0]["channel_id"] == CHANNEL and followup[0]["content"].strip()
 
     typed = await stack.say(CHANNEL, "!btw is this a side question?", mention=True)
-    side = await stack.wait(lambda: [m for m in fake.messages.values()
-                                     if (m.get("message_reference") or {}).get("message_id")
-                                     == typed["id"]])
+    side = await stack.wait(
+        lambda: [
+            m
+            for m in fake.messages.values()
+            if (m.get("message_reference") or {}).get("message_id") == typed["id"]
+        ]
+    )
     await stack.wait(stack.idle)
     assert side[0]["content"].strip()
 
@@ -264,7 +301,8 @@ async def test_btw_command_and_typed_btw_answer_aside_and_stay_out_of_history(
 
 
 async def test_a_refused_message_content_intent_exits_with_the_clear_line(
-        stack: Stack, fake: FakeDiscord) -> None:
+    stack: Stack, fake: FakeDiscord
+) -> None:
     fake.message_content_enabled = False
     stack.start("discord")
     process = stack.processes[0]

@@ -43,8 +43,9 @@ def test_a_mention_in_a_channel_is_stripped_and_quoted() -> None:
 def test_a_channel_message_without_mention_is_not_addressed() -> None:
     inbound = to_inbound(channel_message("just chatting"), bot_id=BOT, in_thread=False)
     assert inbound is not None
-    assert not (inbound.mentions_bot or inbound.replies_to_bot or inbound.is_dm
-                or inbound.follows_thread)
+    assert not (
+        inbound.mentions_bot or inbound.replies_to_bot or inbound.is_dm or inbound.follows_thread
+    )
 
 
 def test_a_reply_to_the_bot_counts() -> None:
@@ -56,8 +57,9 @@ def test_a_reply_to_the_bot_counts() -> None:
 
 
 def test_a_thread_message_follows_the_thread_and_the_thread_is_the_session() -> None:
-    inbound = to_inbound(fake.message("777", "more", alice, guild_id=GUILD), bot_id=BOT,
-                         in_thread=True)
+    inbound = to_inbound(
+        fake.message("777", "more", alice, guild_id=GUILD), bot_id=BOT, in_thread=True
+    )
     assert inbound is not None
     assert inbound.follows_thread and inbound.channel == "777" and inbound.thread is None
     assert inbound.reply.reply_to is None
@@ -94,16 +96,23 @@ def test_bots_webhooks_the_bot_itself_and_system_messages_are_dropped() -> None:
 
 def test_attachments_are_kept_by_reference() -> None:
     message = fake.message("555", "look", alice)
-    message["attachments"] = [{"url": "https://cdn/x.png", "filename": "x.png",
-                               "content_type": "image/png"}]
+    message["attachments"] = [
+        {"url": "https://cdn/x.png", "filename": "x.png", "content_type": "image/png"}
+    ]
     inbound = to_inbound(message, bot_id=BOT, in_thread=False)
     assert inbound is not None
     assert inbound.attachments[0].kind == "image" and inbound.attachments[0].name == "x.png"
 
 
 def test_the_btw_command_carries_the_interaction_token_on_both_addresses() -> None:
-    inbound = interaction_inbound(interaction_id="9", token="tok", channel_id=CHANNEL,
-                                  guild_id=GUILD, user=alice, question="why?")
+    inbound = interaction_inbound(
+        interaction_id="9",
+        token="tok",
+        channel_id=CHANNEL,
+        guild_id=GUILD,
+        user=alice,
+        question="why?",
+    )
     assert inbound.text == "/btw why?" and inbound.event_id == "9"
     assert inbound.side_reply.token == "tok" and inbound.side_reply.side
     assert inbound.reply.token == "tok" and not inbound.reply.side
@@ -126,6 +135,7 @@ def test_strip_mention_leaves_other_mentions() -> None:
 
 def test_render_keeps_discord_markdown_and_code_blocks() -> None:
     text = "# Title\n#### Deep\n![cat](https://x/c.png)\n```\n#### not a heading\n```"
-    assert render(text) == ("# Title\n**Deep**\n[cat](https://x/c.png)\n```\n#### not a heading"
-                            "\n```")
+    assert render(text) == (
+        "# Title\n**Deep**\n[cat](https://x/c.png)\n```\n#### not a heading\n```"
+    )
     assert render("  ") == "…"

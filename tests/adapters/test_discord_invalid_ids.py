@@ -27,8 +27,9 @@ def mention(fake: FakeDiscord, text: str, *, dm: bool = False) -> dict[str, Any]
     author = fake.user("42")
     if dm:
         return fake.message("555", text, author)
-    return fake.message(CHANNEL, f"<@{fake.bot['id']}> {text}", author, guild_id=GUILD,
-                        mentions=(fake.bot,))
+    return fake.message(
+        CHANNEL, f"<@{fake.bot['id']}> {text}", author, guild_id=GUILD, mentions=(fake.bot,)
+    )
 
 
 def messages(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
@@ -46,35 +47,62 @@ def messages(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
         target[field] = value
         cases[name] = body
 
-    for label, value in (("negative", -1), ("a negative string", "-1"), ("2**64", HUGE),
-                         ("2**64 as a string", str(HUGE)), ("2**70", 2**70),
-                         ("-2**63", -(2**63))):
+    for label, value in (
+        ("negative", -1),
+        ("a negative string", "-1"),
+        ("2**64", HUGE),
+        ("2**64 as a string", str(HUGE)),
+        ("2**70", 2**70),
+        ("-2**63", -(2**63)),
+    ):
         case(f"id {label}", "id", value)
-    for label, value in (("negative", -5), ("a negative string", "-5"), ("2**64", HUGE),
-                         ("2**64 as a string", str(HUGE)), ("10**30", 10**30)):
+    for label, value in (
+        ("negative", -5),
+        ("a negative string", "-5"),
+        ("2**64", HUGE),
+        ("2**64 as a string", str(HUGE)),
+        ("10**30", 10**30),
+    ):
         case(f"channel_id {label}", "channel_id", value)
-    for label, value in (("negative", -42), ("a negative string", "-42"), ("2**64", HUGE),
-                         ("2**64 as a string", str(HUGE)), ("2**100", 2**100)):
+    for label, value in (
+        ("negative", -42),
+        ("a negative string", "-42"),
+        ("2**64", HUGE),
+        ("2**64 as a string", str(HUGE)),
+        ("2**100", 2**100),
+    ):
         case(f"author.id {label}", "author.id", value)
-    for label, value in (("null", None), ("a number", 5), ("a list", ["hi"]),
-                         ("an object", {"text": "hi"}), ("true", True), ("a float", 3.5),
-                         ("an empty list", [])):
+    for label, value in (
+        ("null", None),
+        ("a number", 5),
+        ("a list", ["hi"]),
+        ("an object", {"text": "hi"}),
+        ("true", True),
+        ("a float", 3.5),
+        ("an empty list", []),
+    ):
         case(f"content {label}", "content", value)
-    for label, value in (("negative", -7), ("a negative string", "-7"), ("2**64", HUGE),
-                         ("2**64 as a string", str(HUGE))):
+    for label, value in (
+        ("negative", -7),
+        ("a negative string", "-7"),
+        ("2**64", HUGE),
+        ("2**64 as a string", str(HUGE)),
+    ):
         case(f"message_reference.message_id {label}", "message_reference.message_id", value)
     case("a DM's id negative", "id", -1, dm=True)
     case("a DM's channel_id 2**64", "channel_id", HUGE, dm=True)
     case("a DM's author.id negative", "author.id", -42, dm=True)
     case("a DM's content null", "content", None, dm=True)
     case("a DM's author.id 2**64 as a string", "author.id", str(HUGE), dm=True)
-    case("a DM's message_reference.message_id negative", "message_reference.message_id", -7,
-         dm=True)
+    case(
+        "a DM's message_reference.message_id negative", "message_reference.message_id", -7, dm=True
+    )
     return cases
 
 
 def interactions(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
     """INTERACTION_CREATE bodies for `/btw`, each with one id malformed."""
+
     def interaction(name: str) -> dict[str, Any]:
         return fake.interaction(CHANNEL, name, fake.user("42"), guild_id=GUILD)
 
@@ -86,8 +114,10 @@ def interactions(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
     huge_id["id"] = str(HUGE)
     negative_user = interaction("/btw user id negative")
     negative_user["member"]["user"] = {**negative_user["member"]["user"], "id": "-42"}
-    return {body["data"]["options"][0]["value"]: body
-            for body in (negative_channel, huge_guild, huge_id, negative_user)}
+    return {
+        body["data"]["options"][0]["value"]: body
+        for body in (negative_channel, huge_guild, huge_id, negative_user)
+    }
 
 
 @pytest.fixture
@@ -97,7 +127,8 @@ async def fake() -> Any:
 
 
 async def test_messages_and_interactions_with_malformed_ids_are_dropped_with_one_line_each(
-        fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture) -> None:
+    fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     malformed = messages(fake)
     commands = interactions(fake)
     assert len(malformed) >= 32
@@ -116,17 +147,28 @@ async def test_messages_and_interactions_with_malformed_ids_are_dropped_with_one
                 return [r.getMessage() for r in caplog.records if r.name == "adapters.common"]
 
             def raised() -> list[str]:  # discord.py's own line for a listener that raised
-                return [r.getMessage() for r in caplog.records if r.name == "discord.client"
-                        and r.exc_info is not None]
+                return [
+                    r.getMessage()
+                    for r in caplog.records
+                    if r.name == "discord.client" and r.exc_info is not None
+                ]
 
             def taken() -> list[str]:
-                return [inbound.text for inbound, _ in gateway.ingest.seen
-                        if inbound.message_id != control["id"]]
+                return [
+                    inbound.text
+                    for inbound, _ in gateway.ingest.seen
+                    if inbound.message_id != control["id"]
+                ]
 
             # Each case ends one of three ways: dropped with its line, raised, or taken.
             cases = len(malformed) + len(commands)
-            await gateway.until(fake, lambda: len(drops()) + len(raised()) + len(taken()) >= cases
-                                and len(gateway.ingest.seen) > len(taken()))
+            await gateway.until(
+                fake,
+                lambda: (
+                    len(drops()) + len(raised()) + len(taken()) >= cases
+                    and len(gateway.ingest.seen) > len(taken())
+                ),
+            )
     assert taken() == [], f"{len(taken())} of {cases} malformed events reached ingest"
     assert raised() == []
     assert len(drops()) == cases and all("\n" not in line for line in drops())

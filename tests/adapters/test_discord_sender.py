@@ -33,12 +33,14 @@ async def sender(fake: FakeDiscord) -> AsyncIterator[DiscordSender]:
 
 
 def channel(reply_to: str | None = None, *, side: bool = False) -> Address:
-    return Address(platform="discord", workspace=GUILD, channel=CHANNEL, reply_to=reply_to,
-                   side=side)
+    return Address(
+        platform="discord", workspace=GUILD, channel=CHANNEL, reply_to=reply_to, side=side
+    )
 
 
-async def test_send_then_edit_one_message_without_pings(fake: FakeDiscord,
-                                                        sender: DiscordSender) -> None:
+async def test_send_then_edit_one_message_without_pings(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     message_id = await sender.send(channel(), "hello <@123> @everyone", final=False)
     await sender.edit(channel(), message_id, "hello again", final=True)
 
@@ -50,8 +52,9 @@ async def test_send_then_edit_one_message_without_pings(fake: FakeDiscord,
     assert "message_reference" not in posted.body
 
 
-async def test_mentions_written_into_an_edit_ping_no_one(fake: FakeDiscord,
-                                                         sender: DiscordSender) -> None:
+async def test_mentions_written_into_an_edit_ping_no_one(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     message_id = await sender.send(channel(), "draft", final=False)
     await sender.edit(channel(), message_id, "@everyone @here <@&77> <@123> <#456>", final=True)
 
@@ -61,7 +64,8 @@ async def test_mentions_written_into_an_edit_ping_no_one(fake: FakeDiscord,
 
 
 async def test_mentions_in_an_interaction_followup_edit_ping_no_one(
-        fake: FakeDiscord, sender: DiscordSender) -> None:
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     interaction = fake.interaction(CHANNEL, "what?", fake.user("42"), guild_id=GUILD)
     fake.callbacks[interaction["token"]] = {"type": 5}
     address = channel(side=True).model_copy(update={"token": interaction["token"]})
@@ -73,17 +77,22 @@ async def test_mentions_in_an_interaction_followup_edit_ping_no_one(
 
 
 async def test_a_reply_quotes_the_question_and_may_notify_only_the_asker(
-        fake: FakeDiscord, sender: DiscordSender) -> None:
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     await sender.send(channel("1400000000000000009", side=True), "answer", final=True)
 
     body = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")[0].body
-    assert body["message_reference"] == {"message_id": "1400000000000000009",
-                                         "channel_id": CHANNEL, "fail_if_not_exists": False}
+    assert body["message_reference"] == {
+        "message_id": "1400000000000000009",
+        "channel_id": CHANNEL,
+        "fail_if_not_exists": False,
+    }
     assert body["allowed_mentions"] == {"parse": [], "replied_user": True}
 
 
-async def test_editing_to_the_same_text_is_not_an_error(fake: FakeDiscord,
-                                                       sender: DiscordSender) -> None:
+async def test_editing_to_the_same_text_is_not_an_error(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     message_id = await sender.send(channel(), "same", final=False)
     await sender.edit(channel(), message_id, "same", final=True)
     assert fake.messages[message_id]["content"] == "same"
@@ -103,7 +112,8 @@ async def test_limits_and_measure_follow_discord(sender: DiscordSender) -> None:
 
 
 async def test_a_short_429_is_waited_out_by_discord_py_and_the_text_arrives(
-        fake: FakeDiscord, sender: DiscordSender) -> None:
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     message_id = await sender.send(channel(), "draft", final=False)
     fake.rate_limit("PATCH", rf"/channels/{CHANNEL}/messages/\d+", retry_after=0.3)
 
@@ -115,8 +125,9 @@ async def test_a_short_429_is_waited_out_by_discord_py_and_the_text_arrives(
     assert fake.messages[message_id]["content"] == "final text"
 
 
-async def test_a_long_429_reaches_the_core_as_rate_limited(fake: FakeDiscord,
-                                                           sender: DiscordSender) -> None:
+async def test_a_long_429_reaches_the_core_as_rate_limited(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     fake.rate_limit("POST", rf"/channels/{CHANNEL}/messages", retry_after=45.0)
     started = time.monotonic()
     with pytest.raises(RateLimited) as caught:
@@ -125,8 +136,9 @@ async def test_a_long_429_reaches_the_core_as_rate_limited(fake: FakeDiscord,
     assert time.monotonic() - started < 5
 
 
-async def test_a_429_discord_py_will_not_retry_is_rate_limited(fake: FakeDiscord,
-                                                              sender: DiscordSender) -> None:
+async def test_a_429_discord_py_will_not_retry_is_rate_limited(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     fake.rate_limit("POST", rf"/channels/{CHANNEL}/messages", retry_after=2.5, via=False)
     with pytest.raises(RateLimited) as caught:
         await sender.send(channel(), "hello", final=True)
@@ -153,8 +165,9 @@ async def test_a_wrong_token_is_a_platform_error_without_the_token(fake: FakeDis
         await sender.aclose()
 
 
-async def test_an_interaction_reply_is_a_followup_on_the_webhook(fake: FakeDiscord,
-                                                                 sender: DiscordSender) -> None:
+async def test_an_interaction_reply_is_a_followup_on_the_webhook(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
     interaction = fake.interaction(CHANNEL, "what?", fake.user("42"), guild_id=GUILD)
     fake.callbacks[interaction["token"]] = {"type": 5}  # the gateway process deferred it
     address = channel(side=True).model_copy(update={"token": interaction["token"]})
@@ -172,12 +185,14 @@ async def test_an_interaction_reply_is_a_followup_on_the_webhook(fake: FakeDisco
 
 
 async def test_interaction_tokens_stay_out_of_debug_logs(
-        fake: FakeDiscord, sender: DiscordSender, caplog: pytest.LogCaptureFixture) -> None:
+    fake: FakeDiscord, sender: DiscordSender, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     interaction = fake.interaction(CHANNEL, "q", fake.user("42"), guild_id=GUILD)
     fake.callbacks[interaction["token"]] = {"type": 5}
     address = channel(side=True).model_copy(update={"token": interaction["token"]})
     await sender.send(address, "answer", final=True)
-    ours = "\n".join(r.getMessage() for r in caplog.records
-                     if r.name.startswith(("discord", "adapters")))
+    ours = "\n".join(
+        r.getMessage() for r in caplog.records if r.name.startswith(("discord", "adapters"))
+    )
     assert interaction["token"] not in ours and fake.token not in ours

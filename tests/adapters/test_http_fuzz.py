@@ -59,10 +59,16 @@ class Web:
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
     async with running() as telegram:
         settings = load_settings(
-            _env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
-            SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url,
-            TELEGRAM_BOT_TOKEN=telegram.token, TELEGRAM_WEBHOOK_SECRET=TELEGRAM_SECRET,
-            TELEGRAM_API_URL=telegram.base_url, TELEGRAM_ALLOW_ALL=True)
+            _env_file=None,
+            REDIS_URL=redis_url,
+            SLACK_BOT_TOKEN=BOT_TOKEN,
+            SLACK_SIGNING_SECRET=SIGNING_SECRET,
+            SLACK_API_URL=slack.api_url,
+            TELEGRAM_BOT_TOKEN=telegram.token,
+            TELEGRAM_WEBHOOK_SECRET=TELEGRAM_SECRET,
+            TELEGRAM_API_URL=telegram.base_url,
+            TELEGRAM_ALLOW_ALL=True,
+        )
         redis = Redis.from_url(redis_url, decode_responses=True)
         platforms = [SlackPlatform(settings, redis), TelegramPlatform(settings, redis)]
         for platform in platforms:
@@ -76,8 +82,9 @@ async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
         await redis.aclose()
 
 
-async def fuzz(web: Web, caplog: pytest.LogCaptureFixture, path: str, cases: Iterator[Case],
-               secret: str) -> dict[int, int]:
+async def fuzz(
+    web: Web, caplog: pytest.LogCaptureFixture, path: str, cases: Iterator[Case], secret: str
+) -> dict[int, int]:
     """Send every case; check each one as it comes back; the count of each status."""
     statuses: dict[int, int] = {}
     before = await web.keyspace()
@@ -104,38 +111,57 @@ def check_logged_once(records: list[logging.LogRecord], secret: str, where: str)
 
 
 async def test_malformed_slack_deliveries_are_refused_and_change_nothing(
-        web: Web, caplog: pytest.LogCaptureFixture) -> None:
+    web: Web, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.INFO):
-        statuses = await fuzz(web, caplog, "/slack/events",
-                              slack_cases(1, CASES, SIGNING_SECRET), SIGNING_SECRET)
+        statuses = await fuzz(
+            web, caplog, "/slack/events", slack_cases(1, CASES, SIGNING_SECRET), SIGNING_SECRET
+        )
     assert statuses.get(401, 0) >= CASES // 2  # every unsigned one
     assert statuses.get(400, 0) > CASES // 4  # the signed ones, mostly
     # The control: the same route still answers the challenge and ingests a real event.
     challenge = json_bytes({"token": "legacy", "challenge": "chal-9", "type": "url_verification"})
-    answer = await web.http.post("/slack/events", content=challenge,
-                                 headers=signed_headers(challenge))
+    answer = await web.http.post(
+        "/slack/events", content=challenge, headers=signed_headers(challenge)
+    )
     assert answer.json() == {"challenge": "chal-9"}
     event = json_bytes(event_body(mention("after the fuzzing")))
-    assert (await web.http.post("/slack/events", content=event,
-                                headers=signed_headers(event))).status_code == 200
+    assert (
+        await web.http.post("/slack/events", content=event, headers=signed_headers(event))
+    ).status_code == 200
     assert await web.redis.xlen(Keys.jobs("slack")) == 1
 
 
 async def test_malformed_telegram_updates_are_dropped_and_change_nothing(
-        web: Web, caplog: pytest.LogCaptureFixture) -> None:
+    web: Web, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.INFO):
-        statuses = await fuzz(web, caplog, "/telegram/webhook",
-                              telegram_cases(1, CASES, TELEGRAM_SECRET), TELEGRAM_SECRET)
+        statuses = await fuzz(
+            web,
+            caplog,
+            "/telegram/webhook",
+            telegram_cases(1, CASES, TELEGRAM_SECRET),
+            TELEGRAM_SECRET,
+        )
     assert statuses.get(401, 0) == CASES // 2  # every one without the right secret
     assert statuses.get(200, 0) > CASES // 4  # acknowledged and dropped
-    update = {"update_id": 77, "message": {
-        "message_id": 1, "date": 1700000000, "text": "after the fuzzing",
-        "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
-        "chat": {"id": 42, "type": "private", "first_name": "Alice"}}}
-    headers = {"Content-Type": "application/json",
-               "X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
-    response = await web.http.post("/telegram/webhook", content=json.dumps(update).encode(),
-                                   headers=headers)
+    update = {
+        "update_id": 77,
+        "message": {
+            "message_id": 1,
+            "date": 1700000000,
+            "text": "after the fuzzing",
+            "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
+            "chat": {"id": 42, "type": "private", "first_name": "Alice"},
+        },
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET,
+    }
+    response = await web.http.post(
+        "/telegram/webhook", content=json.dumps(update).encode(), headers=headers
+    )
     assert response.status_code == 200
     assert await web.redis.xlen(Keys.jobs("telegram")) == 1
 
@@ -145,4 +171,5 @@ def test_the_cases_are_the_same_for_the_same_seed() -> None:
     again = [(body, signed) for _, body, signed in slack_cases(7, 50, SIGNING_SECRET)]
     assert first == again
     assert [b for _, b, _ in telegram_cases(7, 50, "s")] == [
-        b for _, b, _ in telegram_cases(7, 50, "s")]
+        b for _, b, _ in telegram_cases(7, 50, "s")
+    ]

@@ -24,10 +24,24 @@ from gateway.model import Address
 from tests.adapters.adversarial import adversarial, within_a_second
 
 SIZE = 100_000
-SHAPES = ("link-open", "image-open", "star-word", "double-star", "triple-star",
-          "underscore-word", "double-underscore", "tilde-pair", "nested-brackets",
-          "autolink-open", "quote-run", "heading-spaces", "fence-spaces", "table-spaces",
-          "escapes", "mix")
+SHAPES = (
+    "link-open",
+    "image-open",
+    "star-word",
+    "double-star",
+    "triple-star",
+    "underscore-word",
+    "double-underscore",
+    "tilde-pair",
+    "nested-brackets",
+    "autolink-open",
+    "quote-run",
+    "heading-spaces",
+    "fence-spaces",
+    "table-spaces",
+    "escapes",
+    "mix",
+)
 UNREACHABLE = "http://127.0.0.1:9"  # nothing is sent: only the senders' measures are used
 
 
@@ -46,8 +60,11 @@ async def platform(request: pytest.FixtureRequest) -> AsyncIterator[Platform]:
         yield Platform(to_mrkdwn, slack.measure, slack.limits(address).max_length)
         await slack.aclose()
     elif request.param == "telegram":
-        telegram = TelegramSender(BotClient.build("1:test", f"{UNREACHABLE}/bot"),
-                                  edit_interval=1.0, group_edit_interval=3.0)
+        telegram = TelegramSender(
+            BotClient.build("1:test", f"{UNREACHABLE}/bot"),
+            edit_interval=1.0,
+            group_edit_interval=3.0,
+        )
         yield Platform(markup.render, telegram.measure, telegram.limits(address).max_length)
         await telegram.aclose()
     else:
@@ -57,15 +74,13 @@ async def platform(request: pytest.FixtureRequest) -> AsyncIterator[Platform]:
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-async def test_a_long_hostile_reply_renders_within_a_second(platform: Platform,
-                                                            shape: str) -> None:
+async def test_a_long_hostile_reply_renders_within_a_second(platform: Platform, shape: str) -> None:
     text = adversarial(shape, SIZE)
     within_a_second(lambda: platform.render(text))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-async def test_a_long_hostile_reply_splits_within_a_second(platform: Platform,
-                                                           shape: str) -> None:
+async def test_a_long_hostile_reply_splits_within_a_second(platform: Platform, shape: str) -> None:
     text = adversarial(shape, SIZE)
     pieces = within_a_second(lambda: split_markdown(text, platform.limit, platform.measure))
     assert all(platform.measure(piece) <= platform.limit for piece in pieces)

@@ -76,8 +76,13 @@ class Socket:
 
 @pytest.fixture
 async def socket(slack: FakeSlack, redis_url: str) -> AsyncIterator[Socket]:
-    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
-                        SLACK_APP_TOKEN=APP_TOKEN, SLACK_API_URL=slack.api_url)
+    settings = load_settings(
+        _env_file=None,
+        REDIS_URL=redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_APP_TOKEN=APP_TOKEN,
+        SLACK_API_URL=slack.api_url,
+    )
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)
     platform.validate("connect")
@@ -93,8 +98,9 @@ async def socket(slack: FakeSlack, redis_url: str) -> AsyncIterator[Socket]:
     await redis.aclose()
 
 
-async def test_events_arrive_are_acknowledged_and_a_redelivery_is_one_job(socket: Socket,
-                                                                          slack: FakeSlack) -> None:
+async def test_events_arrive_are_acknowledged_and_a_redelivery_is_one_job(
+    socket: Socket, slack: FakeSlack
+) -> None:
     await socket.until(socket.is_up)
     body = event_body(mention("hello over the socket"), "EvSock1")
     first = slack.push(body)
@@ -105,8 +111,9 @@ async def test_events_arrive_are_acknowledged_and_a_redelivery_is_one_job(socket
     assert len(jobs) == 1 and jobs[0]["kind"] == "turn"
 
 
-async def test_a_dropped_connection_shows_down_and_comes_back(socket: Socket,
-                                                             slack: FakeSlack) -> None:
+async def test_a_dropped_connection_shows_down_and_comes_back(
+    socket: Socket, slack: FakeSlack
+) -> None:
     await socket.until(socket.is_up)
     assert slack.connections_opened == 1
     slack.refuse_connections = True
@@ -144,8 +151,9 @@ async def test_a_half_open_connection_is_noticed(socket: Socket, slack: FakeSlac
     await socket.until(lambda: slack.live_connections == 1)
 
 
-async def test_btw_over_the_socket_acks_with_the_ephemeral_text(socket: Socket,
-                                                                slack: FakeSlack) -> None:
+async def test_btw_over_the_socket_acks_with_the_ephemeral_text(
+    socket: Socket, slack: FakeSlack
+) -> None:
     await socket.until(socket.is_up)
     form = parse_qs(command_bytes("anything?", channel="C5").decode())
     payload = {key: values[0] for key, values in form.items()}

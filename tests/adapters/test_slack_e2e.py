@@ -33,8 +33,9 @@ pytestmark = pytest.mark.timeout(150)
 
 
 @pytest.fixture
-async def web(tmp_path: Path, redis_url: str, llm: FakeLLM,
-              slack: FakeSlack) -> AsyncIterator[Processes]:
+async def web(
+    tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack
+) -> AsyncIterator[Processes]:
     env = environment(redis_url, llm.api_base, slack.api_url, free_port())
     async with gateway(tmp_path, env, "web", "worker") as processes:
         yield processes
@@ -45,26 +46,32 @@ async def post(web: Processes, body: bytes, headers: dict[str, str]) -> httpx.Re
         return await client.post(web.events_url, content=body, headers=headers)
 
 
-async def deliver(web: Processes, event: dict[str, Any], *, event_id: str | None = None,
-                  **signing: Any) -> httpx.Response:
+async def deliver(
+    web: Processes, event: dict[str, Any], *, event_id: str | None = None, **signing: Any
+) -> httpx.Response:
     body = json_bytes(event_body(event, event_id))
     return await post(web, body, signed_headers(body, **signing))
 
 
 def replies(slack: FakeSlack, channel: str, thread: str | None, contains: str) -> list[Message]:
-    return [m for m in slack.messages.values()
-            if m.channel == channel and m.thread_ts == thread and contains in m.text]
+    return [
+        m
+        for m in slack.messages.values()
+        if m.channel == channel and m.thread_ts == thread and contains in m.text
+    ]
 
 
-def answered(slack: FakeSlack, channel: str, thread: str | None, contains: str,
-             count: int = 1) -> list[Message]:
+def answered(
+    slack: FakeSlack, channel: str, thread: str | None, contains: str, count: int = 1
+) -> list[Message]:
     """Wait for `count` bot messages holding `contains` where the reply should be."""
     slack.wait_for(lambda: len(replies(slack, channel, thread, contains)) >= count, timeout=30)
     return replies(slack, channel, thread, contains)
 
 
 async def test_a_mention_gets_a_threaded_reply_and_a_follow_up_needs_no_mention(
-        web: Processes, slack: FakeSlack, llm: FakeLLM) -> None:
+    web: Processes, slack: FakeSlack, llm: FakeLLM
+) -> None:
     top = mention("what is the plan?")
     assert (await deliver(web, top)).status_code == 200
     [reply] = answered(slack, "C1", top["ts"], "what is the plan?")  # the whole reply
@@ -81,13 +88,15 @@ async def test_a_mention_gets_a_threaded_reply_and_a_follow_up_needs_no_mention(
 
 
 async def test_a_dm_gets_a_reply_at_the_top_level(web: Processes, slack: FakeSlack) -> None:
-    assert (await deliver(web, message("hi in private", channel="D1",
-                                       channel_type="im"))).status_code == 200
+    assert (
+        await deliver(web, message("hi in private", channel="D1", channel_type="im"))
+    ).status_code == 200
     answered(slack, "D1", None, "hi in private")
 
 
 async def test_three_deliveries_of_one_event_get_one_reply_and_one_model_call(
-        web: Processes, slack: FakeSlack, llm: FakeLLM) -> None:
+    web: Processes, slack: FakeSlack, llm: FakeLLM
+) -> None:
     event = mention("only once please")
     body = json_bytes(event_body(event, "EvThrice"))
     for retry in (None, 1, 2):
@@ -102,7 +111,8 @@ async def test_three_deliveries_of_one_event_get_one_reply_and_one_model_call(
 
 
 async def test_forged_stale_and_bot_messages_reach_no_model(
-        web: Processes, slack: FakeSlack, llm: FakeLLM) -> None:
+    web: Processes, slack: FakeSlack, llm: FakeLLM
+) -> None:
     top = mention("start a thread")
     await deliver(web, top)
     answered(slack, "C1", top["ts"], "start a thread")
@@ -112,8 +122,7 @@ async def test_forged_stale_and_bot_messages_reach_no_model(
     assert (forged.status_code, stale.status_code) == (401, 401)
     for event in (
         message("my own echo", user=BOT_USER_ID, bot_id=BOT_ID, thread_ts=top["ts"]),
-        message("another bot", user="U9", bot_id="B9", subtype="bot_message",
-                thread_ts=top["ts"]),
+        message("another bot", user="U9", bot_id="B9", subtype="bot_message", thread_ts=top["ts"]),
         message("a dm from a bot", user="U9", bot_id="B9", channel="D1", channel_type="im"),
     ):
         assert (await deliver(web, event)).status_code == 200
@@ -128,7 +137,8 @@ async def test_forged_stale_and_bot_messages_reach_no_model(
 
 
 async def test_btw_in_a_thread_and_in_the_channel_answer_in_threads_outside_history(
-        web: Processes, slack: FakeSlack, llm: FakeLLM) -> None:
+    web: Processes, slack: FakeSlack, llm: FakeLLM
+) -> None:
     top = mention("we pick the blue logo")
     await deliver(web, top)
     answered(slack, "C1", top["ts"], "blue logo")
@@ -137,13 +147,19 @@ async def test_btw_in_a_thread_and_in_the_channel_answer_in_threads_outside_hist
     slack.wait_for(lambda: len(slack.thread_messages("C1", top["ts"])) >= 2, timeout=30)
 
     body = command_bytes("what colour again?")
-    response = await post(web, body, signed_headers(
-        body, content_type="application/x-www-form-urlencoded"))
+    response = await post(
+        web, body, signed_headers(body, content_type="application/x-www-form-urlencoded")
+    )
     assert response.status_code == 200
-    slack.wait_for(lambda: any(m.thread_ts is None and "what colour again?" in m.text
-                               for m in slack.messages.values()), timeout=10)
-    quote = next(m for m in slack.messages.values()
-                 if m.thread_ts is None and "what colour again?" in m.text)
+    slack.wait_for(
+        lambda: any(
+            m.thread_ts is None and "what colour again?" in m.text for m in slack.messages.values()
+        ),
+        timeout=10,
+    )
+    quote = next(
+        m for m in slack.messages.values() if m.thread_ts is None and "what colour again?" in m.text
+    )
     slack.wait_for(lambda: len(slack.thread_messages("C1", quote.ts)) >= 1, timeout=30)
 
     await deliver(web, message("and the font?", thread_ts=top["ts"]))
@@ -154,7 +170,8 @@ async def test_btw_in_a_thread_and_in_the_channel_answer_in_threads_outside_hist
 
 
 async def test_a_429_while_streaming_still_ends_with_the_full_text(
-        tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack) -> None:
+    tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack
+) -> None:
     words = " ".join(f"word{i}" for i in range(60))
     llm.reply = words
     llm.token_delay = 0.03
@@ -163,17 +180,21 @@ async def test_a_429_while_streaming_still_ends_with_the_full_text(
     async with gateway(tmp_path, env, "web", "worker") as web:
         top = mention("tell me a long story")
         await deliver(web, top)
-        slack.wait_for(lambda: any(m.text.strip() == words
-                                   for m in slack.thread_messages("C1", top["ts"])), timeout=30)
+        slack.wait_for(
+            lambda: any(m.text.strip() == words for m in slack.thread_messages("C1", top["ts"])),
+            timeout=30,
+        )
     refused = [c for c in slack.calls_to("chat.update") if c.status == 429]
     assert len(refused) == 1
     assert len(slack.thread_messages("C1", top["ts"])) == 1
 
 
 async def test_socket_mode_gateway_slack_and_worker_answer_a_mention(
-        tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack) -> None:
-    env = environment(redis_url, llm.api_base, slack.api_url, free_port(),
-                      SLACK_APP_TOKEN=APP_TOKEN)
+    tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack
+) -> None:
+    env = environment(
+        redis_url, llm.api_base, slack.api_url, free_port(), SLACK_APP_TOKEN=APP_TOKEN
+    )
     del env["SLACK_SIGNING_SECRET"]  # Socket Mode needs none
     async with gateway(tmp_path, env, "slack", "worker") as processes:
         try:

@@ -74,20 +74,28 @@ class Web:
 
     async def command(self, text: str, **kwargs: Any) -> httpx.Response:
         body = command_bytes(text, **kwargs)
-        return await self.post(body, signed_headers(
-            body, content_type="application/x-www-form-urlencoded"))
+        return await self.post(
+            body, signed_headers(body, content_type="application/x-www-form-urlencoded")
+        )
 
     async def jobs(self) -> list[dict[str, Any]]:
         raw = await self.redis.xrange(Keys.jobs("slack"))
         entries = cast(list[tuple[str, dict[str, str]]], raw)
-        return [{**fields, "payload": json.loads(fields.get("payload") or "{}")}
-                for _, fields in entries]
+        return [
+            {**fields, "payload": json.loads(fields.get("payload") or "{}")}
+            for _, fields in entries
+        ]
 
 
 @pytest.fixture
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
-    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
-                        SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url)
+    settings = load_settings(
+        _env_file=None,
+        REDIS_URL=redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+    )
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)
     platform.validate("http")
@@ -105,8 +113,12 @@ def test_the_official_example_verifies_with_the_clock_at_its_timestamp() -> None
     headers = {"X-Slack-Request-Timestamp": str(DOC_TIMESTAMP), "X-Slack-Signature": DOC_SIGNATURE}
     assert verifier.is_valid_request(DOC_BODY, headers)
     # The helper the tests sign with is the same scheme.
-    assert signed_headers(DOC_BODY.encode(), secret=DOC_SECRET,
-                          timestamp=DOC_TIMESTAMP)["X-Slack-Signature"] == DOC_SIGNATURE
+    assert (
+        signed_headers(DOC_BODY.encode(), secret=DOC_SECRET, timestamp=DOC_TIMESTAMP)[
+            "X-Slack-Signature"
+        ]
+        == DOC_SIGNATURE
+    )
     # One changed byte, or the same request five minutes and a second later, fails.
     assert not verifier.is_valid_request(DOC_BODY.replace("foobar", "foobaz"), headers)
     late = SignatureVerifier(DOC_SECRET, clock=FrozenClock(DOC_TIMESTAMP + 301))
@@ -120,8 +132,9 @@ async def test_url_verification_is_answered(web: Web) -> None:
     assert response.json() == {"challenge": "chal-123"}
 
 
-async def test_a_mention_is_queued_as_a_turn_with_the_speaker_name(web: Web,
-                                                                   slack: FakeSlack) -> None:
+async def test_a_mention_is_queued_as_a_turn_with_the_speaker_name(
+    web: Web, slack: FakeSlack
+) -> None:
     event = mention("what is our plan?")
     started = time.perf_counter()
     response = await web.event(event)
@@ -152,9 +165,11 @@ async def test_forged_and_stale_requests_get_401_and_change_nothing(web: Web) ->
     for headers in (forged, stale, unsigned):
         assert (await web.post(body, headers)).status_code == 401
     # Slack's own documented request is genuine but years old: refused as a replay.
-    doc_headers = {"X-Slack-Request-Timestamp": str(DOC_TIMESTAMP),
-                   "X-Slack-Signature": DOC_SIGNATURE,
-                   "Content-Type": "application/x-www-form-urlencoded"}
+    doc_headers = {
+        "X-Slack-Request-Timestamp": str(DOC_TIMESTAMP),
+        "X-Slack-Signature": DOC_SIGNATURE,
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
     assert (await web.post(DOC_BODY.encode(), doc_headers)).status_code == 401
     assert await web.jobs() == []
     assert await web.redis.dbsize() == 0
@@ -165,8 +180,9 @@ async def test_bots_and_the_bot_itself_are_ignored(web: Web, slack: FakeSlack) -
     await web.event(thread)
     ignored = [
         message("from me", user=BOT_USER_ID, thread_ts=thread["ts"], bot_id=BOT_ID),
-        message("another bot", user="U9", thread_ts=thread["ts"], bot_id="B9",
-                subtype="bot_message"),
+        message(
+            "another bot", user="U9", thread_ts=thread["ts"], bot_id="B9", subtype="bot_message"
+        ),
         message("edited", thread_ts=thread["ts"], subtype="message_changed"),
         message("joined", thread_ts=thread["ts"], subtype="channel_join"),
         message("dm from a bot", channel="D1", channel_type="im", bot_id="B9"),
@@ -199,8 +215,7 @@ async def test_names_are_looked_up_once_and_cached_with_a_ttl(web: Web, slack: F
     assert 0 < await web.redis.ttl(key) <= 24 * 3600
 
 
-async def test_native_btw_without_a_session_says_so_ephemerally(web: Web,
-                                                                slack: FakeSlack) -> None:
+async def test_native_btw_without_a_session_says_so_ephemerally(web: Web, slack: FakeSlack) -> None:
     response = await web.command("what did we decide?", channel="C7")
     assert response.status_code == 200
     assert response.json() == {"text": NO_SESSION, "response_type": "ephemeral"}
@@ -209,7 +224,8 @@ async def test_native_btw_without_a_session_says_so_ephemerally(web: Web,
 
 
 async def test_native_btw_quotes_the_question_and_answers_under_the_quote(
-        web: Web, slack: FakeSlack) -> None:
+    web: Web, slack: FakeSlack
+) -> None:
     thread = mention("let us plan the launch")
     await web.event(thread)
     response = await web.command("what did we decide?", trigger_id="trig-btw-1")
@@ -243,13 +259,20 @@ async def test_bang_btw_in_a_thread_answers_in_that_thread(web: Web) -> None:
 
 
 async def test_other_events_are_acknowledged(web: Web) -> None:
-    response = await web.event({"type": "reaction_added", "user": "U1", "reaction": "eyes",
-                                "item": {"type": "message", "channel": "C1", "ts": "1.1"}})
+    response = await web.event(
+        {
+            "type": "reaction_added",
+            "user": "U1",
+            "reaction": "eyes",
+            "item": {"type": "message", "channel": "C1", "ts": "1.1"},
+        }
+    )
     assert response.status_code == 200
     assert await web.jobs() == []
 
 
 # -- what is refused before it reaches bolt ----------------------------------------
+
 
 async def test_a_body_over_the_limit_is_413_before_anything_else(web: Web) -> None:
     body = b'{"type": "event_callback", "pad": "' + b"x" * MAX_BODY + b'"}'
@@ -267,8 +290,9 @@ async def test_a_chunked_body_is_cut_off_at_the_limit_unread(web: Web) -> None:
             sent += 64 * 1024
             yield b"x" * (64 * 1024)
 
-    response = await web.http.post("/slack/events", content=chunks(),
-                                   headers={"Content-Type": "application/json"})
+    response = await web.http.post(
+        "/slack/events", content=chunks(), headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 413
     assert sent <= MAX_BODY + 2 * 64 * 1024
 
@@ -276,23 +300,31 @@ async def test_a_chunked_body_is_cut_off_at_the_limit_unread(web: Web) -> None:
 async def test_a_signed_body_that_is_not_utf8_is_400_and_changes_nothing(web: Web) -> None:
     body = json_bytes(event_body(mention("caf"))).replace(b"caf", b"caf\xe9")
     stamp = str(int(time.time()))  # slack-sdk's signer decodes the body as UTF-8 first
-    response = await web.post(body, {"X-Slack-Request-Timestamp": stamp,
-                                     "X-Slack-Signature": slack_signature(SIGNING_SECRET, stamp,
-                                                                          body),
-                                     "Content-Type": "application/json"})
+    response = await web.post(
+        body,
+        {
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": slack_signature(SIGNING_SECRET, stamp, body),
+            "Content-Type": "application/json",
+        },
+    )
     assert response.status_code == 400
     assert await web.redis.dbsize() == 0
 
 
-@pytest.mark.parametrize("body", [
-    b'{"type": "event_callback", "event": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-    b'{"type": "event_callback", "event": ' + b"[" * 500 + b"]" * 500 + b"}",
-    b"[1, 2]",
-    b'{"type": "event_callback", "event": ',
-    b'{"type": "event_callback", "event": {"type": "app_mention", "text": NaN}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"type": "event_callback", "event": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"type": "event_callback", "event": ' + b"[" * 500 + b"]" * 500 + b"}",
+        b"[1, 2]",
+        b'{"type": "event_callback", "event": ',
+        b'{"type": "event_callback", "event": {"type": "app_mention", "text": NaN}}',
+    ],
+)
 async def test_signed_json_that_is_not_an_event_is_400_logged_once(
-        web: Web, caplog: pytest.LogCaptureFixture, body: bytes) -> None:
+    web: Web, caplog: pytest.LogCaptureFixture, body: bytes
+) -> None:
     with caplog.at_level(logging.INFO):
         response = await web.post(body, signed_headers(body))
     assert response.status_code == 400
@@ -303,7 +335,8 @@ async def test_signed_json_that_is_not_an_event_is_400_logged_once(
 
 
 async def test_an_event_of_the_wrong_shape_is_400_without_a_stack_trace(
-        web: Web, caplog: pytest.LogCaptureFixture) -> None:
+    web: Web, caplog: pytest.LogCaptureFixture
+) -> None:
     event = mention("hello")
     event["files"] = 7  # (a text of the wrong type is dropped by the inbound checks instead)
     with caplog.at_level(logging.INFO):
@@ -323,7 +356,8 @@ async def test_a_json_body_sent_as_another_content_type_is_415(web: Web) -> None
 
 
 async def test_an_unsigned_body_is_refused_before_it_is_parsed(
-        web: Web, caplog: pytest.LogCaptureFixture) -> None:
+    web: Web, caplog: pytest.LogCaptureFixture
+) -> None:
     body = b'{"event": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     with caplog.at_level(logging.INFO):
         response = await web.post(body, {"Content-Type": "application/json"})

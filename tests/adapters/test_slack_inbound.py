@@ -37,14 +37,25 @@ def body(event: dict[str, Any], event_id: str = "Ev1") -> dict[str, Any]:
 
 
 def mention(**extra: Any) -> dict[str, Any]:
-    event = {"type": "app_mention", "user": "U1", "channel": "C1", "ts": "100.1",
-             "text": "<@UBOT> what is up?"}
+    event = {
+        "type": "app_mention",
+        "user": "U1",
+        "channel": "C1",
+        "ts": "100.1",
+        "text": "<@UBOT> what is up?",
+    }
     return {**event, **extra}
 
 
 def message(**extra: Any) -> dict[str, Any]:
-    event = {"type": "message", "channel_type": "channel", "user": "U1", "channel": "C1",
-             "ts": "200.1", "text": "hello"}
+    event = {
+        "type": "message",
+        "channel_type": "channel",
+        "user": "U1",
+        "channel": "C1",
+        "ts": "200.1",
+        "text": "hello",
+    }
     return {**event, **extra}
 
 
@@ -106,34 +117,47 @@ def test_a_mention_in_a_dm_is_kept_with_the_mention_stripped() -> None:
     assert inbound is not None and inbound.text == "hi there" and inbound.mentions_bot
 
 
-@pytest.mark.parametrize("event", [
-    message(thread_ts="100.1", subtype="bot_message", bot_id="B2"),
-    message(thread_ts="100.1", bot_id="B2"),
-    message(thread_ts="100.1", user="UBOT"),
-    mention(user="UBOT"),
-    message(thread_ts="100.1", subtype="message_changed"),
-    message(thread_ts="100.1", subtype="message_deleted"),
-    message(thread_ts="100.1", subtype="channel_join"),
-    message(channel="D1", channel_type="im", subtype="bot_message", bot_id="B2"),
-    {"type": "reaction_added", "user": "U1", "item": {}},
-    message(thread_ts="100.1", user=None),
-])
+@pytest.mark.parametrize(
+    "event",
+    [
+        message(thread_ts="100.1", subtype="bot_message", bot_id="B2"),
+        message(thread_ts="100.1", bot_id="B2"),
+        message(thread_ts="100.1", user="UBOT"),
+        mention(user="UBOT"),
+        message(thread_ts="100.1", subtype="message_changed"),
+        message(thread_ts="100.1", subtype="message_deleted"),
+        message(thread_ts="100.1", subtype="channel_join"),
+        message(channel="D1", channel_type="im", subtype="bot_message", bot_id="B2"),
+        {"type": "reaction_added", "user": "U1", "item": {}},
+        message(thread_ts="100.1", user=None),
+    ],
+)
 def test_what_is_not_a_person_writing_is_ignored(event: dict[str, Any]) -> None:
     assert to_inbound(body(event), BOT, "Ada") is None
 
 
 @pytest.mark.parametrize("subtype", ["thread_broadcast", "file_share"])
 def test_person_subtypes_are_kept(subtype: str) -> None:
-    event = message(thread_ts="100.1", ts="150.9", subtype=subtype,
-                    files=[{"name": "a.png", "mimetype": "image/png", "url_private": "https://f/a"}])
+    event = message(
+        thread_ts="100.1",
+        ts="150.9",
+        subtype=subtype,
+        files=[{"name": "a.png", "mimetype": "image/png", "url_private": "https://f/a"}],
+    )
     inbound = to_inbound(body(event), BOT, "Ada")
     assert inbound is not None
     assert inbound.attachments[0].kind == "image" and inbound.attachments[0].name == "a.png"
 
 
 def test_native_btw_targets_the_latest_session_and_answers_under_the_quote() -> None:
-    command = {"team_id": "T1", "channel_id": "C1", "user_id": "U1",
-               "text": " what did we decide? ", "trigger_id": "trig-1", "command": "/btw"}
+    command = {
+        "team_id": "T1",
+        "channel_id": "C1",
+        "user_id": "U1",
+        "text": " what did we decide? ",
+        "trigger_id": "trig-1",
+        "command": "/btw",
+    }
     inbound = btw_inbound(command, "slack:T1:C1:100.1", "400.1", "Ada")
     assert inbound.session_key == "slack:T1:C1:100.1"
     assert inbound.text == "/btw what did we decide?"
@@ -155,44 +179,70 @@ def test_session_thread() -> None:
 
 # -- Slack Connect: who belongs to the installing organisation ------------------------
 
-def installed(event: dict[str, Any], *, team_id: str = "T1", enterprise_id: str | None = None,
-              home_enterprise: str | None = None) -> dict[str, Any]:
+
+def installed(
+    event: dict[str, Any],
+    *,
+    team_id: str = "T1",
+    enterprise_id: str | None = None,
+    home_enterprise: str | None = None,
+) -> dict[str, Any]:
     """An envelope as Slack sends it to the installation in T1 (`authorizations`), where
     `team_id` / `enterprise_id` name the team the event came from."""
-    envelope = {**body(event), "team_id": team_id, "is_ext_shared_channel": True,
-                "authorizations": [{"enterprise_id": home_enterprise, "team_id": "T1",
-                                    "user_id": "UBOT", "is_bot": True,
-                                    "is_enterprise_install": False}]}
+    envelope = {
+        **body(event),
+        "team_id": team_id,
+        "is_ext_shared_channel": True,
+        "authorizations": [
+            {
+                "enterprise_id": home_enterprise,
+                "team_id": "T1",
+                "user_id": "UBOT",
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+    }
     if enterprise_id is not None:
         envelope["enterprise_id"] = enterprise_id
     return envelope
 
 
 def test_a_member_of_the_installing_workspace_is_not_external() -> None:
-    for envelope in (body(mention()), body(mention(team="T1")),
-                     installed(mention(team="T1", user_team="T1"))):
+    for envelope in (
+        body(mention()),
+        body(mention(team="T1")),
+        installed(mention(team="T1", user_team="T1")),
+    ):
         inbound = to_inbound(envelope, BOT, "Ada")
         assert inbound is not None and not inbound.speaker.external
 
 
-@pytest.mark.parametrize("envelope", [
-    # A message in a shared channel: the envelope names the author's team.
-    installed(message(thread_ts="100.1", team="T2"), team_id="T2", enterprise_id="E2"),
-    # A mention: the event keeps the installing team and names the author's in user_team,
-    installed(mention(team="T1", user_team="T2", source_team="T2")),
-    # or, for a member of another Enterprise Grid organisation, that organisation.
-    installed(mention(team="T1", user_team="E2", source_team="E2")),
-    # A Slack Connect DM.
-    installed(message(channel="D1", channel_type="im", team="T2"), team_id="T2"),
-])
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        # A message in a shared channel: the envelope names the author's team.
+        installed(message(thread_ts="100.1", team="T2"), team_id="T2", enterprise_id="E2"),
+        # A mention: the event keeps the installing team and names the author's in user_team,
+        installed(mention(team="T1", user_team="T2", source_team="T2")),
+        # or, for a member of another Enterprise Grid organisation, that organisation.
+        installed(mention(team="T1", user_team="E2", source_team="E2")),
+        # A Slack Connect DM.
+        installed(message(channel="D1", channel_type="im", team="T2"), team_id="T2"),
+    ],
+)
 def test_a_member_of_another_organisation_is_external(envelope: dict[str, Any]) -> None:
     inbound = to_inbound(envelope, BOT, "Eve")
     assert inbound is not None and inbound.speaker.external
 
 
 def test_a_member_of_another_workspace_of_the_same_grid_organisation_is_not_external() -> None:
-    sibling = installed(message(thread_ts="100.1", team="T3"), team_id="T3", enterprise_id="E1",
-                        home_enterprise="E1")
+    sibling = installed(
+        message(thread_ts="100.1", team="T3"),
+        team_id="T3",
+        enterprise_id="E1",
+        home_enterprise="E1",
+    )
     grid_mention = installed(mention(team="T1", user_team="E1"), home_enterprise="E1")
     for envelope in (sibling, grid_mention):
         inbound = to_inbound(envelope, BOT, "Ada")
@@ -201,8 +251,9 @@ def test_a_member_of_another_workspace_of_the_same_grid_organisation_is_not_exte
 
 def test_a_shared_channel_keeps_one_session_whoever_writes() -> None:
     # The envelope's team_id is the author's team: the session is named by the installation.
-    guest = to_inbound(installed(message(ts="150.3", thread_ts="100.1", team="T2"),
-                                 team_id="T2"), BOT, "Eve")
+    guest = to_inbound(
+        installed(message(ts="150.3", thread_ts="100.1", team="T2"), team_id="T2"), BOT, "Eve"
+    )
     member = to_inbound(installed(message(ts="150.4", thread_ts="100.1", team="T1")), BOT, "Ada")
     assert guest is not None and member is not None
     assert guest.session_key == member.session_key == "slack:T1:C1:100.1"
@@ -210,8 +261,7 @@ def test_a_shared_channel_keeps_one_session_whoever_writes() -> None:
 
 
 def test_native_btw_from_another_organisation_is_external() -> None:
-    command = {"team_id": "T2", "channel_id": "C1", "user_id": "U7", "text": "q",
-               "trigger_id": "t"}
+    command = {"team_id": "T2", "channel_id": "C1", "user_id": "U7", "text": "q", "trigger_id": "t"}
     assert btw_inbound(command, "slack:T1:C1:100.1", "400.3", "Eve").speaker.external
     own = {**command, "team_id": "T1", "user_id": "U1"}
     assert not btw_inbound(own, "slack:T1:C1:100.1", "400.4", "Ada").speaker.external
@@ -240,21 +290,30 @@ class Web:
         shared = {"is_ext_shared_channel": True}
         if event["type"] == "message":  # the envelope names the author's team
             return await self.event({**event, "team": GUEST_TEAM}, team_id=GUEST_TEAM, **shared)
-        return await self.event({**event, "user_team": GUEST_TEAM, "source_team": GUEST_TEAM},
-                                **shared)
+        return await self.event(
+            {**event, "user_team": GUEST_TEAM, "source_team": GUEST_TEAM}, **shared
+        )
 
     async def jobs(self) -> list[dict[str, Any]]:
-        entries = cast(list[tuple[str, dict[str, str]]],
-                       await self.redis.xrange(Keys.jobs("slack")))
-        return [{**fields, "payload": json.loads(fields.get("payload") or "{}")}
-                for _, fields in entries]
+        entries = cast(
+            list[tuple[str, dict[str, str]]], await self.redis.xrange(Keys.jobs("slack"))
+        )
+        return [
+            {**fields, "payload": json.loads(fields.get("payload") or "{}")}
+            for _, fields in entries
+        ]
 
 
 @pytest.fixture
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
     slack.add_user(GUEST, "Eve")
-    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
-                             SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url)
+    settings = load_settings(
+        _env_file=None,
+        REDIS_URL=redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+    )
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)
     app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
@@ -275,8 +334,10 @@ async def session_texts(redis: Redis) -> list[str]:
 
 async def test_a_guest_from_another_organisation_gets_one_refusal_and_no_turn(web: Web) -> None:
     assert await web.guest_event(slack_mention("what is our plan?", user=GUEST)) == 200
-    assert await web.guest_event(slack_message("hello?", user=GUEST, channel="D9",
-                                               channel_type="im")) == 200
+    assert (
+        await web.guest_event(slack_message("hello?", user=GUEST, channel="D9", channel_type="im"))
+        == 200
+    )
     jobs = await web.jobs()
     assert [job["kind"] for job in jobs] == ["notice"]
     assert f"slack:{GUEST}" in jobs[0]["payload"]["text"]
@@ -296,11 +357,19 @@ async def test_reset_and_stop_from_a_guest_leave_the_conversation_alone(web: Web
 
 
 async def test_native_btw_from_a_guest_reaches_no_model(web: Web, slack: FakeSlack) -> None:
-    await web.guest_event(slack_message("hi from outside", user=GUEST, channel="D9",
-                                        channel_type="im"))
-    form = {"team_id": GUEST_TEAM, "channel_id": "D9", "channel_name": "directmessage",
-            "user_id": GUEST, "command": "/btw", "text": "what did we say?",
-            "trigger_id": "trig.guest", "api_app_id": "A0001"}
+    await web.guest_event(
+        slack_message("hi from outside", user=GUEST, channel="D9", channel_type="im")
+    )
+    form = {
+        "team_id": GUEST_TEAM,
+        "channel_id": "D9",
+        "channel_name": "directmessage",
+        "user_id": GUEST,
+        "command": "/btw",
+        "text": "what did we say?",
+        "trigger_id": "trig.guest",
+        "api_app_id": "A0001",
+    }
     assert await web.post(urlencode(form).encode(), "application/x-www-form-urlencoded") == 200
     assert not slack.calls_to("chat.postMessage")
     assert [job["kind"] for job in await web.jobs()] == ["notice"]
@@ -308,9 +377,14 @@ async def test_native_btw_from_a_guest_reaches_no_model(web: Web, slack: FakeSla
 
 async def test_slack_allow_external_lets_a_guest_in(slack: FakeSlack, redis_url: str) -> None:
     slack.add_user(GUEST, "Eve")
-    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
-                             SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url,
-                             SLACK_ALLOW_EXTERNAL="1")
+    settings = load_settings(
+        _env_file=None,
+        REDIS_URL=redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+        SLACK_ALLOW_EXTERNAL="1",
+    )
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)
     app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])

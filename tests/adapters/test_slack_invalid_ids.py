@@ -88,14 +88,16 @@ EVENTS: dict[str, dict[str, Any]] = {
     "team_id a list": envelope(team_id=["T0001"]),
     "enterprise_id with a dash": envelope(enterprise_id="E-1"),
     "authorizations.team_id with a space": envelope(
-        authorizations=[{"team_id": "T 1", "user_id": "UBOT", "is_bot": True}]),
+        authorizations=[{"team_id": "T 1", "user_id": "UBOT", "is_bot": True}]
+    ),
     "authorizations not a list": envelope(authorizations="T0001"),
     "event_id a list": envelope(event_id=["Ev1"]),
     "event_id with a colon": envelope(event_id="Ev1:x"),
     "text a list": event_body(event(text=["hello"])),
     "text an object": event_body(event(text={"text": "hello"})),
-    "subtype a list": event_body(message("hi", channel="D1", channel_type="im",
-                                         subtype=["file_share"])),
+    "subtype a list": event_body(
+        message("hi", channel="D1", channel_type="im", subtype=["file_share"])
+    ),
     "a DM's channel in lower case": event_body(message("hi", channel="d1", channel_type="im")),
 }
 # bolt reads these itself before any listener runs, and `adapters.slack.http` answers 400.
@@ -115,8 +117,9 @@ class Web:
     redis: Redis
 
     async def post(self, body: bytes, content_type: str = "application/json") -> httpx.Response:
-        return await self.http.post("/slack/events", content=body,
-                                    headers=signed_headers(body, content_type=content_type))
+        return await self.http.post(
+            "/slack/events", content=body, headers=signed_headers(body, content_type=content_type)
+        )
 
     async def state(self) -> tuple[list[str], int]:
         """Every key, and the length of the job stream: what any ingest would change."""
@@ -125,8 +128,13 @@ class Web:
 
 @pytest.fixture
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
-    settings = load_settings(_env_file=None, REDIS_URL=redis_url, SLACK_BOT_TOKEN=BOT_TOKEN,
-                             SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.api_url)
+    settings = load_settings(
+        _env_file=None,
+        REDIS_URL=redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+    )
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)
     app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
@@ -139,7 +147,8 @@ async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
 
 
 async def test_events_and_commands_with_malformed_ids_are_dropped_with_one_line_each(
-        web: Web, slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    web: Web, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
     assert len(EVENTS) >= 32
     control = event_body(mention("the control", ts="1710000000.000001"))
     assert (await web.post(json_bytes(control))).status_code == 200
@@ -147,8 +156,7 @@ async def test_events_and_commands_with_malformed_ids_are_dropped_with_one_line_
     assert before[1] == 1 and f"gw:{{slack:{TEAM_ID}:C1:1710000000.000001}}:inbox" in before[0]
     posts = len(slack.calls_to("chat.postMessage"))
     sent = [(name, json_bytes(body), "application/json") for name, body in EVENTS.items()]
-    sent += [(name, body, "application/x-www-form-urlencoded")
-             for name, body in COMMANDS.items()]
+    sent += [(name, body, "application/x-www-form-urlencoded") for name, body in COMMANDS.items()]
     stored, refused, noisy = [], [], []
     for name, body, content_type in sent:
         caplog.clear()

@@ -30,8 +30,9 @@ def test_http_mode_needs_the_signing_secret(redis_client: Redis) -> None:
     with pytest.raises(ConfigError, match=r"^SLACK_SIGNING_SECRET is required") as caught:
         http.validate("http")
     assert BOT_TOKEN not in str(caught.value)
-    platform(redis_client, SLACK_BOT_TOKEN=BOT_TOKEN,
-             SLACK_SIGNING_SECRET=SIGNING_SECRET).validate("http")
+    platform(redis_client, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=SIGNING_SECRET).validate(
+        "http"
+    )
 
 
 def test_an_app_token_means_socket_mode(redis_client: Redis) -> None:
@@ -42,8 +43,9 @@ def test_an_app_token_means_socket_mode(redis_client: Redis) -> None:
     with pytest.raises(ConfigError, match="SLACK_APP_TOKEN is required"):
         platform(redis_client, SLACK_BOT_TOKEN=BOT_TOKEN).validate("connect")
     with pytest.raises(ConfigError, match="app-level token"):
-        platform(redis_client, SLACK_BOT_TOKEN=BOT_TOKEN,
-                 SLACK_APP_TOKEN="xoxb-wrong-kind").validate("connect")
+        platform(
+            redis_client, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_APP_TOKEN="xoxb-wrong-kind"
+        ).validate("connect")
 
 
 def test_workers_need_only_the_bot_token(redis_client: Redis) -> None:
@@ -55,8 +57,12 @@ def test_workers_need_only_the_bot_token(redis_client: Redis) -> None:
 
 
 async def test_doctor_checks_both_tokens(redis_client: Redis, slack: FakeSlack) -> None:
-    checked = platform(redis_client, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_APP_TOKEN=APP_TOKEN,
-                       SLACK_API_URL=slack.api_url)
+    checked = platform(
+        redis_client,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_APP_TOKEN=APP_TOKEN,
+        SLACK_API_URL=slack.api_url,
+    )
     detail = await checked.doctor()
     assert BOT_USER_ID in detail and TEAM_ID in detail and "Socket Mode" in detail
     slack.fail_next("auth.test", "invalid_auth")
@@ -65,8 +71,12 @@ async def test_doctor_checks_both_tokens(redis_client: Redis, slack: FakeSlack) 
 
 
 async def test_startup_learns_the_bot_ids(redis_client: Redis, slack: FakeSlack) -> None:
-    started = platform(redis_client, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET="s",
-                       SLACK_API_URL=slack.api_url)
+    started = platform(
+        redis_client,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET="s",
+        SLACK_API_URL=slack.api_url,
+    )
     await started.startup()
     assert (await started.identity()).user_id == BOT_USER_ID
     assert len(slack.calls_to("auth.test")) == 1

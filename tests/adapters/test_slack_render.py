@@ -7,26 +7,32 @@ import pytest
 from adapters.slack.render import to_mrkdwn
 
 
-@pytest.mark.parametrize(("markdown", "mrkdwn"), [
-    ("**bold** and __also__", "*bold* and *also*"),
-    ("*italic* and _italic_", "_italic_ and _italic_"),
-    ("***both***", "*_both_*"),
-    ("~~gone~~", "~gone~"),
-    ("# Title", "*Title*"),
-    ("### **Bold** title with `code`", "*Bold title with `code`*"),
-    ("[the docs](https://example.com/a?b=1&c=2)", "<https://example.com/a?b=1&amp;c=2|the docs>"),
-    ("[**bold** label](https://x.io)", "<https://x.io|*bold* label>"),
-    ("<https://auto.link/x>", "<https://auto.link/x>"),
-    ("![a chart](https://img.io/c.png)", "<https://img.io/c.png|a chart>"),
-    ("- one\n* two\n+ three", "• one\n• two\n• three"),
-    ("1. first\n2) second", "1. first\n2. second"),
-    ("- [ ] todo\n- [x] done", "• ☐ todo\n• ☑ done"),
-    ("> quoted\n> still quoted", "> quoted\n> still quoted"),
-    ("a & b < c > d", "a &amp; b &lt; c &gt; d"),
-    ("5 * 3 = 15, a*b and snake_case_name", "5 * 3 = 15, a*b and snake_case_name"),
-    ("**not closed yet", "**not closed yet"),
-    ("---", "──────────"),
-])
+@pytest.mark.parametrize(
+    ("markdown", "mrkdwn"),
+    [
+        ("**bold** and __also__", "*bold* and *also*"),
+        ("*italic* and _italic_", "_italic_ and _italic_"),
+        ("***both***", "*_both_*"),
+        ("~~gone~~", "~gone~"),
+        ("# Title", "*Title*"),
+        ("### **Bold** title with `code`", "*Bold title with `code`*"),
+        (
+            "[the docs](https://example.com/a?b=1&c=2)",
+            "<https://example.com/a?b=1&amp;c=2|the docs>",
+        ),
+        ("[**bold** label](https://x.io)", "<https://x.io|*bold* label>"),
+        ("<https://auto.link/x>", "<https://auto.link/x>"),
+        ("![a chart](https://img.io/c.png)", "<https://img.io/c.png|a chart>"),
+        ("- one\n* two\n+ three", "• one\n• two\n• three"),
+        ("1. first\n2) second", "1. first\n2. second"),
+        ("- [ ] todo\n- [x] done", "• ☐ todo\n• ☑ done"),
+        ("> quoted\n> still quoted", "> quoted\n> still quoted"),
+        ("a & b < c > d", "a &amp; b &lt; c &gt; d"),
+        ("5 * 3 = 15, a*b and snake_case_name", "5 * 3 = 15, a*b and snake_case_name"),
+        ("**not closed yet", "**not closed yet"),
+        ("---", "──────────"),
+    ],
+)
 def test_inline_and_line_rules(markdown: str, mrkdwn: str) -> None:
     assert to_mrkdwn(markdown) == mrkdwn
 
@@ -71,45 +77,51 @@ def test_plain_text_and_blank_lines_survive() -> None:
     assert to_mrkdwn("one\n\ntwo\nthree\n") == "one\n\ntwo\nthree"
 
 
-@pytest.mark.parametrize(("markdown", "mrkdwn"), [
-    ("[here](!channel)", "here (!channel)"),
-    ("[everyone](!everyone) [all](!here)", "everyone (!everyone) all (!here)"),
-    ("[x](@U0123)", "x (@U0123)"),
-    ("[t](!subteam^S1)", "t (!subteam^S1)"),
-    ("[room](#C0123)", "room (#C0123)"),
-    ("[when](!date^1392734382^{date}|x)", "when (!date^1392734382^{date}|x)"),
-    ("[x](<!channel>)", "x (!channel)"),
-    ("![chart](!here)", "chart (!here)"),
-    ("[](!channel)", "!channel"),
-    ("[**loud**](!channel)", "*loud* (!channel)"),
-    ("[x](javascript:alert(1))", "x (javascript:alert(1))"),
-    ("[x](slack://open?team=T1)", "x (slack://open?team=T1)"),
-    ("[x](ftp://files.io/a)", "x (ftp://files.io/a)"),
-    ("[x](./relative/path)", "x (./relative/path)"),
-    ("[x](https://e.io/<!here>)", "<https://e.io/&lt;!here|x>"),
-    ("[x](https://e.io/|<!here)", "<https://e.io/%7C&lt;!here|x>"),
-    ("[<!here>](https://e.io)", "<https://e.io|&lt;!here&gt;>"),
-    ("[mail](mailto:a@b.io)", "<mailto:a@b.io|mail>"),
-    ("[web](HTTPS://E.IO)", "<HTTPS://E.IO|web>"),
-])
+@pytest.mark.parametrize(
+    ("markdown", "mrkdwn"),
+    [
+        ("[here](!channel)", "here (!channel)"),
+        ("[everyone](!everyone) [all](!here)", "everyone (!everyone) all (!here)"),
+        ("[x](@U0123)", "x (@U0123)"),
+        ("[t](!subteam^S1)", "t (!subteam^S1)"),
+        ("[room](#C0123)", "room (#C0123)"),
+        ("[when](!date^1392734382^{date}|x)", "when (!date^1392734382^{date}|x)"),
+        ("[x](<!channel>)", "x (!channel)"),
+        ("![chart](!here)", "chart (!here)"),
+        ("[](!channel)", "!channel"),
+        ("[**loud**](!channel)", "*loud* (!channel)"),
+        ("[x](javascript:alert(1))", "x (javascript:alert(1))"),
+        ("[x](slack://open?team=T1)", "x (slack://open?team=T1)"),
+        ("[x](ftp://files.io/a)", "x (ftp://files.io/a)"),
+        ("[x](./relative/path)", "x (./relative/path)"),
+        ("[x](https://e.io/<!here>)", "<https://e.io/&lt;!here|x>"),
+        ("[x](https://e.io/|<!here)", "<https://e.io/%7C&lt;!here|x>"),
+        ("[<!here>](https://e.io)", "<https://e.io|&lt;!here&gt;>"),
+        ("[mail](mailto:a@b.io)", "<mailto:a@b.io|mail>"),
+        ("[web](HTTPS://E.IO)", "<HTTPS://E.IO|web>"),
+    ],
+)
 def test_only_web_and_mail_targets_become_links(markdown: str, mrkdwn: str) -> None:
     assert to_mrkdwn(markdown) == mrkdwn
 
 
-@pytest.mark.parametrize("markdown", [
-    "<!here> <!channel> <!everyone>",
-    "<!channel|channel> <@U0123|bob> <#C0123|general>",
-    "<!subteam^S0123|team> <!date^1392734382^{date}|Feb>",
-    "`<!here>` and `<@U0123>`",
-    "```\n<!channel>\n<@U0123>\n<#C0123>\n```",
-    "> <!here> quoted",
-    "- <@U0123> in a list",
-    "# <!channel> in a heading",
-    "| <!here> | a |\n|---|---|\n| <@U1> | b |",
-    "**<!here>** _<@U0123>_ ~<#C1>~",
-    "\\<!here\\>",
-    "<mailto:x|<!here>>",
-])
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        "<!here> <!channel> <!everyone>",
+        "<!channel|channel> <@U0123|bob> <#C0123|general>",
+        "<!subteam^S0123|team> <!date^1392734382^{date}|Feb>",
+        "`<!here>` and `<@U0123>`",
+        "```\n<!channel>\n<@U0123>\n<#C0123>\n```",
+        "> <!here> quoted",
+        "- <@U0123> in a list",
+        "# <!channel> in a heading",
+        "| <!here> | a |\n|---|---|\n| <@U1> | b |",
+        "**<!here>** _<@U0123>_ ~<#C1>~",
+        "\\<!here\\>",
+        "<mailto:x|<!here>>",
+    ],
+)
 def test_raw_mention_syntax_is_shown_as_text(markdown: str) -> None:
     rendered = to_mrkdwn(markdown)
     for opening in ("<!", "<@", "<#"):

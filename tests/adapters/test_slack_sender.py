@@ -21,8 +21,9 @@ THREAD = Address(platform="slack", workspace="T1", channel="C1", thread="100.1",
 DM = Address(platform="slack", workspace="T1", channel="D1", reply_to="300.1")
 
 
-async def test_send_posts_rendered_mrkdwn_into_the_thread(slack: FakeSlack,
-                                                          sender: SlackSender) -> None:
+async def test_send_posts_rendered_mrkdwn_into_the_thread(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
     ts = await sender.send(THREAD, "**Hi** <there>", final=False)
     call = slack.calls_to("chat.postMessage")[0]
     assert call.token == TOKEN
@@ -36,8 +37,9 @@ async def test_a_dm_reply_goes_to_the_top_level(slack: FakeSlack, sender: SlackS
     assert "thread_ts" not in slack.calls_to("chat.postMessage")[0].args
 
 
-async def test_edit_updates_the_message_and_identical_text_is_fine(slack: FakeSlack,
-                                                                   sender: SlackSender) -> None:
+async def test_edit_updates_the_message_and_identical_text_is_fine(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
     ts = await sender.send(THREAD, "draft", final=False)
     await sender.edit(THREAD, ts, "final _text_", final=True)
     await sender.edit(THREAD, ts, "final _text_", final=True)
@@ -45,8 +47,9 @@ async def test_edit_updates_the_message_and_identical_text_is_fine(slack: FakeSl
     assert [c.args["ts"] for c in slack.calls_to("chat.update")] == [ts, ts]
 
 
-async def test_429_is_rate_limited_with_retry_after_and_no_sdk_retry(slack: FakeSlack,
-                                                                     sender: SlackSender) -> None:
+async def test_429_is_rate_limited_with_retry_after_and_no_sdk_retry(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
     ts = await sender.send(THREAD, "draft", final=False)
     slack.fail_next("chat.update", retry_after=7)
     with pytest.raises(RateLimited) as caught:
@@ -85,8 +88,9 @@ def test_limits_and_measure(sender: SlackSender) -> None:
     assert sender.measure("**a** <") == len("*a* &lt;")
 
 
-async def test_thinking_falls_back_to_the_eyes_reaction(slack: FakeSlack,
-                                                        sender: SlackSender) -> None:
+async def test_thinking_falls_back_to_the_eyes_reaction(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
     await sender.thinking(THREAD, True)
     assert ("C1", "100.2", "eyes") in slack.reactions
     await sender.thinking(THREAD, False)
@@ -97,8 +101,9 @@ async def test_thinking_falls_back_to_the_eyes_reaction(slack: FakeSlack,
     assert not sender.assistant_status
 
 
-async def test_thinking_uses_the_assistant_status_where_the_app_has_it(slack: FakeSlack,
-                                                                       sender: SlackSender) -> None:
+async def test_thinking_uses_the_assistant_status_where_the_app_has_it(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
     slack.assistant_enabled = True
     await sender.thinking(THREAD, True)
     await sender.thinking(THREAD, False)

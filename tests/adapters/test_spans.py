@@ -26,8 +26,7 @@ DELIMITED = [
 
 def texts(alphabet: str, count: int = 3000, seed: int = 11) -> list[str]:
     rng = random.Random(seed)
-    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
-            for _ in range(count)]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14))) for _ in range(count)]
 
 
 def found_by_regex(pattern: re.Pattern[str], text: str) -> list[tuple[int, int, tuple[str, ...]]]:
@@ -70,7 +69,7 @@ def test_links_match_their_regex() -> None:
 
 def test_a_search_from_the_middle_sees_the_text_before_it() -> None:
     pattern = re.compile(r"!?\[([^\]]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-    for text in texts('[]()! a'):
+    for text in texts("[]()! a"):
         for pos in range(len(text) + 1):
             match = pattern.search(text, pos)
             span = spans.Links(text).search(pos)

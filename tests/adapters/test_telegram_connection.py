@@ -29,8 +29,15 @@ ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
 
 
 def private_message(message_id: int, text: str) -> dict[str, Any]:
-    return {"message": {"message_id": message_id, "date": 1700000000, "from": ALICE,
-                        "text": text, "chat": {"id": 42, "type": "private"}}}
+    return {
+        "message": {
+            "message_id": message_id,
+            "date": 1700000000,
+            "from": ALICE,
+            "text": text,
+            "chat": {"id": 42, "type": "private"},
+        }
+    }
 
 
 async def inbox_texts(redis: aioredis.Redis) -> list[str]:
@@ -53,12 +60,14 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 @contextlib.asynccontextmanager
-async def polling_context(fake: FakeTelegram, redis: aioredis.Redis
-                          ) -> AsyncIterator[TelegramPlatform]:
+async def polling_context(
+    fake: FakeTelegram, redis: aioredis.Redis
+) -> AsyncIterator[TelegramPlatform]:
     """`gateway telegram`'s calls in-process: validate, startup, connect until cancelled."""
     fake.webhook_url = "https://old.example/telegram/webhook"
-    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url,
-                             TELEGRAM_ALLOW_ALL=True)
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True
+    )
     telegram = PLATFORM(settings, redis)
     telegram.validate("connect")
     await telegram.startup()
@@ -74,15 +83,16 @@ async def polling_context(fake: FakeTelegram, redis: aioredis.Redis
 
 
 @pytest.fixture
-async def polling(fake: FakeTelegram, redis_client: aioredis.Redis
-                  ) -> AsyncIterator[TelegramPlatform]:
+async def polling(
+    fake: FakeTelegram, redis_client: aioredis.Redis
+) -> AsyncIterator[TelegramPlatform]:
     async with polling_context(fake, redis_client) as telegram:
         yield telegram
 
 
-async def test_webhook_is_deleted_first_and_said_so(fake: FakeTelegram,
-                                                    redis_client: aioredis.Redis,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+async def test_webhook_is_deleted_first_and_said_so(
+    fake: FakeTelegram, redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.INFO, logger="adapters.telegram.connection"):
         async with polling_context(fake, redis_client):
             await fake.wait_for(lambda: fake.calls_to("getUpdates", ok_only=True))
@@ -92,23 +102,25 @@ async def test_webhook_is_deleted_first_and_said_so(fake: FakeTelegram,
     assert any("deleted any webhook" in r.getMessage() for r in caplog.records)
 
 
-async def test_updates_are_ingested_once_and_confirmed(fake: FakeTelegram,
-                                                       redis_client: aioredis.Redis,
-                                                       polling: TelegramPlatform) -> None:
+async def test_updates_are_ingested_once_and_confirmed(
+    fake: FakeTelegram, redis_client: aioredis.Redis, polling: TelegramPlatform
+) -> None:
     first = fake.queue_update(private_message(1, "one"))
     fake.queue_update(private_message(2, "two"))
     await until(lambda: _has(redis_client, ["one", "two"]))
     # The next getUpdates confirms both: its offset is past the last update.
-    await fake.wait_for(lambda: any(c.params.get("offset") == first + 2
-                                    for c in fake.calls_to("getUpdates")))
+    await fake.wait_for(
+        lambda: any(c.params.get("offset") == first + 2 for c in fake.calls_to("getUpdates"))
+    )
     fake.queue_update({"update_id": first, **private_message(1, "one")})  # Telegram re-sends
     fake.queue_update(private_message(3, "three"))
     await until(lambda: _has(redis_client, ["one", "two", "three"]))
     assert await inbox_texts(redis_client) == ["one", "two", "three"]
 
 
-async def test_health_is_reported_up(fake: FakeTelegram, redis_client: aioredis.Redis,
-                                     polling: TelegramPlatform) -> None:
+async def test_health_is_reported_up(
+    fake: FakeTelegram, redis_client: aioredis.Redis, polling: TelegramPlatform
+) -> None:
     async def reported() -> bool:
         raw = await redis_client.hget(Keys.HEALTH, "telegram-polling")
         return raw is not None and json.loads(raw)["up"] is True
@@ -116,8 +128,9 @@ async def test_health_is_reported_up(fake: FakeTelegram, redis_client: aioredis.
     await until(reported)
 
 
-async def test_a_flood_wait_on_getupdates_is_waited_out(fake: FakeTelegram,
-                                                        redis_client: aioredis.Redis) -> None:
+async def test_a_flood_wait_on_getupdates_is_waited_out(
+    fake: FakeTelegram, redis_client: aioredis.Redis
+) -> None:
     fake.fail_next("getUpdates", status=429, retry_after=1)
     async with polling_context(fake, redis_client):
         fake.queue_update(private_message(4, "after the wait"))
@@ -130,15 +143,22 @@ async def _has(redis: aioredis.Redis, texts: list[str]) -> bool:
     return await inbox_texts(redis) == texts
 
 
-async def test_an_update_is_not_confirmed_while_ingest_fails(fake: FakeTelegram,
-                                                            redis_client: aioredis.Redis) -> None:
-    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url,
-                             TELEGRAM_ALLOW_ALL=True)
+async def test_an_update_is_not_confirmed_while_ingest_fails(
+    fake: FakeTelegram, redis_client: aioredis.Redis
+) -> None:
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True
+    )
     client = BotClient.build(fake.token, fake.base_url)
     dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
     convert = partial(to_inbound, bot_id=fake.bot_id, bot_username=fake.username)
-    poller = Poller(client.bot, Ingest(settings, dead), Health(redis_client, "telegram-polling"),
-                    convert, poll_timeout=1)
+    poller = Poller(
+        client.bot,
+        Ingest(settings, dead),
+        Health(redis_client, "telegram-polling"),
+        convert,
+        poll_timeout=1,
+    )
     update_id = fake.queue_update(private_message(9, "kept for later"))
     task = asyncio.create_task(poller.run())
     try:

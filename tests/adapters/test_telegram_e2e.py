@@ -43,15 +43,21 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 @pytest.fixture
-async def web(tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
-              ) -> AsyncIterator[Gateway]:
+async def web(
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
+) -> AsyncIterator[Gateway]:
     env = environment(redis_url, llm, fake, free_port())
     async with gateway(tmp_path, env, "web", "worker") as processes:
         yield processes
 
 
-async def deliver(web: Gateway, update: dict[str, Any], *, secret: str | None = SECRET,
-                  update_id: int | None = None) -> httpx.Response:
+async def deliver(
+    web: Gateway,
+    update: dict[str, Any],
+    *,
+    secret: str | None = SECRET,
+    update_id: int | None = None,
+) -> httpx.Response:
     """POST an update to the webhook the way Telegram does."""
     body = {"update_id": update_id or next(_update_ids), **update}
     headers = {"content-type": "application/json"}
@@ -65,9 +71,11 @@ def bot_messages(fake: FakeTelegram, chat_id: int) -> list[Message]:
     return fake.messages_in(chat_id)
 
 
-async def answered(fake: FakeTelegram, chat_id: int, count: int = 1,
-                   contains: str = "fake reply to:") -> list[Message]:
+async def answered(
+    fake: FakeTelegram, chat_id: int, count: int = 1, contains: str = "fake reply to:"
+) -> list[Message]:
     """Wait until `count` bot messages in the chat hold `contains` in their final text."""
+
     def done() -> bool:
         return len([m for m in fake.messages_in(chat_id) if contains in m.text]) >= count
 
@@ -75,8 +83,7 @@ async def answered(fake: FakeTelegram, chat_id: int, count: int = 1,
     return [m for m in fake.messages_in(chat_id) if contains in m.text]
 
 
-async def test_private_message_is_answered(web: Gateway, fake: FakeTelegram,
-                                           llm: FakeLLM) -> None:
+async def test_private_message_is_answered(web: Gateway, fake: FakeTelegram, llm: FakeLLM) -> None:
     response = await deliver(web, message("hello there"))
     assert response.status_code == 200
     # The reply's first piece may be posted before the rest: wait for the whole text.
@@ -86,8 +93,9 @@ async def test_private_message_is_answered(web: Gateway, fake: FakeTelegram,
     assert fake.token not in web.output()
 
 
-async def test_group_message_needs_a_mention(web: Gateway, fake: FakeTelegram,
-                                             llm: FakeLLM) -> None:
+async def test_group_message_needs_a_mention(
+    web: Gateway, fake: FakeTelegram, llm: FakeLLM
+) -> None:
     assert (await deliver(web, message("just chatting", chat=GROUP))).status_code == 200
     text = f"@{fake.username} what is the plan?"
     mentioned = message(text, chat=GROUP, entities=mention_entities(text, fake.username))
@@ -100,15 +108,17 @@ async def test_group_message_needs_a_mention(web: Gateway, fake: FakeTelegram,
 
 async def test_topic_message_is_answered_in_its_topic(web: Gateway, fake: FakeTelegram) -> None:
     text = f"@{fake.username} hi from the topic"
-    await deliver(web, message(text, chat=GROUP, topic=77,
-                               entities=mention_entities(text, fake.username)))
+    await deliver(
+        web, message(text, chat=GROUP, topic=77, entities=mention_entities(text, fake.username))
+    )
     [reply] = await answered(fake, GROUP["id"])
     assert reply.thread_id == 77
     assert all(c.params.get("message_thread_id") == 77 for c in fake.calls_to("sendChatAction"))
 
 
-async def test_the_same_update_twice_gets_one_reply(web: Gateway, fake: FakeTelegram,
-                                                    llm: FakeLLM) -> None:
+async def test_the_same_update_twice_gets_one_reply(
+    web: Gateway, fake: FakeTelegram, llm: FakeLLM
+) -> None:
     update = message("only once please")
     for _ in range(2):
         assert (await deliver(web, update, update_id=5000)).status_code == 200
@@ -120,7 +130,8 @@ async def test_the_same_update_twice_gets_one_reply(web: Gateway, fake: FakeTele
 
 
 async def test_wrong_or_missing_secret_is_401_and_no_model_call(
-        web: Gateway, fake: FakeTelegram, llm: FakeLLM) -> None:
+    web: Gateway, fake: FakeTelegram, llm: FakeLLM
+) -> None:
     for secret in (None, "wrong-secret"):
         response = await deliver(web, message("let me in"), secret=secret)
         assert response.status_code == 401
@@ -130,7 +141,8 @@ async def test_wrong_or_missing_secret_is_401_and_no_model_call(
 
 
 async def test_unknown_user_gets_a_one_line_refusal_and_no_model_call(
-        web: Gateway, fake: FakeTelegram, llm: FakeLLM) -> None:
+    web: Gateway, fake: FakeTelegram, llm: FakeLLM
+) -> None:
     stranger = {"id": 777, "is_bot": False, "first_name": "Eve"}
     await deliver(web, message("hi", user=stranger))
     [refusal] = await answered(fake, 777, contains="777")
@@ -144,10 +156,15 @@ async def test_unknown_user_gets_a_one_line_refusal_and_no_model_call(
 
 
 async def test_btw_in_a_topic_is_a_reply_in_the_topic_and_stays_out_of_history(
-        web: Gateway, fake: FakeTelegram, llm: FakeLLM) -> None:
+    web: Gateway, fake: FakeTelegram, llm: FakeLLM
+) -> None:
     first = f"@{fake.username} we chose the blue logo"
-    await deliver(web, message(first, chat=GROUP, topic=77, user=BOB,
-                               entities=mention_entities(first, fake.username)))
+    await deliver(
+        web,
+        message(
+            first, chat=GROUP, topic=77, user=BOB, entities=mention_entities(first, fake.username)
+        ),
+    )
     await answered(fake, GROUP["id"])
     side = f"/btw@{fake.username} which logo did we choose?"
     side_update = message(side, chat=GROUP, topic=77, entities=command_entities(side))
@@ -157,8 +174,9 @@ async def test_btw_in_a_topic_is_a_reply_in_the_topic_and_stays_out_of_history(
     assert side_reply.thread_id == 77
     assert side_reply.reply_to == side_update["message"]["message_id"]
     later = f"@{fake.username} next topic"
-    await deliver(web, message(later, chat=GROUP, topic=77,
-                               entities=mention_entities(later, fake.username)))
+    await deliver(
+        web, message(later, chat=GROUP, topic=77, entities=mention_entities(later, fake.username))
+    )
     await answered(fake, GROUP["id"], contains="next topic")
     [main_turn] = [request_text(r) for r in llm.requests if "next topic" in request_text(r)]
     assert "next topic" in main_turn and "we chose the blue logo" in main_turn
@@ -167,7 +185,8 @@ async def test_btw_in_a_topic_is_a_reply_in_the_topic_and_stays_out_of_history(
 
 
 async def test_flood_wait_mid_stream_sends_nothing_during_the_wait_and_ends_complete(
-        tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram) -> None:
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
+) -> None:
     words = [f"word{i}" for i in range(60)]
     llm.reply = " ".join(words)
     llm.duration = 4.0
@@ -175,11 +194,13 @@ async def test_flood_wait_mid_stream_sends_nothing_during_the_wait_and_ends_comp
     env = environment(redis_url, llm, fake, free_port())
     async with gateway(tmp_path, env, "web", "worker") as processes:
         await deliver(processes, message("write a long answer"))
-        await fake.wait_for(lambda: any(
-            m.text == llm.reply for m in fake.messages_in(ALICE_CHAT)), within=40)
+        await fake.wait_for(
+            lambda: any(m.text == llm.reply for m in fake.messages_in(ALICE_CHAT)), within=40
+        )
     [refused] = [c for c in fake.calls if c.status == 429]
-    into_chat = [c for c in fake.calls
-                 if c.params.get("chat_id") == ALICE_CHAT and c is not refused]
+    into_chat = [
+        c for c in fake.calls if c.params.get("chat_id") == ALICE_CHAT and c is not refused
+    ]
     during = [c for c in into_chat if refused.at < c.at < refused.at + 2.0]
     assert during == [], [c.method for c in during]
     assert any(c.at >= refused.at + 2.0 for c in into_chat)
@@ -187,15 +208,17 @@ async def test_flood_wait_mid_stream_sends_nothing_during_the_wait_and_ends_comp
 
 
 async def test_long_answer_with_code_arrives_in_two_messages_with_balanced_code_blocks(
-        tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram) -> None:
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
+) -> None:
     code = "\n".join(f"value_{i:03d} = compute({i}) + offset  # step {i}" for i in range(140))
     llm.reply = f"Here is the script:\n\n```python\n{code}\n```\n\nThat is all."
     assert 5500 < len(llm.reply) < 6500
     env = environment(redis_url, llm, fake, free_port())
     async with gateway(tmp_path, env, "web", "worker") as processes:
         await deliver(processes, message("give me the script"))
-        await fake.wait_for(lambda: any("That is all." in m.text
-                                        for m in fake.messages_in(ALICE_CHAT)), within=40)
+        await fake.wait_for(
+            lambda: any("That is all." in m.text for m in fake.messages_in(ALICE_CHAT)), within=40
+        )
     first, second = fake.messages_in(ALICE_CHAT)
     for part in (first, second):
         assert part.html.count("<pre>") == part.html.count("</pre>") == 1
@@ -207,7 +230,8 @@ async def test_long_answer_with_code_arrives_in_two_messages_with_balanced_code_
 
 
 async def test_polling_answers_once_and_deleted_the_webhook(
-        tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram) -> None:
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
+) -> None:
     fake.webhook_url = "https://old.example/telegram/webhook"
     env = environment(redis_url, llm, fake, free_port())
     del env["TELEGRAM_WEBHOOK_SECRET"]
@@ -216,8 +240,7 @@ async def test_polling_answers_once_and_deleted_the_webhook(
         await answered(fake, ALICE_CHAT, contains="hello by polling")
         fake.queue_update({"update_id": update_id, **message("hello by polling")})
         text = f"@{fake.username} group by polling"
-        fake.queue_update(message(text, chat=GROUP,
-                                  entities=mention_entities(text, fake.username)))
+        fake.queue_update(message(text, chat=GROUP, entities=mention_entities(text, fake.username)))
         await answered(fake, GROUP["id"], contains="group by polling")
         assert len(fake.messages_in(ALICE_CHAT)) == 1
         log = processes.output()

@@ -27,9 +27,16 @@ ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
 
 
 def private_update(update_id: int, text: str = "hello") -> dict[str, Any]:
-    return {"update_id": update_id, "message": {
-        "message_id": update_id + 100, "date": 1700000000, "from": ALICE, "text": text,
-        "chat": {"id": 42, "type": "private", "first_name": "Alice"}}}
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id + 100,
+            "date": 1700000000,
+            "from": ALICE,
+            "text": text,
+            "chat": {"id": 42, "type": "private", "first_name": "Alice"},
+        },
+    }
 
 
 async def stored_texts(redis: aioredis.Redis, session_key: str) -> list[str]:
@@ -45,10 +52,15 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 @pytest.fixture
-async def platform(fake: FakeTelegram, redis_client: aioredis.Redis
-                   ) -> AsyncIterator[TelegramPlatform]:
-    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_WEBHOOK_SECRET=SECRET,
-                             TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True)
+async def platform(
+    fake: FakeTelegram, redis_client: aioredis.Redis
+) -> AsyncIterator[TelegramPlatform]:
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=fake.token,
+        TELEGRAM_WEBHOOK_SECRET=SECRET,
+        TELEGRAM_API_URL=fake.base_url,
+        TELEGRAM_ALLOW_ALL=True,
+    )
     telegram = PLATFORM(settings, redis_client)
     await telegram.startup()
     yield telegram
@@ -56,17 +68,24 @@ async def platform(fake: FakeTelegram, redis_client: aioredis.Redis
 
 
 @pytest.fixture
-async def client(platform: TelegramPlatform, redis_client: aioredis.Redis
-                 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(redis_client, Ingest(platform.settings, redis_client), [platform],
-                     ["telegram"])
+async def client(
+    platform: TelegramPlatform, redis_client: aioredis.Redis
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(
+        redis_client, Ingest(platform.settings, redis_client), [platform], ["telegram"]
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
         yield http
 
 
-def post(client: httpx.AsyncClient, body: bytes | dict[str, Any], *, secret: str | None = SECRET,
-         content_type: str = "application/json") -> Any:
+def post(
+    client: httpx.AsyncClient,
+    body: bytes | dict[str, Any],
+    *,
+    secret: str | None = SECRET,
+    content_type: str = "application/json",
+) -> Any:
     headers = {"content-type": content_type}
     if secret is not None:
         headers["X-Telegram-Bot-Api-Secret-Token"] = secret
@@ -74,46 +93,60 @@ def post(client: httpx.AsyncClient, body: bytes | dict[str, Any], *, secret: str
     return client.post("/telegram/webhook", content=content, headers=headers)
 
 
-async def test_startup_registers_the_commands(fake: FakeTelegram,
-                                              platform: TelegramPlatform) -> None:
+async def test_startup_registers_the_commands(
+    fake: FakeTelegram, platform: TelegramPlatform
+) -> None:
     assert [c["command"] for c in fake.commands] == ["btw", "reset", "stop", "status", "help"]
 
 
 @pytest.mark.parametrize("secret", [None, "", "wrong", SECRET + "x"])
 async def test_missing_or_wrong_secret_is_401_and_changes_nothing(
-        client: httpx.AsyncClient, redis_client: aioredis.Redis, secret: str | None) -> None:
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, secret: str | None
+) -> None:
     response = await post(client, private_update(1), secret=secret)
     assert response.status_code == 401
     assert await redis_client.dbsize() == 0
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
-async def test_update_is_ingested(client: httpx.AsyncClient, redis_client: aioredis.Redis,
-                                  content_type: str) -> None:
+async def test_update_is_ingested(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, content_type: str
+) -> None:
     response = await post(client, private_update(5, "hi bot"), content_type=content_type)
     assert response.status_code == 200
     assert await stored_texts(redis_client, "telegram:123456:42") == ["hi bot"]
 
 
-async def test_the_same_update_twice_is_stored_once(client: httpx.AsyncClient,
-                                                    redis_client: aioredis.Redis) -> None:
+async def test_the_same_update_twice_is_stored_once(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis
+) -> None:
     for _ in range(2):
         assert (await post(client, private_update(6, "once"))).status_code == 200
     assert await stored_texts(redis_client, "telegram:123456:42") == ["once"]
 
 
-@pytest.mark.parametrize("body", [
-    b"{not json", b"[1, 2]", b'{"message": {}}', b'{"update_id": "x"}', b'{"update_id": true}',
-    b'{"update_id": 5, "message": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-    b'{"update_id": 5, "message": ' + b"[" * 500 + b"]" * 500 + b"}",
-    b'{"update_id": 5, "message": [1, 2]}',
-    b'{"update_id": 5, "message": {"message_id": 1, "date": 1, "chat": "42", "text": "hi"}}',
-    b'{"update_id": 5, "message": {"message_id": 1, "text": "caf\xe9"}}',
-    b'{"update_id": 5, "message": {"message_id": 1, "date": NaN}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'{"message": {}}',
+        b'{"update_id": "x"}',
+        b'{"update_id": true}',
+        b'{"update_id": 5, "message": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"update_id": 5, "message": ' + b"[" * 500 + b"]" * 500 + b"}",
+        b'{"update_id": 5, "message": [1, 2]}',
+        b'{"update_id": 5, "message": {"message_id": 1, "date": 1, "chat": "42", "text": "hi"}}',
+        b'{"update_id": 5, "message": {"message_id": 1, "text": "caf\xe9"}}',
+        b'{"update_id": 5, "message": {"message_id": 1, "date": NaN}}',
+    ],
+)
 async def test_malformed_update_is_acknowledged_and_dropped_logged_once(
-        client: httpx.AsyncClient, redis_client: aioredis.Redis,
-        caplog: pytest.LogCaptureFixture, body: bytes) -> None:
+    client: httpx.AsyncClient,
+    redis_client: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+    body: bytes,
+) -> None:
     with caplog.at_level(logging.INFO):
         response = await post(client, body)
     assert response.status_code == 200  # Telegram would retry anything else, and hold the queue
@@ -124,7 +157,8 @@ async def test_malformed_update_is_acknowledged_and_dropped_logged_once(
 
 
 async def test_a_reply_chain_nested_deeper_than_telegram_sends_is_dropped(
-        client: httpx.AsyncClient, redis_client: aioredis.Redis) -> None:
+    client: httpx.AsyncClient, redis_client: aioredis.Redis
+) -> None:
     message = private_update(1)["message"]
     for n in range(2, 200):
         message = {**private_update(n)["message"], "reply_to_message": message}
@@ -134,7 +168,8 @@ async def test_a_reply_chain_nested_deeper_than_telegram_sends_is_dropped(
 
 
 async def test_a_chunked_body_over_the_limit_is_413_and_read_no_further(
-        client: httpx.AsyncClient, redis_client: aioredis.Redis) -> None:
+    client: httpx.AsyncClient, redis_client: aioredis.Redis
+) -> None:
     sent = 0
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -155,9 +190,9 @@ async def test_other_content_types_are_refused(client: httpx.AsyncClient) -> Non
     assert response.status_code == 415
 
 
-async def test_updates_that_are_not_messages_are_acknowledged(client: httpx.AsyncClient,
-                                                              redis_client: aioredis.Redis
-                                                              ) -> None:
+async def test_updates_that_are_not_messages_are_acknowledged(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis
+) -> None:
     edited = {"update_id": 8, "edited_message": private_update(8)["message"]}
     assert (await post(client, edited)).status_code == 200
     assert await stored_texts(redis_client, "telegram:123456:42") == []
@@ -181,7 +216,8 @@ def test_everything_needs_the_token(redis_client: aioredis.Redis) -> None:
 
 
 async def test_update_that_cannot_be_stored_is_503_so_telegram_retries(
-        platform: TelegramPlatform) -> None:
+    platform: TelegramPlatform,
+) -> None:
     dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
     app = Starlette(routes=list(platform.routes(Ingest(platform.settings, dead))))
     transport = httpx.ASGITransport(app=app)

@@ -11,10 +11,17 @@ BOT = "gw_test_bot"
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice", "last_name": "Liddell"}
 
 
-def update(text: str | None = "hello", *, chat: dict[str, Any] | None = None,
-           update_id: int = 1, **message: Any) -> dict[str, Any]:
+def update(
+    text: str | None = "hello",
+    *,
+    chat: dict[str, Any] | None = None,
+    update_id: int = 1,
+    **message: Any,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "message_id": 7, "date": 1700000000, "from": ALICE,
+        "message_id": 7,
+        "date": 1700000000,
+        "from": ALICE,
         "chat": chat or {"id": 42, "type": "private", "first_name": "Alice"},
     }
     if text is not None:
@@ -68,24 +75,43 @@ def test_mention_offsets_are_utf16() -> None:
 
 def test_mention_of_someone_else_is_not_ours() -> None:
     text = "@somebody look"
-    inbound = to_inbound(update(text, chat=GROUP, entities=mention(text, "somebody")),
-                         BOT_ID, BOT)
+    inbound = to_inbound(update(text, chat=GROUP, entities=mention(text, "somebody")), BOT_ID, BOT)
     assert inbound is not None and not inbound.mentions_bot
 
 
 def test_reply_to_the_bot_counts() -> None:
-    replied = {"message_id": 5, "date": 1700000000, "chat": GROUP,
-               "from": {"id": BOT_ID, "is_bot": True, "first_name": "Gateway"}, "text": "x"}
+    replied = {
+        "message_id": 5,
+        "date": 1700000000,
+        "chat": GROUP,
+        "from": {"id": BOT_ID, "is_bot": True, "first_name": "Gateway"},
+        "text": "x",
+    }
     inbound = to_inbound(update("and then?", chat=GROUP, reply_to_message=replied), BOT_ID, BOT)
     assert inbound is not None and inbound.replies_to_bot and inbound.reply_to == "5"
 
 
 def test_topic_message_has_its_own_session_and_replies_in_the_topic() -> None:
-    root = {"message_id": 77, "date": 1700000000, "chat": GROUP, "from": ALICE,
-            "forum_topic_created": {"name": "Plans", "icon_color": 1}}
+    root = {
+        "message_id": 77,
+        "date": 1700000000,
+        "chat": GROUP,
+        "from": ALICE,
+        "forum_topic_created": {"name": "Plans", "icon_color": 1},
+    }
     text = f"@{BOT} hi"
-    inbound = to_inbound(update(text, chat=GROUP, entities=mention(text), message_thread_id=77,
-                                is_topic_message=True, reply_to_message=root), BOT_ID, BOT)
+    inbound = to_inbound(
+        update(
+            text,
+            chat=GROUP,
+            entities=mention(text),
+            message_thread_id=77,
+            is_topic_message=True,
+            reply_to_message=root,
+        ),
+        BOT_ID,
+        BOT,
+    )
     assert inbound is not None
     assert inbound.thread == "77" and inbound.session_key == "telegram:123456:-1001234:77"
     assert inbound.reply.thread == "77" and inbound.side_reply.thread == "77"

@@ -33,10 +33,16 @@ DELETE = object()  # a field left out
 
 
 def update(update_id: int = 1, text: str = "hello") -> dict[str, Any]:
-    return {"update_id": update_id, "message": {
-        "message_id": update_id + 100, "date": 1700000000, "text": text,
-        "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
-        "chat": {"id": 42, "type": "private", "first_name": "Alice"}}}
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id + 100,
+            "date": 1700000000,
+            "text": text,
+            "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
+            "chat": {"id": 42, "type": "private", "first_name": "Alice"},
+        },
+    }
 
 
 def changed(path: str, value: object, **message: Any) -> dict[str, Any]:
@@ -56,8 +62,9 @@ def changed(path: str, value: object, **message: Any) -> dict[str, Any]:
 
 
 TOPIC = {"is_topic_message": True}
-REPLIED = {"reply_to_message": {"message_id": 7, "date": 1700000000,
-                                "chat": {"id": 42, "type": "private"}}}
+REPLIED = {
+    "reply_to_message": {"message_id": 7, "date": 1700000000, "chat": {"id": 42, "type": "private"}}
+}
 CASES: dict[str, dict[str, Any]] = {
     "message_id null": changed("message.message_id", None),
     "message_id an object": changed("message.message_id", {"id": 9}),
@@ -96,10 +103,12 @@ CASES: dict[str, dict[str, Any]] = {
     "text a list": changed("message.text", ["hello"]),
     "text a number": changed("message.text", 5),
     "caption a list": changed("message.caption", ["look"], text=None),
-    "reply_to_message.message_id null": changed("message.reply_to_message.message_id", None,
-                                                **REPLIED),
-    "reply_to_message.message_id a string": changed("message.reply_to_message.message_id",
-                                                    "7", **REPLIED),
+    "reply_to_message.message_id null": changed(
+        "message.reply_to_message.message_id", None, **REPLIED
+    ),
+    "reply_to_message.message_id a string": changed(
+        "message.reply_to_message.message_id", "7", **REPLIED
+    ),
     "update_id true": changed("update_id", True),
 }
 
@@ -111,10 +120,15 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 @pytest.fixture
-async def platform(fake: FakeTelegram, redis_client: aioredis.Redis
-                   ) -> AsyncIterator[TelegramPlatform]:
-    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_WEBHOOK_SECRET=SECRET,
-                             TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True)
+async def platform(
+    fake: FakeTelegram, redis_client: aioredis.Redis
+) -> AsyncIterator[TelegramPlatform]:
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=fake.token,
+        TELEGRAM_WEBHOOK_SECRET=SECRET,
+        TELEGRAM_API_URL=fake.base_url,
+        TELEGRAM_ALLOW_ALL=True,
+    )
     telegram = PLATFORM(settings, redis_client)
     await telegram.startup()
     yield telegram
@@ -122,10 +136,12 @@ async def platform(fake: FakeTelegram, redis_client: aioredis.Redis
 
 
 @pytest.fixture
-async def client(platform: TelegramPlatform, redis_client: aioredis.Redis
-                 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(redis_client, Ingest(platform.settings, redis_client), [platform],
-                     ["telegram"])
+async def client(
+    platform: TelegramPlatform, redis_client: aioredis.Redis
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(
+        redis_client, Ingest(platform.settings, redis_client), [platform], ["telegram"]
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
         yield http
@@ -143,8 +159,8 @@ def post(client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
 
 
 async def test_webhook_updates_with_malformed_ids_are_dropped_with_one_line_each(
-        client: httpx.AsyncClient, redis_client: aioredis.Redis,
-        caplog: pytest.LogCaptureFixture) -> None:
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     assert len(CASES) >= 32
     stored, noisy = [], []
     for name, body in CASES.items():
@@ -155,8 +171,9 @@ async def test_webhook_updates_with_malformed_ids_are_dropped_with_one_line_each
         if await redis_client.dbsize():
             stored.append(name)
             await redis_client.flushdb()
-        lines = [r.getMessage() for r in caplog.records
-                 if r.name.startswith(("adapters", "gateway"))]
+        lines = [
+            r.getMessage() for r in caplog.records if r.name.startswith(("adapters", "gateway"))
+        ]
         if len(lines) != 1 or "\n" in lines[0] or SECRET in lines[0] or "hello" in lines[0]:
             noisy.append((name, lines))
     assert stored == [], f"{len(stored)} of {len(CASES)} malformed updates were stored"
@@ -166,7 +183,8 @@ async def test_webhook_updates_with_malformed_ids_are_dropped_with_one_line_each
 
 
 async def test_polled_updates_with_malformed_ids_are_dropped_and_the_next_one_taken(
-        fake: FakeTelegram, platform: TelegramPlatform, redis_client: aioredis.Redis) -> None:
+    fake: FakeTelegram, platform: TelegramPlatform, redis_client: aioredis.Redis
+) -> None:
     for name, body in CASES.items():
         if not name.startswith("update_id"):  # the fake numbers the updates itself
             fake.queue_update({"message": body["message"]})

@@ -89,33 +89,39 @@ def link_targets(rendered: str) -> list[str | None]:
     return links.targets
 
 
-@pytest.mark.parametrize(("markdown", "shown"), [
-    ("[x](javascript:alert)", "x (javascript:alert)"),
-    ("[x](JavaScript:alert)", "x (JavaScript:alert)"),
-    ("[x](javascript:alert(1))", "[x](javascript:alert(1))"),
-    ("[x](tg://user?id=123456)", "x (tg://user?id=123456)"),
-    ("[x](tg://resolve?domain=someone)", "x (tg://resolve?domain=someone)"),
-    ("[x](data:text/html,<script>)", "x (data:text/html,<script>)"),
-    ("[x](vbscript:msgbox)", "x (vbscript:msgbox)"),
-    ("[x](file:///etc/passwd)", "x (file:///etc/passwd)"),
-    ("[x](//evil.example)", "x (//evil.example)"),
-    ("[**x**](javascript:alert)", "x (javascript:alert)"),
-    ('<a href="javascript:alert(1)">x</a>', '<a href="javascript:alert(1)">x</a>'),
-])
+@pytest.mark.parametrize(
+    ("markdown", "shown"),
+    [
+        ("[x](javascript:alert)", "x (javascript:alert)"),
+        ("[x](JavaScript:alert)", "x (JavaScript:alert)"),
+        ("[x](javascript:alert(1))", "[x](javascript:alert(1))"),
+        ("[x](tg://user?id=123456)", "x (tg://user?id=123456)"),
+        ("[x](tg://resolve?domain=someone)", "x (tg://resolve?domain=someone)"),
+        ("[x](data:text/html,<script>)", "x (data:text/html,<script>)"),
+        ("[x](vbscript:msgbox)", "x (vbscript:msgbox)"),
+        ("[x](file:///etc/passwd)", "x (file:///etc/passwd)"),
+        ("[x](//evil.example)", "x (//evil.example)"),
+        ("[**x**](javascript:alert)", "x (javascript:alert)"),
+        ('<a href="javascript:alert(1)">x</a>', '<a href="javascript:alert(1)">x</a>'),
+    ],
+)
 def test_only_web_and_mail_targets_become_links(markdown: str, shown: str) -> None:
     rendered = render(markdown)
     assert link_targets(rendered) == []
     assert parse_html(rendered) == shown
 
 
-@pytest.mark.parametrize(("markdown", "target"), [
-    ("[x](https://e.io/a?b=1&c=2)", "https://e.io/a?b=1&c=2"),
-    ("[x](HTTPS://E.IO)", "HTTPS://E.IO"),
-    ("[x](mailto:a@b.io)", "mailto:a@b.io"),
-    ('[x](https://e.io/"onclick="alert)', 'https://e.io/"onclick="alert'),
-    ('[x](https://e.io/"><b>x)', 'https://e.io/"><b>x'),
-    ("[x](https://e.io/'a'<>)", "https://e.io/'a'<>"),
-])
+@pytest.mark.parametrize(
+    ("markdown", "target"),
+    [
+        ("[x](https://e.io/a?b=1&c=2)", "https://e.io/a?b=1&c=2"),
+        ("[x](HTTPS://E.IO)", "HTTPS://E.IO"),
+        ("[x](mailto:a@b.io)", "mailto:a@b.io"),
+        ('[x](https://e.io/"onclick="alert)', 'https://e.io/"onclick="alert'),
+        ('[x](https://e.io/"><b>x)', 'https://e.io/"><b>x'),
+        ("[x](https://e.io/'a'<>)", "https://e.io/'a'<>"),
+    ],
+)
 def test_a_link_target_cannot_leave_its_attribute(markdown: str, target: str) -> None:
     rendered = render(markdown)
     assert link_targets(rendered) == [target]

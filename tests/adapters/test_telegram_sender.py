@@ -13,8 +13,14 @@ from gateway.model import Address
 from tests.fakes.telegram_api import FakeTelegram, running, utf16_len
 
 DM = Address(platform="telegram", workspace="123456", channel="42")
-TOPIC = Address(platform="telegram", workspace="123456", channel="-1001234", thread="77",
-                reply_to="9", side=True)
+TOPIC = Address(
+    platform="telegram",
+    workspace="123456",
+    channel="-1001234",
+    thread="77",
+    reply_to="9",
+    side=True,
+)
 
 
 @pytest.fixture
@@ -31,8 +37,9 @@ async def sender(fake: FakeTelegram) -> AsyncIterator[TelegramSender]:
     await telegram.aclose()
 
 
-async def test_send_renders_html_and_returns_the_message_id(fake: FakeTelegram,
-                                                            sender: TelegramSender) -> None:
+async def test_send_renders_html_and_returns_the_message_id(
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     message_id = await sender.send(DM, "**hello** <world>", final=False)
     message = fake.messages[(42, int(message_id))]
     assert message.html == "<b>hello</b> &lt;world&gt;" and message.parse_mode == "HTML"
@@ -40,8 +47,9 @@ async def test_send_renders_html_and_returns_the_message_id(fake: FakeTelegram,
     assert message.thread_id is None and message.reply_to is None
 
 
-async def test_side_reply_goes_to_the_topic_as_a_reply(fake: FakeTelegram,
-                                                       sender: TelegramSender) -> None:
+async def test_side_reply_goes_to_the_topic_as_a_reply(
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     message_id = await sender.send(TOPIC, "the answer", final=True)
     message = fake.messages[(-1001234, int(message_id))]
     assert message.thread_id == 77 and message.reply_to == 9
@@ -50,7 +58,8 @@ async def test_side_reply_goes_to_the_topic_as_a_reply(fake: FakeTelegram,
 
 
 async def test_edit_changes_the_text_and_same_text_is_not_an_error(
-        fake: FakeTelegram, sender: TelegramSender) -> None:
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     message_id = await sender.send(DM, "draft", final=False)
     await sender.edit(DM, message_id, "draft, *longer*", final=False)
     await sender.edit(DM, message_id, "draft, *longer*", final=True)
@@ -60,8 +69,9 @@ async def test_edit_changes_the_text_and_same_text_is_not_an_error(
     assert len(refused) == 1  # Telegram said "not modified" and the sender took it as done
 
 
-async def test_flood_limit_becomes_rate_limited_with_the_delay(fake: FakeTelegram,
-                                                               sender: TelegramSender) -> None:
+async def test_flood_limit_becomes_rate_limited_with_the_delay(
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     message_id = await sender.send(DM, "draft", final=False)
     fake.fail_next("editMessageText", status=429, retry_after=7)
     with pytest.raises(RateLimited) as caught:
@@ -70,8 +80,9 @@ async def test_flood_limit_becomes_rate_limited_with_the_delay(fake: FakeTelegra
     assert len(fake.calls_to("editMessageText")) == 1  # python-telegram-bot did not retry
 
 
-async def test_rejected_formatting_is_sent_again_as_plain_text(fake: FakeTelegram,
-                                                               sender: TelegramSender) -> None:
+async def test_rejected_formatting_is_sent_again_as_plain_text(
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     fake.reject_entities_next("sendMessage")
     message_id = await sender.send(DM, "**important** answer", final=True)
     message = fake.messages[(42, int(message_id))]
@@ -79,16 +90,18 @@ async def test_rejected_formatting_is_sent_again_as_plain_text(fake: FakeTelegra
     assert [c.status for c in fake.calls_to("sendMessage")] == [400, 200]
 
 
-async def test_rejected_formatting_on_edit_is_sent_as_plain_text(fake: FakeTelegram,
-                                                                 sender: TelegramSender) -> None:
+async def test_rejected_formatting_on_edit_is_sent_as_plain_text(
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     message_id = await sender.send(DM, "draft", final=False)
     fake.reject_entities_next("editMessageText")
     await sender.edit(DM, message_id, "final *text*", final=True)
     assert fake.messages[(42, int(message_id))].text == "final *text*"
 
 
-async def test_other_refusals_are_message_rejected(fake: FakeTelegram,
-                                                   sender: TelegramSender) -> None:
+async def test_other_refusals_are_message_rejected(
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     with pytest.raises(MessageRejected):
         await sender.edit(DM, "999", "no such message", final=True)
 
@@ -109,16 +122,16 @@ def test_limits_are_slower_in_groups(sender: TelegramSender) -> None:
     assert private.typing_interval is not None and private.typing_interval < 5
 
 
-async def test_measure_is_what_telegram_counts(fake: FakeTelegram,
-                                               sender: TelegramSender) -> None:
+async def test_measure_is_what_telegram_counts(fake: FakeTelegram, sender: TelegramSender) -> None:
     markdown = "😀 **bold** `<code>` [link](https://example.com/long/url)\n- item"
     message_id = await sender.send(DM, markdown, final=True)
     counted = utf16_len(fake.messages[(42, int(message_id))].text)
     assert sender.measure(markdown) == counted
 
 
-async def test_a_message_at_the_limit_is_accepted(fake: FakeTelegram,
-                                                  sender: TelegramSender) -> None:
+async def test_a_message_at_the_limit_is_accepted(
+    fake: FakeTelegram, sender: TelegramSender
+) -> None:
     markdown = "**" + "😀" * (MAX_LENGTH // 2) + "**"  # 4,096 UTF-16 units, more in markup
     assert sender.measure(markdown) == MAX_LENGTH
     await sender.send(DM, markdown, final=True)

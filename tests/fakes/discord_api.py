@@ -71,11 +71,22 @@ class FakeGuild:
 class FakeDiscord(LoopbackServer):
     """Discord's REST API and gateway on 127.0.0.1, recording every call."""
 
-    def __init__(self, *, bot_id: str = "1100000000000000001", token: str = "bot-token",
-                 guilds: tuple[FakeGuild, ...] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        bot_id: str = "1100000000000000001",
+        token: str = "bot-token",
+        guilds: tuple[FakeGuild, ...] = (),
+    ) -> None:
         super().__init__()
-        self.bot = {"id": bot_id, "username": "gatewaybot", "global_name": None,
-                    "discriminator": "0", "avatar": None, "bot": True}
+        self.bot = {
+            "id": bot_id,
+            "username": "gatewaybot",
+            "global_name": None,
+            "discriminator": "0",
+            "avatar": None,
+            "bot": True,
+        }
         self.application_id = bot_id
         self.token = token
         self.guilds = {g.id: g for g in guilds}
@@ -133,8 +144,9 @@ class FakeDiscord(LoopbackServer):
         """A fresh id whose timestamp part is now (so discord.py dates parse)."""
         return str(((int(time.time() * 1000) - _EPOCH_MS) << 22) | next(self._ids))
 
-    def rate_limit(self, method: str, path_regex: str, retry_after: float, *, times: int = 1,
-                   via: bool = True) -> None:
+    def rate_limit(
+        self, method: str, path_regex: str, retry_after: float, *, times: int = 1, via: bool = True
+    ) -> None:
         """Answer the next `times` matching calls with 429. `via=False` drops the Via
         header, which discord.py reads as a Cloudflare ban and does not retry."""
         self._limits.append(_RateLimit(method, re.compile(path_regex), retry_after, times, via))
@@ -149,63 +161,125 @@ class FakeDiscord(LoopbackServer):
         return sum(limit.remaining for limit in self._limits)
 
     def user(self, user_id: str, name: str = "alice", *, bot: bool = False) -> dict[str, Any]:
-        return {"id": user_id, "username": name, "global_name": name.title(),
-                "discriminator": "0", "avatar": None, "bot": bot}
+        return {
+            "id": user_id,
+            "username": name,
+            "global_name": name.title(),
+            "discriminator": "0",
+            "avatar": None,
+            "bot": bot,
+        }
 
-    def message(self, channel_id: str, content: str, author: dict[str, Any], *,
-                guild_id: str | None = None, mentions: tuple[dict[str, Any], ...] = (),
-                reply_to: dict[str, Any] | None = None, kind: int = 0,
-                webhook_id: str | None = None) -> dict[str, Any]:
+    def message(
+        self,
+        channel_id: str,
+        content: str,
+        author: dict[str, Any],
+        *,
+        guild_id: str | None = None,
+        mentions: tuple[dict[str, Any], ...] = (),
+        reply_to: dict[str, Any] | None = None,
+        kind: int = 0,
+        webhook_id: str | None = None,
+    ) -> dict[str, Any]:
         """A full message object as Discord sends it in MESSAGE_CREATE."""
         message_id = self.snowflake()
         payload: dict[str, Any] = {
-            "id": message_id, "channel_id": channel_id, "author": author, "content": content,
-            "timestamp": "2026-01-01T00:00:00.000000+00:00", "edited_timestamp": None,
-            "tts": False, "mention_everyone": False, "mentions": list(mentions),
-            "mention_roles": [], "attachments": [], "embeds": [], "pinned": False,
-            "type": 19 if reply_to else kind, "flags": 0, "components": [],
+            "id": message_id,
+            "channel_id": channel_id,
+            "author": author,
+            "content": content,
+            "timestamp": "2026-01-01T00:00:00.000000+00:00",
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": list(mentions),
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 19 if reply_to else kind,
+            "flags": 0,
+            "components": [],
         }
         if guild_id:
             payload["guild_id"] = guild_id
-            payload["member"] = {"roles": [], "joined_at": "2025-01-01T00:00:00+00:00",
-                                 "deaf": False, "mute": False, "flags": 0}
+            payload["member"] = {
+                "roles": [],
+                "joined_at": "2025-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
         if reply_to:
-            payload["message_reference"] = {"message_id": reply_to["id"],
-                                            "channel_id": channel_id, "type": 0}
+            payload["message_reference"] = {
+                "message_id": reply_to["id"],
+                "channel_id": channel_id,
+                "type": 0,
+            }
             payload["referenced_message"] = reply_to
         if webhook_id:
             payload["webhook_id"] = webhook_id
         return payload
 
-    def role_mention(self, channel_id: str, guild_id: str, text: str,
-                     author: dict[str, Any]) -> dict[str, Any]:
+    def role_mention(
+        self, channel_id: str, guild_id: str, text: str, author: dict[str, Any]
+    ) -> dict[str, Any]:
         """A message that mentions the bot's managed role instead of the bot user."""
         role = self.bot_role_id(guild_id)
         message = self.message(channel_id, f"<@&{role}> {text}", author, guild_id=guild_id)
         message["mention_roles"] = [role]
         return message
 
-    def interaction(self, channel_id: str, question: str, user: dict[str, Any], *,
-                    guild_id: str | None = None, channel_type: int = 0) -> dict[str, Any]:
+    def interaction(
+        self,
+        channel_id: str,
+        question: str,
+        user: dict[str, Any],
+        *,
+        guild_id: str | None = None,
+        channel_type: int = 0,
+    ) -> dict[str, Any]:
         """An INTERACTION_CREATE payload for `/btw question`."""
         interaction_id = self.snowflake()
         payload: dict[str, Any] = {
-            "id": interaction_id, "application_id": self.application_id, "type": 2,
-            "token": f"itoken-{interaction_id}", "version": 1,
-            "data": {"id": "1", "name": "btw", "type": 1,
-                     "options": [{"name": "question", "type": 3, "value": question}]},
+            "id": interaction_id,
+            "application_id": self.application_id,
+            "type": 2,
+            "token": f"itoken-{interaction_id}",
+            "version": 1,
+            "data": {
+                "id": "1",
+                "name": "btw",
+                "type": 1,
+                "options": [{"name": "question", "type": 3, "value": question}],
+            },
             "channel_id": channel_id,
-            "channel": {"id": channel_id, "type": channel_type, "name": "general",
-                        "position": 0, "guild_id": guild_id},
-            "locale": "en-US", "app_permissions": "0", "attachment_size_limit": 8388608,
-            "entitlements": [], "authorizing_integration_owners": {},
+            "channel": {
+                "id": channel_id,
+                "type": channel_type,
+                "name": "general",
+                "position": 0,
+                "guild_id": guild_id,
+            },
+            "locale": "en-US",
+            "app_permissions": "0",
+            "attachment_size_limit": 8388608,
+            "entitlements": [],
+            "authorizing_integration_owners": {},
             "context": 0 if guild_id else 1,
         }
         if guild_id:
             payload["guild_id"] = guild_id
-            payload["member"] = {"user": user, "roles": [], "permissions": "2147483647",
-                                 "joined_at": "2025-01-01T00:00:00+00:00", "deaf": False,
-                                 "mute": False, "flags": 0}
+            payload["member"] = {
+                "user": user,
+                "roles": [],
+                "permissions": "2147483647",
+                "joined_at": "2025-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
         else:
             payload["channel"] = {"id": channel_id, "type": 1, "recipients": [user]}
             payload["user"] = user
@@ -215,18 +289,39 @@ class FakeDiscord(LoopbackServer):
     def add_thread(self, guild_id: str, parent_id: str, *, owner_id: str = "42") -> str:
         """A public thread under `parent_id` that the gateway will announce in GUILD_CREATE."""
         thread_id = self.snowflake()
-        self.guilds[guild_id].threads.append(self._thread(thread_id, guild_id, parent_id,
-                                                          owner_id, "a thread", 1440))
+        self.guilds[guild_id].threads.append(
+            self._thread(thread_id, guild_id, parent_id, owner_id, "a thread", 1440)
+        )
         return thread_id
 
-    def _thread(self, thread_id: str, guild_id: str, parent_id: str, owner_id: str, name: str,
-                archive_after: int) -> dict[str, Any]:
-        return {"id": thread_id, "guild_id": guild_id, "parent_id": parent_id,
-                "owner_id": owner_id, "name": name, "type": 11, "message_count": 0,
-                "member_count": 1, "rate_limit_per_user": 0, "total_message_sent": 0,
-                "flags": 0, "thread_metadata": {
-                    "archived": False, "auto_archive_duration": archive_after,
-                    "archive_timestamp": "2026-01-01T00:00:00+00:00", "locked": False}}
+    def _thread(
+        self,
+        thread_id: str,
+        guild_id: str,
+        parent_id: str,
+        owner_id: str,
+        name: str,
+        archive_after: int,
+    ) -> dict[str, Any]:
+        return {
+            "id": thread_id,
+            "guild_id": guild_id,
+            "parent_id": parent_id,
+            "owner_id": owner_id,
+            "name": name,
+            "type": 11,
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "total_message_sent": 0,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": archive_after,
+                "archive_timestamp": "2026-01-01T00:00:00+00:00",
+                "locked": False,
+            },
+        }
 
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
         """Send a DISPATCH to every identified gateway session."""
@@ -266,8 +361,14 @@ class FakeDiscord(LoopbackServer):
         session = _Session(ws)
         self._sessions.append(session)
         try:
-            await ws.send_json({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms},
-                                "s": None, "t": None})
+            await ws.send_json(
+                {
+                    "op": 10,
+                    "d": {"heartbeat_interval": self.heartbeat_interval_ms},
+                    "s": None,
+                    "t": None,
+                }
+            )
             async for msg in ws:
                 if msg.type is not WSMsgType.TEXT:
                     break
@@ -301,13 +402,21 @@ class FakeDiscord(LoopbackServer):
         session.shard, session.identified = (shard_id, shard_count), True
         session.session_id = f"session-{len(self.identifies)}"
         mine = [g for g in self.guilds.values() if (int(g.id) >> 22) % shard_count == shard_id]
-        await self._send_dispatch(session, "READY", {
-            "v": 10, "user": self.bot, "session_id": session.session_id,
-            "resume_gateway_url": self.gateway_url, "shard": [shard_id, shard_count],
-            "guilds": [{"id": g.id, "unavailable": True} for g in mine],
-            "application": {"id": self.application_id, "flags": 0},
-            "private_channels": [], "relationships": [],
-        })
+        await self._send_dispatch(
+            session,
+            "READY",
+            {
+                "v": 10,
+                "user": self.bot,
+                "session_id": session.session_id,
+                "resume_gateway_url": self.gateway_url,
+                "shard": [shard_id, shard_count],
+                "guilds": [{"id": g.id, "unavailable": True} for g in mine],
+                "application": {"id": self.application_id, "flags": 0},
+                "private_channels": [],
+                "relationships": [],
+            },
+        )
         for guild in mine:
             await self._send_dispatch(session, "GUILD_CREATE", self._guild_payload(guild))
 
@@ -317,25 +426,70 @@ class FakeDiscord(LoopbackServer):
             await session.ws.send_json({"op": 0, "t": event, "s": session.seq, "d": data})
 
     def _guild_payload(self, guild: FakeGuild) -> dict[str, Any]:
-        channels = [{"id": c, "type": 0, "name": f"chan-{c[-4:]}", "position": i,
-                     "guild_id": guild.id, "permission_overwrites": [], "nsfw": False,
-                     "parent_id": None, "topic": None, "last_message_id": None,
-                     "rate_limit_per_user": 0}
-                    for i, c in enumerate(guild.channels)]
-        everyone = {"id": guild.id, "name": "@everyone", "permissions": "2248473465835073",
-                    "position": 0, "color": 0, "hoist": False, "managed": False,
-                    "mentionable": False, "flags": 0}
-        bot_role = {**everyone, "id": self.bot_role_id(guild.id), "name": "gatewaybot",
-                    "managed": True, "position": 1, "tags": {"bot_id": self.bot["id"]}}
-        return {"id": guild.id, "name": guild.name, "owner_id": "1", "unavailable": False,
-                "member_count": 2, "large": False, "channels": channels,
-                "threads": guild.threads, "roles": [everyone, bot_role], "emojis": [],
-                "stickers": [], "features": [], "members": [], "voice_states": [], "presences": [],
-                "stage_instances": [], "guild_scheduled_events": [], "soundboard_sounds": [],
-                "joined_at": "2025-01-01T00:00:00+00:00", "premium_tier": 0,
-                "preferred_locale": "en-US", "verification_level": 0,
-                "default_message_notifications": 0, "explicit_content_filter": 0,
-                "mfa_level": 0, "nsfw_level": 0, "system_channel_flags": 0}
+        channels = [
+            {
+                "id": c,
+                "type": 0,
+                "name": f"chan-{c[-4:]}",
+                "position": i,
+                "guild_id": guild.id,
+                "permission_overwrites": [],
+                "nsfw": False,
+                "parent_id": None,
+                "topic": None,
+                "last_message_id": None,
+                "rate_limit_per_user": 0,
+            }
+            for i, c in enumerate(guild.channels)
+        ]
+        everyone = {
+            "id": guild.id,
+            "name": "@everyone",
+            "permissions": "2248473465835073",
+            "position": 0,
+            "color": 0,
+            "hoist": False,
+            "managed": False,
+            "mentionable": False,
+            "flags": 0,
+        }
+        bot_role = {
+            **everyone,
+            "id": self.bot_role_id(guild.id),
+            "name": "gatewaybot",
+            "managed": True,
+            "position": 1,
+            "tags": {"bot_id": self.bot["id"]},
+        }
+        return {
+            "id": guild.id,
+            "name": guild.name,
+            "owner_id": "1",
+            "unavailable": False,
+            "member_count": 2,
+            "large": False,
+            "channels": channels,
+            "threads": guild.threads,
+            "roles": [everyone, bot_role],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "members": [],
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+            "joined_at": "2025-01-01T00:00:00+00:00",
+            "premium_tier": 0,
+            "preferred_locale": "en-US",
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "nsfw_level": 0,
+            "system_channel_flags": 0,
+        }
 
     # REST --------------------------------------------------------------
 
@@ -361,8 +515,11 @@ class FakeDiscord(LoopbackServer):
                 headers = {"Retry-After": str(limit.retry_after), "X-RateLimit-Scope": "user"}
                 if limit.via:
                     headers["Via"] = "1.1 google"
-                body = {"message": "You are being rate limited.",
-                        "retry_after": limit.retry_after, "global": False}
+                body = {
+                    "message": "You are being rate limited.",
+                    "retry_after": limit.retry_after,
+                    "global": False,
+                }
                 return _json(body, status=429, headers=headers)
         return None
 
@@ -395,11 +552,21 @@ class FakeDiscord(LoopbackServer):
     async def _application(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
             return _error(401, 0, "401: Unauthorized")
-        return _json({
-            "id": self.application_id, "name": "gatewaybot", "icon": None, "description": "",
-            "bot_public": True, "bot_require_code_grant": False, "verify_key": "00",
-            "flags": 0, "owner": self.user("1", "owner"), "team": None, "rpc_origins": [],
-        })
+        return _json(
+            {
+                "id": self.application_id,
+                "name": "gatewaybot",
+                "icon": None,
+                "description": "",
+                "bot_public": True,
+                "bot_require_code_grant": False,
+                "verify_key": "00",
+                "flags": 0,
+                "owner": self.user("1", "owner"),
+                "team": None,
+                "rpc_origins": [],
+            }
+        )
 
     async def _gateway_info(self, request: web.Request, body: Any) -> web.Response:
         return _json({"url": self.gateway_url})
@@ -407,14 +574,22 @@ class FakeDiscord(LoopbackServer):
     async def _gateway_bot(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
             return _error(401, 0, "401: Unauthorized")
-        return _json({
-            "url": self.gateway_url, "shards": 1,
-            "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0,
-                                    "max_concurrency": 1},
-        })
+        return _json(
+            {
+                "url": self.gateway_url,
+                "shards": 1,
+                "session_start_limit": {
+                    "total": 1000,
+                    "remaining": 999,
+                    "reset_after": 0,
+                    "max_concurrency": 1,
+                },
+            }
+        )
 
-    async def _create_message(self, request: web.Request, body: Any,
-                              channel_id: str) -> web.Response:
+    async def _create_message(
+        self, request: web.Request, body: Any, channel_id: str
+    ) -> web.Response:
         if not self._authorized(request):
             return _error(401, 0, "401: Unauthorized")
         content = (body or {}).get("content") or ""
@@ -426,10 +601,16 @@ class FakeDiscord(LoopbackServer):
         await self.dispatch("MESSAGE_CREATE", _public(message))
         return _json(_public(message))
 
-    def _bot_message(self, channel_id: str, body: dict[str, Any], *,
-                     webhook_id: str | None = None) -> dict[str, Any]:
-        message = self.message(channel_id, body.get("content") or "", self.bot,
-                               guild_id=self._guild_of(channel_id), webhook_id=webhook_id)
+    def _bot_message(
+        self, channel_id: str, body: dict[str, Any], *, webhook_id: str | None = None
+    ) -> dict[str, Any]:
+        message = self.message(
+            channel_id,
+            body.get("content") or "",
+            self.bot,
+            guild_id=self._guild_of(channel_id),
+            webhook_id=webhook_id,
+        )
         message["allowed_mentions"] = body.get("allowed_mentions")
         if body.get("message_reference"):
             message["message_reference"] = body["message_reference"]
@@ -444,8 +625,9 @@ class FakeDiscord(LoopbackServer):
                 return guild.id
         return None
 
-    async def _edit_message(self, request: web.Request, body: Any, channel_id: str,
-                            message_id: str) -> web.Response:
+    async def _edit_message(
+        self, request: web.Request, body: Any, channel_id: str, message_id: str
+    ) -> web.Response:
         message = self.messages.get(message_id)
         if message is None or message["channel_id"] != channel_id:
             return _error(404, 10008, "Unknown Message")
@@ -458,8 +640,9 @@ class FakeDiscord(LoopbackServer):
         message["allowed_mentions"] = (body or {}).get("allowed_mentions")
         return _json(_public(message))
 
-    async def _delete_message(self, request: web.Request, body: Any, channel_id: str,
-                              message_id: str) -> web.Response:
+    async def _delete_message(
+        self, request: web.Request, body: Any, channel_id: str, message_id: str
+    ) -> web.Response:
         if self.messages.pop(message_id, None) is None:
             return _error(404, 10008, "Unknown Message")
         return web.Response(status=204)
@@ -467,34 +650,48 @@ class FakeDiscord(LoopbackServer):
     async def _typing(self, request: web.Request, body: Any, channel_id: str) -> web.Response:
         return web.Response(status=204)
 
-    async def _create_thread(self, request: web.Request, body: Any, channel_id: str,
-                             message_id: str) -> web.Response:
+    async def _create_thread(
+        self, request: web.Request, body: Any, channel_id: str, message_id: str
+    ) -> web.Response:
         guild_id = self._guild_of(channel_id)
         if self.forbid_threads or guild_id is None:
             return _error(403, 50013, "Missing Permissions")
-        thread = self._thread(message_id, guild_id, channel_id, self.bot["id"], body["name"],
-                              body.get("auto_archive_duration", 1440))
+        thread = self._thread(
+            message_id,
+            guild_id,
+            channel_id,
+            self.bot["id"],
+            body["name"],
+            body.get("auto_archive_duration", 1440),
+        )
         self.guilds[guild_id].threads.append(thread)
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return _json(thread, status=201)
 
-    async def _callback(self, request: web.Request, body: Any, interaction_id: str,
-                        token: str) -> web.Response:
+    async def _callback(
+        self, request: web.Request, body: Any, interaction_id: str, token: str
+    ) -> web.Response:
         interaction = self._interactions.get(token)
         if interaction is None or interaction["id"] != interaction_id:
             return _error(404, 10062, "Unknown interaction")
         if token in self.callbacks:
             return _error(400, 40060, "Interaction has already been acknowledged.")
         self.callbacks[token] = {**body, "at": time.time()}
-        return _json({
-            "interaction": {"id": interaction_id, "type": 2,
-                            "response_message_loading": body.get("type") == 5,
-                            "response_message_ephemeral": False},
-            "resource": {"type": body.get("type")},
-        })
+        return _json(
+            {
+                "interaction": {
+                    "id": interaction_id,
+                    "type": 2,
+                    "response_message_loading": body.get("type") == 5,
+                    "response_message_ephemeral": False,
+                },
+                "resource": {"type": body.get("type")},
+            }
+        )
 
-    async def _followup(self, request: web.Request, body: Any, app_id: str,
-                        token: str) -> web.Response:
+    async def _followup(
+        self, request: web.Request, body: Any, app_id: str, token: str
+    ) -> web.Response:
         interaction = self._interactions.get(token)
         if app_id != self.application_id or interaction is None or token not in self.callbacks:
             return _error(404, 10015, "Unknown Webhook")
@@ -503,8 +700,9 @@ class FakeDiscord(LoopbackServer):
         await self.dispatch("MESSAGE_CREATE", _public(message))
         return _json(_public(message))
 
-    async def _edit_followup(self, request: web.Request, body: Any, app_id: str, token: str,
-                             message_id: str) -> web.Response:
+    async def _edit_followup(
+        self, request: web.Request, body: Any, app_id: str, token: str, message_id: str
+    ) -> web.Response:
         message = self.messages.get(message_id)
         if message is None or message.get("interaction_token") != token:
             return _error(404, 10008, "Unknown Message")
@@ -516,15 +714,27 @@ class FakeDiscord(LoopbackServer):
     async def _register_global(self, request: web.Request, body: Any, app_id: str) -> web.Response:
         return self._register("global", app_id, body, None)
 
-    async def _register_guild(self, request: web.Request, body: Any, app_id: str,
-                              guild_id: str) -> web.Response:
+    async def _register_guild(
+        self, request: web.Request, body: Any, app_id: str, guild_id: str
+    ) -> web.Response:
         return self._register(guild_id, app_id, body, guild_id)
 
     def _register(self, scope: str, app_id: str, body: Any, guild_id: str | None) -> web.Response:
-        commands = [{"type": 1, "options": [], "default_member_permissions": None,
-                     "dm_permission": True, "nsfw": False, **command,
-                     "id": self.snowflake(), "application_id": app_id, "version": "1",
-                     "guild_id": guild_id} for command in body]
+        commands = [
+            {
+                "type": 1,
+                "options": [],
+                "default_member_permissions": None,
+                "dm_permission": True,
+                "nsfw": False,
+                **command,
+                "id": self.snowflake(),
+                "application_id": app_id,
+                "version": "1",
+                "guild_id": guild_id,
+            }
+            for command in body
+        ]
         self.commands[scope] = commands
         return _json(commands)
 
@@ -544,5 +754,8 @@ def _error(status: int, code: int, message: str) -> web.Response:
 
 def _json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     # Exactly `application/json`, no charset: discord.py parses a body as JSON only then.
-    return web.Response(body=json.dumps(data).encode(), status=status,
-                        headers={**(headers or {}), "Content-Type": "application/json"})
+    return web.Response(
+        body=json.dumps(data).encode(),
+        status=status,
+        headers={**(headers or {}), "Content-Type": "application/json"},
+    )

@@ -30,8 +30,15 @@ Body = tuple[bytes, str]  # the body and its content type
 
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
-OTHER_TYPES = ("text/plain", "multipart/form-data; boundary=x", "application/octet-stream",
-               "application/xml", "", "application/jsonp", "text/json")
+OTHER_TYPES = (
+    "text/plain",
+    "multipart/form-data; boundary=x",
+    "application/octet-stream",
+    "application/xml",
+    "",
+    "application/jsonp",
+    "text/json",
+)
 WRONG_VALUES: tuple[Any, ...] = ([1, 2], ["x"], {"a": 1}, 7, 3.5, True, "text")
 NOT_UTF8 = (b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\x80")
 SLACK_TEAM, SLACK_BOT = "T0001", "UBOT"
@@ -64,6 +71,7 @@ def telegram_cases(seed: int, n: int, secret: str) -> Iterator[Case]:
 
 # -- authentication ---------------------------------------------------------------
 
+
 def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
     """Slack's v0 request signature."""
     base = b"v0:" + timestamp.encode() + b":" + body
@@ -72,8 +80,10 @@ def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
 
 def _slack_signed(body: bytes, secret: str) -> dict[str, str]:
     stamp = str(int(time.time()))
-    return {"X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": slack_signature(secret, stamp, body)}
+    return {
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": slack_signature(secret, stamp, body),
+    }
 
 
 def _slack_unsigned(rng: random.Random, body: bytes) -> dict[str, str]:
@@ -81,8 +91,10 @@ def _slack_unsigned(rng: random.Random, body: bytes) -> dict[str, str]:
     choices: list[dict[str, str]] = [
         {},
         _slack_signed(body, "not-the-signing-secret"),
-        {"X-Slack-Request-Timestamp": str(now - 3600),
-         "X-Slack-Signature": slack_signature("not-the-signing-secret", str(now - 3600), body)},
+        {
+            "X-Slack-Request-Timestamp": str(now - 3600),
+            "X-Slack-Signature": slack_signature("not-the-signing-secret", str(now - 3600), body),
+        },
         {"X-Slack-Request-Timestamp": "not-a-number", "X-Slack-Signature": "v0=00"},
         {"X-Slack-Request-Timestamp": "9" * 40, "X-Slack-Signature": "v0=" + "0" * 64},
         {"X-Slack-Request-Timestamp": str(now), "X-Slack-Signature": ""},
@@ -100,14 +112,27 @@ def _wrong_secrets(secret: str) -> list[str | None]:
 
 # -- Slack bodies -----------------------------------------------------------------
 
+
 def _slack_event(rng: random.Random) -> dict[str, Any]:
     stamp = f"1710000000.{rng.randrange(10**6):06d}"
-    event = {"type": "app_mention", "user": "U1", "channel": "C1", "ts": stamp,
-             "text": f"<@{SLACK_BOT}> hello", "team": SLACK_TEAM}
-    return {"token": "legacy", "team_id": SLACK_TEAM, "api_app_id": "A0001",
-            "type": "event_callback", "event_id": f"EvFuzz{rng.randrange(10**9)}",
-            "event_time": 1710000000, "event": event,
-            "authorizations": [{"team_id": SLACK_TEAM, "user_id": SLACK_BOT, "is_bot": True}]}
+    event = {
+        "type": "app_mention",
+        "user": "U1",
+        "channel": "C1",
+        "ts": stamp,
+        "text": f"<@{SLACK_BOT}> hello",
+        "team": SLACK_TEAM,
+    }
+    return {
+        "token": "legacy",
+        "team_id": SLACK_TEAM,
+        "api_app_id": "A0001",
+        "type": "event_callback",
+        "event_id": f"EvFuzz{rng.randrange(10**9)}",
+        "event_time": 1710000000,
+        "event": event,
+        "authorizations": [{"team_id": SLACK_TEAM, "user_id": SLACK_BOT, "is_bot": True}],
+    }
 
 
 def _dumps(value: Any) -> bytes:
@@ -122,14 +147,19 @@ def _nested(rng: random.Random) -> bytes:
 
 def slack_nested(rng: random.Random) -> Body:
     inner = _nested(rng)
-    where = rng.choice((b'{"type":"event_callback","event":', b'{"event":{"type":"app_mention",'
-                        b'"user":"U1","channel":"C1","ts":"1.1","text":', b""))
+    where = rng.choice(
+        (
+            b'{"type":"event_callback","event":',
+            b'{"event":{"type":"app_mention","user":"U1","channel":"C1","ts":"1.1","text":',
+            b"",
+        )
+    )
     return where + inner + (b"}" * where.count(b"{") if where else b""), JSON
 
 
 def slack_truncated(rng: random.Random) -> Body:
     whole = _dumps(_slack_event(rng))
-    return whole[:rng.randrange(1, len(whole) - 1)], JSON
+    return whole[: rng.randrange(1, len(whole) - 1)], JSON
 
 
 def slack_not_an_object(rng: random.Random) -> Body:
@@ -179,33 +209,57 @@ def slack_challenge(rng: random.Random) -> Body:
 
 def slack_command(rng: random.Random) -> Body:
     """A `/btw` slash command missing a field the command needs, or with bytes of garbage."""
-    form = {"team_id": SLACK_TEAM, "channel_id": "C1", "user_id": "U1", "command": "/btw",
-            "text": "what did we decide?", "trigger_id": f"trig.{rng.randrange(10**6)}"}
+    form = {
+        "team_id": SLACK_TEAM,
+        "channel_id": "C1",
+        "user_id": "U1",
+        "command": "/btw",
+        "text": "what did we decide?",
+        "trigger_id": f"trig.{rng.randrange(10**6)}",
+    }
     del form[rng.choice(("channel_id", "user_id"))]
     return urlencode(form).encode(), FORM
 
 
 def slack_payload(rng: random.Random) -> Body:
     """An interactivity `payload=` form field that is not a JSON object."""
-    payload = rng.choice(('{"type": "block_actions"', "[1, 2]", "null", "7", '"x"', "{]",
-                          "[" * 5000 + "]" * 5000))
+    payload = rng.choice(
+        ('{"type": "block_actions"', "[1, 2]", "null", "7", '"x"', "{]", "[" * 5000 + "]" * 5000)
+    )
     return urlencode({"payload": payload}).encode(), FORM
 
 
 _SLACK_BODIES: tuple[Callable[[random.Random], Body], ...] = (
-    slack_nested, slack_truncated, slack_not_an_object, slack_wrong_event, slack_wrong_field,
-    slack_wrong_authorizations, slack_not_utf8, slack_huge_number,
-    slack_wrong_content_type, slack_challenge, slack_command, slack_payload,
+    slack_nested,
+    slack_truncated,
+    slack_not_an_object,
+    slack_wrong_event,
+    slack_wrong_field,
+    slack_wrong_authorizations,
+    slack_not_utf8,
+    slack_huge_number,
+    slack_wrong_content_type,
+    slack_challenge,
+    slack_command,
+    slack_payload,
 )
 
 
 # -- Telegram bodies --------------------------------------------------------------
 
+
 def _telegram_update(rng: random.Random) -> dict[str, Any]:
     person = {"id": 42, "is_bot": False, "first_name": "Alice"}
-    return {"update_id": rng.randrange(1, 10**9), "message": {
-        "message_id": rng.randrange(1, 10**6), "date": 1700000000, "from": person,
-        "text": "hello", "chat": {"id": 42, "type": "private", "first_name": "Alice"}}}
+    return {
+        "update_id": rng.randrange(1, 10**9),
+        "message": {
+            "message_id": rng.randrange(1, 10**6),
+            "date": 1700000000,
+            "from": person,
+            "text": "hello",
+            "chat": {"id": 42, "type": "private", "first_name": "Alice"},
+        },
+    }
 
 
 def telegram_nested(rng: random.Random) -> Body:
@@ -225,7 +279,7 @@ def telegram_reply_chain(rng: random.Random) -> Body:
 
 def telegram_truncated(rng: random.Random) -> Body:
     whole = _dumps(_telegram_update(rng))
-    return whole[:rng.randrange(1, len(whole) - 1)], JSON
+    return whole[: rng.randrange(1, len(whole) - 1)], JSON
 
 
 def telegram_not_an_object(rng: random.Random) -> Body:
@@ -248,8 +302,12 @@ def telegram_wrong_field(rng: random.Random) -> Body:
     """A part of the message that must be an object (or a string, for text) of another type."""
     update = _telegram_update(rng)
     field = rng.choice(("chat", "from", "text", "date"))
-    wrong = {"chat": WRONG_VALUES, "from": WRONG_VALUES, "text": ([1, 2], {"a": 1}, 7, 3.5, True),
-             "date": ("text", [1, 2], {"a": 1})}  # any number is a date
+    wrong = {
+        "chat": WRONG_VALUES,
+        "from": WRONG_VALUES,
+        "text": ([1, 2], {"a": 1}, 7, 3.5, True),
+        "date": ("text", [1, 2], {"a": 1}),
+    }  # any number is a date
     update["message"][field] = rng.choice(wrong[field])
     return _dumps(update), JSON
 
@@ -270,7 +328,14 @@ def telegram_wrong_content_type(rng: random.Random) -> Body:
 
 
 _TELEGRAM_BODIES: tuple[Callable[[random.Random], Body], ...] = (
-    telegram_nested, telegram_reply_chain, telegram_truncated, telegram_not_an_object,
-    telegram_wrong_update_id, telegram_wrong_message, telegram_wrong_field, telegram_not_utf8,
-    telegram_huge_number, telegram_wrong_content_type,
+    telegram_nested,
+    telegram_reply_chain,
+    telegram_truncated,
+    telegram_not_an_object,
+    telegram_wrong_update_id,
+    telegram_wrong_message,
+    telegram_wrong_field,
+    telegram_not_utf8,
+    telegram_huge_number,
+    telegram_wrong_content_type,
 )

@@ -58,7 +58,7 @@ _R = TypeVar("_R", bound=web.StreamResponse)
 
 
 def default_reply(body: JSON) -> str:
-    """"fake reply to: <the first 50 characters of the last user message>"."""
+    """ "fake reply to: <the first 50 characters of the last user message>"."""
     text = last_user_text(body.get("messages", body.get("input")))
     return f"fake reply to: {text[:50]}"
 
@@ -144,7 +144,7 @@ class _Stalled(Exception):
 
 
 def _bare_model(name: str) -> str:
-    """"openai/side-model" and "side-model" name the same model at this server."""
+    """ "openai/side-model" and "side-model" name the same model at this server."""
     return name.split("/", 1)[1] if name.startswith("openai/") else name
 
 
@@ -189,8 +189,12 @@ class FakeLLM(LoopbackServer):
     def __enter__(self) -> FakeLLM:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def _app(self) -> web.Application:
@@ -218,8 +222,9 @@ class FakeLLM(LoopbackServer):
         wanted = _bare_model(model)
         return [req for req in self.requests if _bare_model(req.model) == wanted]
 
-    def wait_for_requests(self, n: int, timeout: float = 10.0, *, model: str | None = None,
-                          path: str | None = None) -> list[ReceivedRequest]:
+    def wait_for_requests(
+        self, n: int, timeout: float = 10.0, *, model: str | None = None, path: str | None = None
+    ) -> list[ReceivedRequest]:
         """Poll until at least `n` matching requests arrived; raise TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while True:
@@ -232,8 +237,9 @@ class FakeLLM(LoopbackServer):
                 raise TimeoutError(f"{len(found)} of {n} requests arrived in {timeout}s")
             time.sleep(0.005)
 
-    async def await_requests(self, n: int, timeout: float = 10.0, *, model: str | None = None,
-                             path: str | None = None) -> list[ReceivedRequest]:
+    async def await_requests(
+        self, n: int, timeout: float = 10.0, *, model: str | None = None, path: str | None = None
+    ) -> list[ReceivedRequest]:
         """`wait_for_requests` for async tests: polls without blocking the event loop."""
         deadline = time.monotonic() + timeout
         while True:
@@ -250,9 +256,16 @@ class FakeLLM(LoopbackServer):
 
     # -- scripting ---------------------------------------------------------------
 
-    def set_model_behaviour(self, model: str, *, reply: Reply | None = None,
-                            delay: float | None = None, first_token_delay: float | None = None,
-                            token_delay: float = 0.0, duration: float | None = None) -> None:
+    def set_model_behaviour(
+        self,
+        model: str,
+        *,
+        reply: Reply | None = None,
+        delay: float | None = None,
+        first_token_delay: float | None = None,
+        token_delay: float = 0.0,
+        duration: float | None = None,
+    ) -> None:
         """Script one model apart from the default; `delay` is the first-token delay."""
         first = first_token_delay if first_token_delay is not None else (delay or 0.0)
         self._models[_bare_model(model)] = Behaviour(reply, first, token_delay, duration)
@@ -264,16 +277,37 @@ class FakeLLM(LoopbackServer):
             return override
         return Behaviour(self.reply, self.first_token_delay, self.token_delay, self.duration)
 
-    def fail_next(self, status: int, times: int = 1, retry_after: float | None = None, *,
-                  message: str | None = None, code: str | None = None,
-                  model: str | None = None) -> None:
+    def fail_next(
+        self,
+        status: int,
+        times: int = 1,
+        retry_after: float | None = None,
+        *,
+        message: str | None = None,
+        code: str | None = None,
+        model: str | None = None,
+    ) -> None:
         """Answer the next `times` requests (for `model`, if given) with an OpenAI error."""
         with self._lock:
-            self._failures.append(_Failure(status, times, retry_after, message, code,
-                                           None if model is None else _bare_model(model)))
+            self._failures.append(
+                _Failure(
+                    status,
+                    times,
+                    retry_after,
+                    message,
+                    code,
+                    None if model is None else _bare_model(model),
+                )
+            )
 
-    def hang_next(self, times: int = 1, *, model: str | None = None,
-                  after_tokens: int = 0, after_headers: bool = False) -> None:
+    def hang_next(
+        self,
+        times: int = 1,
+        *,
+        model: str | None = None,
+        after_tokens: int = 0,
+        after_headers: bool = False,
+    ) -> None:
         """Make the next `times` requests never finish (until stop() or release_hangs()).
 
         With `after_tokens`, a streamed reply sends that many tokens first, then stalls.
@@ -281,8 +315,14 @@ class FakeLLM(LoopbackServer):
         one byte of its body (a provider that accepted the call and went silent).
         """
         with self._lock:
-            self._hangs.append(_Hang(times, None if model is None else _bare_model(model),
-                                     after_tokens, after_headers))
+            self._hangs.append(
+                _Hang(
+                    times,
+                    None if model is None else _bare_model(model),
+                    after_tokens,
+                    after_headers,
+                )
+            )
 
     def release_hangs(self) -> None:
         """Let every hanging request end (the connection is closed without an answer)."""
@@ -327,12 +367,22 @@ class FakeLLM(LoopbackServer):
         failure: _Failure | None = self._take(self._failures, received.model)
         if failure is None:
             return None
-        headers = {} if failure.retry_after is None else {
-            "Retry-After": f"{failure.retry_after:g}",
-            "retry-after-ms": str(int(failure.retry_after * 1000))}
-        return self._finish(received, web.json_response(
-            error_body(failure.status, failure.message, failure.code),
-            status=failure.status, headers=headers))
+        headers = (
+            {}
+            if failure.retry_after is None
+            else {
+                "Retry-After": f"{failure.retry_after:g}",
+                "retry-after-ms": str(int(failure.retry_after * 1000)),
+            }
+        )
+        return self._finish(
+            received,
+            web.json_response(
+                error_body(failure.status, failure.message, failure.code),
+                status=failure.status,
+                headers=headers,
+            ),
+        )
 
     def _finish(self, received: ReceivedRequest, response: _R) -> _R:
         received.status = response.status
@@ -343,8 +393,9 @@ class FakeLLM(LoopbackServer):
         assert self._release is not None
         await self._release.wait()
 
-    async def _silent(self, received: ReceivedRequest,
-                      stream: web.StreamResponse) -> web.StreamResponse:
+    async def _silent(
+        self, received: ReceivedRequest, stream: web.StreamResponse
+    ) -> web.StreamResponse:
         """A stream whose headers went out: send nothing more until released."""
         await self._hang()
         return self._finish(received, stream)
@@ -366,24 +417,46 @@ class FakeLLM(LoopbackServer):
         completion_id = new_id("chatcmpl")
         if not received.get("stream"):
             await self._pace_whole(behaviour, text)
-            return self._finish(received, web.json_response(
-                chat_completion(completion_id, received.model, text, usage)))
+            return self._finish(
+                received,
+                web.json_response(chat_completion(completion_id, received.model, text, usage)),
+            )
         include_usage = bool((received.get("stream_options") or {}).get("include_usage"))
         stream = await self._open_stream(request)
         if hang is not None and hang.after_headers:
             return await self._silent(received, stream)
         with contextlib.suppress(_Stalled, ConnectionResetError):
-            await self._stream_chat(stream, received.model, completion_id, behaviour, text,
-                                    hang, usage if include_usage else None)
+            await self._stream_chat(
+                stream,
+                received.model,
+                completion_id,
+                behaviour,
+                text,
+                hang,
+                usage if include_usage else None,
+            )
         return self._finish(received, stream)
 
-    async def _stream_chat(self, stream: web.StreamResponse, model: str, completion_id: str,
-                           behaviour: Behaviour, text: str, hang: _Hang | None,
-                           usage: JSON | None) -> None:
-        await write_event(stream, chat_chunk(completion_id, model, {"role": "assistant",
-                                                                   "content": ""}))
-        await self._stream_pieces(stream, behaviour, split_words(text), hang, lambda piece: (
-            chat_chunk(completion_id, model, {"content": piece})))
+    async def _stream_chat(
+        self,
+        stream: web.StreamResponse,
+        model: str,
+        completion_id: str,
+        behaviour: Behaviour,
+        text: str,
+        hang: _Hang | None,
+        usage: JSON | None,
+    ) -> None:
+        await write_event(
+            stream, chat_chunk(completion_id, model, {"role": "assistant", "content": ""})
+        )
+        await self._stream_pieces(
+            stream,
+            behaviour,
+            split_words(text),
+            hang,
+            lambda piece: chat_chunk(completion_id, model, {"content": piece}),
+        )
         await write_event(stream, chat_chunk(completion_id, model, {}, "stop"))
         if usage is not None:
             await write_event(stream, chat_chunk(completion_id, model, None, usage=usage))
@@ -407,8 +480,13 @@ class FakeLLM(LoopbackServer):
         response_id, item_id = new_id("resp"), new_id("msg")
         with self._lock:
             self._response_ids.add(response_id)
-        done = response_object(response_id, received, status="completed",
-                               output=[output_message(item_id, text)], usage=usage)
+        done = response_object(
+            response_id,
+            received,
+            status="completed",
+            output=[output_message(item_id, text)],
+            usage=usage,
+        )
         if not received.get("stream"):
             await self._pace_whole(behaviour, text)
             return self._finish(received, web.json_response(done))
@@ -416,8 +494,9 @@ class FakeLLM(LoopbackServer):
         if hang is not None and hang.after_headers:
             return await self._silent(received, stream)
         events = ResponseEvents(stream, item_id)
-        started = response_object(response_id, received, status="in_progress", output=[],
-                                  usage=None)
+        started = response_object(
+            response_id, received, status="in_progress", output=[], usage=None
+        )
         with contextlib.suppress(_Stalled, ConnectionResetError):
             await events.opening(started)
             await self._stream_pieces(stream, behaviour, split_words(text), hang, events.delta)
@@ -430,9 +509,18 @@ class FakeLLM(LoopbackServer):
             known = previous is None or previous in self._response_ids
         if known:
             return None
-        return self._finish(received, web.json_response(error_body(
-            400, f"Previous response with id '{previous}' not found.",
-            "previous_response_not_found", "previous_response_id"), status=400))
+        return self._finish(
+            received,
+            web.json_response(
+                error_body(
+                    400,
+                    f"Previous response with id '{previous}' not found.",
+                    "previous_response_not_found",
+                    "previous_response_id",
+                ),
+                status=400,
+            ),
+        )
 
     async def _recorded(self, request: web.Request) -> web.Response:
         """The recorded requests, for a test or benchmark whose fake runs in a subprocess.
@@ -440,14 +528,30 @@ class FakeLLM(LoopbackServer):
         The stamps are `time.monotonic()`, which on Linux is one clock for every
         process of the machine.
         """
-        return web.json_response([
-            {"path": req.path, "status": req.status, "received_at": req.received_at,
-             "finished_at": req.finished_at, "body": dict(req)} for req in self.requests])
+        return web.json_response(
+            [
+                {
+                    "path": req.path,
+                    "status": req.status,
+                    "received_at": req.received_at,
+                    "finished_at": req.finished_at,
+                    "body": dict(req),
+                }
+                for req in self.requests
+            ]
+        )
 
     async def _list_models(self, request: web.Request) -> web.Response:
         names = ["fake-model", *self._models]
-        return web.json_response({"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": "fake"} for name in names]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": name, "object": "model", "created": 0, "owned_by": "fake"}
+                    for name in names
+                ],
+            }
+        )
 
     # -- pacing and SSE ----------------------------------------------------------
 
@@ -456,9 +560,14 @@ class FakeLLM(LoopbackServer):
         pieces = len(split_words(text))
         await asyncio.sleep(behaviour.first_token_delay + behaviour.gap(pieces) * pieces)
 
-    async def _stream_pieces(self, stream: web.StreamResponse, behaviour: Behaviour,
-                             pieces: list[str], hang: _Hang | None,
-                             event: Callable[[str], JSON]) -> None:
+    async def _stream_pieces(
+        self,
+        stream: web.StreamResponse,
+        behaviour: Behaviour,
+        pieces: list[str],
+        hang: _Hang | None,
+        event: Callable[[str], JSON],
+    ) -> None:
         await asyncio.sleep(behaviour.first_token_delay)
         gap = behaviour.gap(len(pieces))
         for index, piece in enumerate(pieces):
@@ -471,11 +580,11 @@ class FakeLLM(LoopbackServer):
 
     @staticmethod
     async def _open_stream(request: web.Request) -> web.StreamResponse:
-        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                             "Cache-Control": "no-cache"})
+        stream = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await stream.prepare(request)
         return stream
-
 
 
 def _model_option(text: str) -> tuple[str, float, float | None]:
@@ -495,8 +604,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before the first token")
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds between tokens")
     parser.add_argument("--reply", default=None, help="fixed reply text")
-    parser.add_argument("--model", type=_model_option, action="append", default=[],
-                        metavar="NAME=DELAY[,DURATION]", help="one model's own pacing")
+    parser.add_argument(
+        "--model",
+        type=_model_option,
+        action="append",
+        default=[],
+        metavar="NAME=DELAY[,DURATION]",
+        help="one model's own pacing",
+    )
     args = parser.parse_args(argv)
     server = FakeLLM(port=args.port)
     server.reply, server.first_token_delay = args.reply, args.delay

@@ -76,76 +76,133 @@ def last_user_text(items: object) -> str:
     return ""
 
 
-def error_body(status: int, message: str | None = None, code: str | None = None,
-               param: str | None = None) -> JSON:
+def error_body(
+    status: int, message: str | None = None, code: str | None = None, param: str | None = None
+) -> JSON:
     """OpenAI's error envelope for an HTTP status."""
     kind, default_code = _ERROR_TYPES.get(status, ("server_error", None))
     if message is None:
         message = {429: "Rate limit reached for requests", 500: "The server had an error"}.get(
-            status, f"fake error {status}")
-    return {"error": {"message": message, "type": kind, "param": param,
-                      "code": code if code is not None else default_code}}
+            status, f"fake error {status}"
+        )
+    return {
+        "error": {
+            "message": message,
+            "type": kind,
+            "param": param,
+            "code": code if code is not None else default_code,
+        }
+    }
 
 
 def chat_usage(prompt_tokens: int, completion_tokens: int) -> JSON:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def chat_completion(completion_id: str, model: str, text: str, usage: JSON) -> JSON:
     """A whole (non-streamed) chat.completion object."""
     return {
-        "id": completion_id, "object": "chat.completion", "created": int(time.time()),
-        "model": model, "system_fingerprint": None,
-        "choices": [{"index": 0, "logprobs": None, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": text, "refusal": None}}],
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": text, "refusal": None},
+            }
+        ],
         "usage": usage,
     }
 
 
-def chat_chunk(completion_id: str, model: str, delta: JSON | None,
-               finish_reason: str | None = None, usage: JSON | None = None) -> JSON:
+def chat_chunk(
+    completion_id: str,
+    model: str,
+    delta: JSON | None,
+    finish_reason: str | None = None,
+    usage: JSON | None = None,
+) -> JSON:
     """One chat.completion.chunk; `delta=None` gives the usage-only chunk (empty choices)."""
-    choices = [] if delta is None else [
-        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
-    chunk: JSON = {"id": completion_id, "object": "chat.completion.chunk",
-                   "created": int(time.time()), "model": model, "system_fingerprint": None,
-                   "choices": choices}
+    choices = (
+        []
+        if delta is None
+        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    )
+    chunk: JSON = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": choices,
+    }
     if usage is not None:
         chunk["usage"] = usage
     return chunk
 
 
 def responses_usage(input_tokens: int, output_tokens: int) -> JSON:
-    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": input_tokens + output_tokens}
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
 
 
 def output_message(item_id: str, text: str, status: str = "completed") -> JSON:
     """A Responses API output item holding the assistant's text."""
-    content = [{"type": "output_text", "text": text, "annotations": []}] if text or \
-        status == "completed" else []
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": content}
+    content = (
+        [{"type": "output_text", "text": text, "annotations": []}]
+        if text or status == "completed"
+        else []
+    )
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    }
 
 
-def response_object(response_id: str, body: JSON, *, status: str, output: list[JSON],
-                    usage: JSON | None) -> JSON:
+def response_object(
+    response_id: str, body: JSON, *, status: str, output: list[JSON], usage: JSON | None
+) -> JSON:
     """A Responses API `response` object echoing the request's settings."""
     return {
-        "id": response_id, "object": "response", "created_at": int(time.time()),
-        "status": status, "error": None, "incomplete_details": None,
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
         "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"),
-        "model": str(body.get("model", "")), "output": output,
+        "model": str(body.get("model", "")),
+        "output": output,
         "parallel_tool_calls": True,
         "previous_response_id": body.get("previous_response_id"),
-        "reasoning": {"effort": None, "summary": None}, "store": body.get("store", True),
-        "temperature": body.get("temperature", 1.0), "text": {"format": {"type": "text"}},
-        "tool_choice": "auto", "tools": body.get("tools") or [],
-        "top_p": body.get("top_p", 1.0), "truncation": "disabled", "usage": usage,
-        "user": None, "metadata": body.get("metadata") or {},
+        "reasoning": {"effort": None, "summary": None},
+        "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "truncation": "disabled",
+        "usage": usage,
+        "user": None,
+        "metadata": body.get("metadata") or {},
     }
 
 
@@ -173,24 +230,50 @@ class ResponseEvents:
         await write_event(self.stream, payload)
 
     def _part(self, text: str = "") -> dict[str, Any]:
-        return {"item_id": self.item_id, "output_index": 0, "content_index": 0,
-                "part": {"type": "output_text", "text": text, "annotations": []}}
+        return {
+            "item_id": self.item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": text, "annotations": []},
+        }
 
     async def opening(self, started: JSON) -> None:
         await self._send(self._event("response.created", response=started))
         await self._send(self._event("response.in_progress", response=started))
-        await self._send(self._event("response.output_item.added", output_index=0,
-                                     item=output_message(self.item_id, "", "in_progress")))
+        await self._send(
+            self._event(
+                "response.output_item.added",
+                output_index=0,
+                item=output_message(self.item_id, "", "in_progress"),
+            )
+        )
         await self._send(self._event("response.content_part.added", **self._part()))
 
     def delta(self, piece: str) -> JSON:
-        return self._event("response.output_text.delta", item_id=self.item_id, output_index=0,
-                           content_index=0, delta=piece, logprobs=[])
+        return self._event(
+            "response.output_text.delta",
+            item_id=self.item_id,
+            output_index=0,
+            content_index=0,
+            delta=piece,
+            logprobs=[],
+        )
 
     async def closing(self, text: str, done: JSON) -> None:
-        await self._send(self._event("response.output_text.done", item_id=self.item_id,
-                                     output_index=0, content_index=0, text=text, logprobs=[]))
+        await self._send(
+            self._event(
+                "response.output_text.done",
+                item_id=self.item_id,
+                output_index=0,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+        )
         await self._send(self._event("response.content_part.done", **self._part(text)))
-        await self._send(self._event("response.output_item.done", output_index=0,
-                                     item=output_message(self.item_id, text)))
+        await self._send(
+            self._event(
+                "response.output_item.done", output_index=0, item=output_message(self.item_id, text)
+            )
+        )
         await self._send(self._event("response.completed", response=done))

@@ -94,8 +94,9 @@ class LoopbackServer:
         """Serve on a new event loop in a daemon thread; returns once the port is listening."""
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._loop_thread = threading.Thread(target=loop.run_forever, name=self.thread_name,
-                                        daemon=True)
+        self._loop_thread = threading.Thread(
+            target=loop.run_forever, name=self.thread_name, daemon=True
+        )
         self._loop_thread.start()
         asyncio.run_coroutine_threadsafe(self.serve(), loop).result(timeout=10)
 

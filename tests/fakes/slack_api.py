@@ -121,14 +121,22 @@ class FakeSlack(LoopbackServer):
     def add_user(self, user_id: str, display_name: str, real_name: str = "") -> None:
         self.users[user_id] = {"display_name": display_name, "real_name": real_name or display_name}
 
-    def fail_next(self, method: str, error: str = "ratelimited", *, status: int = 200,
-                  retry_after: float | None = None, times: int = 1) -> None:
+    def fail_next(
+        self,
+        method: str,
+        error: str = "ratelimited",
+        *,
+        status: int = 200,
+        retry_after: float | None = None,
+        times: int = 1,
+    ) -> None:
         """Answer the next `times` calls of `method` with `error` (429 + Retry-After if given)."""
         if retry_after is not None:
             status = 429
         with self._lock:
             self._failures.setdefault(method, []).append(
-                _Failure(error, status, retry_after, times))
+                _Failure(error, status, retry_after, times)
+            )
 
     def calls_to(self, method: str) -> list[Call]:
         return self.calls.where(lambda c: c.method == method)
@@ -141,23 +149,33 @@ class FakeSlack(LoopbackServer):
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
-                raise AssertionError(f"condition not met in {timeout}s; calls: "
-                                     f"{[(c.method, c.error) for c in self.calls]}")
+                raise AssertionError(
+                    f"condition not met in {timeout}s; calls: "
+                    f"{[(c.method, c.error) for c in self.calls]}"
+                )
             time.sleep(0.02)
 
     def thread_messages(self, channel: str, thread_ts: str) -> list[Message]:
         with self._lock:
-            return [m for m in self.messages.values()
-                    if m.channel == channel and m.thread_ts == thread_ts]
+            return [
+                m
+                for m in self.messages.values()
+                if m.channel == channel and m.thread_ts == thread_ts
+            ]
 
     # -- Socket Mode ---------------------------------------------------------
 
     def push(self, body: dict[str, Any], kind: str = "events_api") -> str:
         """Send one envelope to the newest live connection; returns its envelope id."""
         envelope_id = f"env-{next(self._envelopes)}"
-        envelope = {"envelope_id": envelope_id, "type": kind, "payload": body,
-                    "accepts_response_payload": kind != "events_api",
-                    "retry_attempt": 0, "retry_reason": ""}
+        envelope = {
+            "envelope_id": envelope_id,
+            "type": kind,
+            "payload": body,
+            "accepts_response_payload": kind != "events_api",
+            "retry_attempt": 0,
+            "retry_reason": "",
+        }
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(self._send(envelope), self._loop).result(timeout=10)
         return envelope_id
@@ -185,8 +203,11 @@ class FakeSlack(LoopbackServer):
         socket = web.WebSocketResponse(autoping=False)
         await socket.prepare(request)
         self._sockets.append(socket)
-        await socket.send_str(json.dumps({"type": "hello", "num_connections": 1,
-                                          "connection_info": {"app_id": "A0001"}}))
+        await socket.send_str(
+            json.dumps(
+                {"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A0001"}}
+            )
+        )
         async for message in socket:
             if self.black_hole:
                 continue
@@ -235,8 +256,9 @@ class FakeSlack(LoopbackServer):
             queue.pop(0)
         return failure
 
-    def _refuse(self, call: Call, error: str, status: int = 200,
-                retry_after: float | None = None) -> web.Response:
+    def _refuse(
+        self, call: Call, error: str, status: int = 200, retry_after: float | None = None
+    ) -> web.Response:
         call.status, call.error = status, error
         headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
         body: dict[str, Any] = {"ok": False, "error": error}
@@ -248,8 +270,14 @@ class FakeSlack(LoopbackServer):
         return f"1700000000.{next(self._ts):06d}"
 
     def _auth_test(self, args: dict[str, Any], token: str) -> dict[str, Any]:
-        return {"url": "https://test.slack.com/", "team": "Test", "user": "gateway",
-                "team_id": TEAM_ID, "user_id": BOT_USER_ID, "bot_id": BOT_ID}
+        return {
+            "url": "https://test.slack.com/",
+            "team": "Test",
+            "user": "gateway",
+            "team_id": TEAM_ID,
+            "user_id": BOT_USER_ID,
+            "bot_id": BOT_ID,
+        }
 
     def _chat_postMessage(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         channel, text = args.get("channel"), args.get("text")
@@ -286,8 +314,14 @@ class FakeSlack(LoopbackServer):
         profile = self.users.get(user_id)
         if profile is None:
             return "user_not_found"
-        return {"user": {"id": user_id, "name": profile["display_name"].lower(),
-                         "real_name": profile["real_name"], "profile": dict(profile)}}
+        return {
+            "user": {
+                "id": user_id,
+                "name": profile["display_name"].lower(),
+                "real_name": profile["real_name"],
+                "profile": dict(profile),
+            }
+        }
 
     def _reactions_add(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
@@ -305,8 +339,9 @@ class FakeSlack(LoopbackServer):
             self.reactions.discard(key)
         return {}
 
-    def _assistant_threads_setStatus(self, args: dict[str, Any],
-                                     token: str) -> dict[str, Any] | str:
+    def _assistant_threads_setStatus(
+        self, args: dict[str, Any], token: str
+    ) -> dict[str, Any] | str:
         if not self.assistant_enabled:
             return "missing_scope"
         return {}

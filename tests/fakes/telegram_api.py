@@ -31,10 +31,26 @@ from aiohttp import web
 from tests.fakes.server import CallLog, LoopbackServer
 
 STRING_FIELDS = frozenset({"text", "parse_mode", "secret_token", "url", "action", "caption"})
-ALLOWED_TAGS = frozenset({
-    "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler",
-    "a", "code", "pre", "blockquote", "tg-emoji",
-})
+ALLOWED_TAGS = frozenset(
+    {
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "ins",
+        "s",
+        "strike",
+        "del",
+        "span",
+        "tg-spoiler",
+        "a",
+        "code",
+        "pre",
+        "blockquote",
+        "tg-emoji",
+    }
+)
 MAX_LENGTH = 4096
 
 
@@ -56,14 +72,14 @@ class _TelegramHtml(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag not in ALLOWED_TAGS:
-            raise EntityError(f"Unsupported start tag \"{tag}\"")
+            raise EntityError(f'Unsupported start tag "{tag}"')
         if tag == "a" and not dict(attrs).get("href"):
             raise EntityError("Can't find end of the entity: link without href")
         self.stack.append(tag)
 
     def handle_endtag(self, tag: str) -> None:
         if not self.stack or self.stack[-1] != tag:
-            raise EntityError(f"Unmatched end tag \"{tag}\"")
+            raise EntityError(f'Unmatched end tag "{tag}"')
         self.stack.pop()
 
     def handle_data(self, data: str) -> None:
@@ -73,7 +89,7 @@ class _TelegramHtml(HTMLParser):
 
     def handle_entityref(self, name: str) -> None:
         if name not in {"lt", "gt", "amp", "quot"}:
-            raise EntityError(f"Unsupported HTML entity \"&{name};\"")
+            raise EntityError(f'Unsupported HTML entity "&{name};"')
         self.visible.append(html.unescape(f"&{name};"))
 
     def handle_charref(self, name: str) -> None:
@@ -88,7 +104,7 @@ def parse_html(text: str) -> str:
     if parser.rawdata:
         raise EntityError("Unclosed start tag")
     if parser.stack:
-        raise EntityError(f"Can't find end tag corresponding to start tag \"{parser.stack[-1]}\"")
+        raise EntityError(f'Can\'t find end tag corresponding to start tag "{parser.stack[-1]}"')
     return "".join(parser.visible)
 
 
@@ -175,8 +191,12 @@ class FakeTelegram(LoopbackServer):
 
     @property
     def bot_user(self) -> dict[str, Any]:
-        return {"id": self.bot_id, "is_bot": True, "first_name": "Gateway",
-                "username": self.username}
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "Gateway",
+            "username": self.username,
+        }
 
     # -- scripting ------------------------------------------------------------------------
 
@@ -188,19 +208,33 @@ class FakeTelegram(LoopbackServer):
         asyncio.get_running_loop().create_task(self._notify())
         return int(update["update_id"])
 
-    def fail_next(self, method: str, *, status: int = 429, retry_after: int | None = None,
-                  description: str | None = None, count: int = 1) -> None:
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        retry_after: int | None = None,
+        description: str | None = None,
+        count: int = 1,
+    ) -> None:
         """Answer the next `count` calls of `method` with an error."""
         if description is None:
-            description = (f"Too Many Requests: retry after {retry_after}" if status == 429
-                           else "Bad Request: can't parse entities: scripted failure")
+            description = (
+                f"Too Many Requests: retry after {retry_after}"
+                if status == 429
+                else "Bad Request: can't parse entities: scripted failure"
+            )
         failure = _Failure(status, description, retry_after)
         self._failures.setdefault(method, []).extend([failure] * count)
 
     def reject_entities_next(self, method: str = "sendMessage", count: int = 1) -> None:
         """The next `count` calls of `method` that carry a parse_mode get "can't parse entities"."""
-        self.fail_next(method, status=400, count=count,
-                       description="Bad Request: can't parse entities: Unsupported start tag")
+        self.fail_next(
+            method,
+            status=400,
+            count=count,
+            description="Bad Request: can't parse entities: Unsupported start tag",
+        )
 
     def ban(self, chat_id: int, seconds: int) -> None:
         """Refuse every call into `chat_id` with 429 until `seconds` from now."""
@@ -214,8 +248,7 @@ class FakeTelegram(LoopbackServer):
         return [int(u["update_id"]) for u in self._updates]
 
     def calls_to(self, method: str, *, ok_only: bool = False) -> list[Call]:
-        return self.calls.where(
-            lambda c: c.method == method and (c.status == 200 or not ok_only))
+        return self.calls.where(lambda c: c.method == method and (c.status == 200 or not ok_only))
 
     def messages_in(self, chat_id: int) -> list[Message]:
         found = [m for (chat, _), m in self.messages.items() if chat == chat_id]
@@ -253,8 +286,11 @@ class FakeTelegram(LoopbackServer):
         except _ApiError as exc:
             call.status = exc.status
             await self._notify()
-            body: dict[str, Any] = {"ok": False, "error_code": exc.status,
-                                    "description": exc.description}
+            body: dict[str, Any] = {
+                "ok": False,
+                "error_code": exc.status,
+                "description": exc.description,
+            }
             if exc.retry_after is not None:
                 body["parameters"] = {"retry_after": exc.retry_after}
             return web.json_response(body, status=exc.status)
@@ -273,8 +309,11 @@ class FakeTelegram(LoopbackServer):
         if not queue:
             return
         failure = queue[0]
-        if failure.status == 400 and "parse entities" in failure.description \
-                and not params.get("parse_mode"):
+        if (
+            failure.status == 400
+            and "parse entities" in failure.description
+            and not params.get("parse_mode")
+        ):
             return  # a plain-text send has no entities to reject
         queue.pop(0)
         raise _ApiError(failure.status, failure.description, failure.retry_after)
@@ -315,8 +354,12 @@ class FakeTelegram(LoopbackServer):
         chat_id = int(params["chat_id"])
         reply = params.get("reply_parameters") or {}
         message = Message(
-            chat_id=chat_id, message_id=next(self._message_ids), text=visible, html=raw,
-            parse_mode=params.get("parse_mode"), thread_id=params.get("message_thread_id"),
+            chat_id=chat_id,
+            message_id=next(self._message_ids),
+            text=visible,
+            html=raw,
+            parse_mode=params.get("parse_mode"),
+            thread_id=params.get("message_thread_id"),
             reply_to=reply.get("message_id") or params.get("reply_to_message_id"),
             history=[visible],
         )
@@ -330,9 +373,12 @@ class FakeTelegram(LoopbackServer):
             raise _ApiError(400, "Bad Request: message to edit not found")
         raw, visible = self._render(params)
         if raw == message.html and params.get("parse_mode") == message.parse_mode:
-            raise _ApiError(400, "Bad Request: message is not modified: specified new message "
-                                 "content and reply markup are exactly the same as a current "
-                                 "content and reply markup of the message")
+            raise _ApiError(
+                400,
+                "Bad Request: message is not modified: specified new message "
+                "content and reply markup are exactly the same as a current "
+                "content and reply markup of the message",
+            )
         message.text, message.html, message.parse_mode = visible, raw, params.get("parse_mode")
         message.history.append(visible)
         return self._message_json(message)
@@ -340,9 +386,11 @@ class FakeTelegram(LoopbackServer):
     def _message_json(self, message: Message) -> dict[str, Any]:
         chat_type = "private" if message.chat_id > 0 else "supergroup"
         body: dict[str, Any] = {
-            "message_id": message.message_id, "date": int(time.time()),
+            "message_id": message.message_id,
+            "date": int(time.time()),
             "chat": {"id": message.chat_id, "type": chat_type},
-            "from": self.bot_user, "text": message.text,
+            "from": self.bot_user,
+            "text": message.text,
         }
         if message.thread_id is not None:
             body["message_thread_id"] = message.thread_id
@@ -366,8 +414,11 @@ class FakeTelegram(LoopbackServer):
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         if self.webhook_url:
-            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is "
-                                 "active; use deleteWebhook to delete the webhook first")
+            raise _ApiError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is "
+                "active; use deleteWebhook to delete the webhook first",
+            )
         offset = params.get("offset")
         if isinstance(offset, int) and offset > 0:
             # Telegram forgets every update below the offset: they count as confirmed.
@@ -403,8 +454,9 @@ async def _read_params(request: web.Request) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def running(token: str = "123456:TEST-token",
-                  username: str = "gw_test_bot") -> AsyncIterator[FakeTelegram]:
+async def running(
+    token: str = "123456:TEST-token", username: str = "gw_test_bot"
+) -> AsyncIterator[FakeTelegram]:
     """A started fake, stopped on exit."""
     fake = FakeTelegram(token, username)
     await fake.start()

@@ -25,8 +25,12 @@ def user(text: str) -> list[dict[str, str]]:
 
 async def chat(llm: FakeLLM, text: str, **kwargs: Any) -> Any:
     return await litellm.acompletion(
-        model=kwargs.pop("model", "openai/fake-model"), api_base=llm.api_base,
-        api_key="sk-test", messages=user(text), **kwargs)
+        model=kwargs.pop("model", "openai/fake-model"),
+        api_base=llm.api_base,
+        api_key="sk-test",
+        messages=user(text),
+        **kwargs,
+    )
 
 
 async def streamed_text(llm: FakeLLM, text: str, **kwargs: Any) -> tuple[list[str], Any]:
@@ -41,9 +45,13 @@ async def streamed_text(llm: FakeLLM, text: str, **kwargs: Any) -> tuple[list[st
 
 
 async def respond(llm: FakeLLM, text: str, **kwargs: Any) -> Any:
-    return await litellm.aresponses(model=kwargs.pop("model", "openai/fake-model"),
-                                    api_base=llm.api_base, api_key="sk-test", input=text,
-                                    **kwargs)
+    return await litellm.aresponses(
+        model=kwargs.pop("model", "openai/fake-model"),
+        api_base=llm.api_base,
+        api_key="sk-test",
+        input=text,
+        **kwargs,
+    )
 
 
 def response_text(response: Any) -> str:
@@ -165,8 +173,9 @@ async def test_streamed_responses(llm: FakeLLM) -> None:
     # so a known model name makes it read the server's SSE events.
     llm.reply = "streamed words here"
     first = await respond(llm, "one")
-    stream = await respond(llm, "two", previous_response_id=first.id, stream=True,
-                           model="openai/gpt-4o-mini")
+    stream = await respond(
+        llm, "two", previous_response_id=first.id, stream=True, model="openai/gpt-4o-mini"
+    )
     deltas, kinds = [], []
     async for event in stream:
         kinds.append(str(getattr(event.type, "value", event.type)))
@@ -201,15 +210,23 @@ def test_wait_for_requests_polls_and_times_out(llm: FakeLLM) -> None:
 
 
 def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(url, json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=5) as response:
         return dict(json.load(response))
 
 
 def test_runs_as_a_script() -> None:
-    command = [sys.executable, "-m", "tests.fakes.llm_server", "--delay", "0",
-               "--model", "side-model=0.2"]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.fakes.llm_server",
+        "--delay",
+        "0",
+        "--model",
+        "side-model=0.2",
+    ]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None

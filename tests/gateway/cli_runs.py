@@ -11,8 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def clean_env(**values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "DISCORD_", "REDIS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "DISCORD_", "REDIS_"))
+    }
     env.update({"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     env.update(values)
     return env
@@ -22,7 +25,15 @@ def gateway(*args: str) -> list[str]:
     return [sys.executable, "-m", "gateway.cli", *args]
 
 
-def run_console(tmp_path: Path, stdin: str, timeout: float = 150, **env: str
-                ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(gateway("run", "--console"), input=stdin, capture_output=True,
-                          text=True, timeout=timeout, cwd=tmp_path, env=clean_env(**env))
+def run_console(
+    tmp_path: Path, stdin: str, timeout: float = 150, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        gateway("run", "--console"),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+        env=clean_env(**env),
+    )

@@ -20,4 +20,3 @@ async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
 async def two_workers(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
     async for h in start_workers(redis_url, llm, 2):
         yield h
-

@@ -126,13 +126,15 @@ class Conversation:
 
 
 @asynccontextmanager
-async def conversation(redis_url: str, llm: FakeLLM, *, workers: int = 1,
-                       **values: Any) -> AsyncIterator[Conversation]:
+async def conversation(
+    redis_url: str, llm: FakeLLM, *, workers: int = 1, **values: Any
+) -> AsyncIterator[Conversation]:
     settings = make_settings(redis_url, llm, **values)
     load_litellm()  # seconds of import, paid here rather than inside a timed wait
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    talk = Conversation(settings, client, llm, Ingest(settings, client), SessionStore(client),
-                        RecordingSender())
+    talk = Conversation(
+        settings, client, llm, Ingest(settings, client), SessionStore(client), RecordingSender()
+    )
     try:
         for _ in range(workers):
             await talk.start_worker()
@@ -151,9 +153,15 @@ async def conversation(redis_url: str, llm: FakeLLM, *, workers: int = 1,
 
 
 def user_entry(text: str, entry_id: str) -> dict[str, Any]:
-    return {"id": entry_id, "role": "user", "speaker": {"id": "U1", "name": "Alice"},
-            "text": text, "attachments": [], "group": False,
-            "reply": {"platform": "test", "workspace": "W", "channel": "C1"}}
+    return {
+        "id": entry_id,
+        "role": "user",
+        "speaker": {"id": "U1", "name": "Alice"},
+        "text": text,
+        "attachments": [],
+        "group": False,
+        "reply": {"platform": "test", "workspace": "W", "channel": "C1"},
+    }
 
 
 def assistant_entry(text: str, entry_id: str, **extra: Any) -> dict[str, Any]:

@@ -59,7 +59,6 @@ class Harness:
         return await self.sessions.history(session_key)
 
 
-
 async def start_workers(
     redis_url: str, llm: FakeLLM, count: int, **values: Any
 ) -> AsyncIterator[Harness]:
@@ -88,7 +87,5 @@ async def start_workers(
             await client.aclose()
 
 
-
 def texts(sender: RecordingSender) -> list[str]:
     return list(sender.messages.values())
-

@@ -20,8 +20,13 @@ from tests.gateway.recording_sender import RecordingSender
 
 
 async def main(redis_url: str, api_base: str) -> None:
-    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=api_base,
-                      GATEWAY_API_KEY="sk-test-key", GATEWAY_MODEL_PROCESSES=1)
+    config = settings(
+        redis_url,
+        GATEWAY_MODEL="openai/main-model",
+        GATEWAY_API_BASE=api_base,
+        GATEWAY_API_KEY="sk-test-key",
+        GATEWAY_MODEL_PROCESSES=1,
+    )
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     sender = RecordingSender()
     worker = Worker(config, client, {"test": sender})
@@ -38,8 +43,14 @@ async def main(redis_url: str, api_base: str) -> None:
     stop.set()
     await running
     await client.aclose()
-    print(json.dumps({"messages": list(sender.messages.values()),
-                      "litellm_imported": "litellm" in sys.modules}))
+    print(
+        json.dumps(
+            {
+                "messages": list(sender.messages.values()),
+                "litellm_imported": "litellm" in sys.modules,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

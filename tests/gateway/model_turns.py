@@ -63,7 +63,8 @@ async def test_stop_cancels_the_running_turn(harness: Harness) -> None:
 
 
 async def test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     harness.llm.reply = "the complete answer"
     harness.llm.duration = 2.0
     message = inbound("hello")

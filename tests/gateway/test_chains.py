@@ -29,7 +29,8 @@ def responses(talk: Conversation) -> list[dict[str, Any]]:
 
 
 async def test_after_the_first_turn_each_request_carries_only_the_new_entries(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     async with conversation(redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN) as talk:
         await talk.say("one")
         first_id = (await talk.meta())["response_id"]
@@ -52,7 +53,8 @@ async def test_after_the_first_turn_each_request_carries_only_the_new_entries(
 
 
 async def test_messages_that_arrive_together_all_go_in_the_delta(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     async with conversation(redis_url, llm, workers=0, GATEWAY_MODEL=STATEFUL_MAIN) as talk:
         await talk.start_worker()
         await talk.say("one")
@@ -67,7 +69,8 @@ async def test_messages_that_arrive_together_all_go_in_the_delta(
 
 
 async def test_an_unknown_response_id_gets_one_full_resend_unseen_by_the_user(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.reply = "fine"
     async with conversation(redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN) as talk:
         await talk.say("one")
@@ -121,10 +124,12 @@ async def test_btw_answers_from_redis_in_delta_mode(redis_url: str, llm: FakeLLM
 
 
 async def test_a_compression_starts_a_new_chain_from_the_compressed_view(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply="SUMMARY of the early talk")
-    async with conversation(redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN,
-                            GATEWAY_TOKEN_BUDGET=400) as talk:
+    async with conversation(
+        redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN, GATEWAY_TOKEN_BUDGET=400
+    ) as talk:
         for number in range(40):
             await talk.say(f"message {number}: remember {number * 7} and the colour blue")
             await talk.settled()
@@ -152,9 +157,13 @@ def test_tool_calls_become_response_items() -> None:
     messages = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "run it"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"id": "c1", "type": "function",
-                         "function": {"name": "shell", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
     ]
     instructions, items = to_responses_input(messages)
@@ -175,9 +184,7 @@ def test_a_cursor_not_in_the_view_falls_back_to_full_mode() -> None:
     assert [m["content"] for m in delta.messages] == ["s", "two"]
     gone = compiler.compile(TurnContext(key, entries, None, cursor="never-seen"))
     assert gone.mode == "full" and len(gone.messages) == 4
-    segment = {"first_id": "u1", "last_id": "a1", "first_index": 0, "last_index": 1,
-               "summary": "S"}
-    compressed = compiler.compile(TurnContext(key, entries, None, segments=[segment],
-                                              cursor="u1"))
+    segment = {"first_id": "u1", "last_id": "a1", "first_index": 0, "last_index": 1, "summary": "S"}
+    compressed = compiler.compile(TurnContext(key, entries, None, segments=[segment], cursor="u1"))
     assert compressed.mode == "full"  # the cursor's entry was compressed away
     assert "S" in compressed.messages[1]["content"]

@@ -39,9 +39,14 @@ def test_btw_on_the_console_gets_a_btw_answer(tmp_path: Path) -> None:
 
 def test_history_survives_a_restart_of_the_embedded_redis(tmp_path: Path) -> None:
     assert run_console(tmp_path, "remember the number 4711\n").returncode == 0
-    second = subprocess.run(gateway("sessions", "show", "console:local:console", "--json"),
-                            capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                            env=clean_env())
+    second = subprocess.run(
+        gateway("sessions", "show", "console:local:console", "--json"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
     assert second.returncode == 0, second.stderr
     entries = json.loads(second.stdout)
     assert entries[0]["text"] == "remember the number 4711"
@@ -49,9 +54,15 @@ def test_history_survives_a_restart_of_the_embedded_redis(tmp_path: Path) -> Non
 
 
 def test_a_second_run_in_the_same_directory_shares_the_first_ones_redis(tmp_path: Path) -> None:
-    with subprocess.Popen(gateway("run", "--console"), stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          cwd=tmp_path, env=clean_env()) as first:
+    with subprocess.Popen(
+        gateway("run", "--console"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+    ) as first:
         deadline = time.monotonic() + 120
         while not (tmp_path / ".gateway" / "redis.sock").exists():
             assert time.monotonic() < deadline and first.poll() is None
@@ -65,14 +76,25 @@ def test_a_second_run_in_the_same_directory_shares_the_first_ones_redis(tmp_path
 
 
 def test_btw_is_answered_while_the_main_turn_streams_and_stays_out_of_history(
-        tmp_path: Path, llm: FakeLLM) -> None:
+    tmp_path: Path, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour("main-model", reply="the long main answer " * 10, duration=5.0)
     llm.set_model_behaviour("side-model", reply="You said hello.")
-    env = {"GATEWAY_MODEL": "openai/main-model", "GATEWAY_SIDE_MODEL": "openai/side-model",
-           "GATEWAY_API_BASE": llm.api_base, "GATEWAY_API_KEY": "sk-test"}
-    with subprocess.Popen(gateway("run", "--console"), stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                          cwd=tmp_path, env=clean_env(**env)) as process:
+    env = {
+        "GATEWAY_MODEL": "openai/main-model",
+        "GATEWAY_SIDE_MODEL": "openai/side-model",
+        "GATEWAY_API_BASE": llm.api_base,
+        "GATEWAY_API_KEY": "sk-test",
+    }
+    with subprocess.Popen(
+        gateway("run", "--console"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(**env),
+    ) as process:
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write("hello\n")
         process.stdin.flush()
@@ -99,26 +121,42 @@ def test_btw_is_answered_while_the_main_turn_streams_and_stays_out_of_history(
 
 
 def test_unreachable_redis_is_one_clear_line_and_a_failure(tmp_path: Path) -> None:
-    result = subprocess.run(gateway("run", "--console"), input="hi\n", capture_output=True,
-                            text=True, timeout=60, cwd=tmp_path,
-                            env=clean_env(REDIS_URL="redis://:hunter2secret@127.0.0.1:1/0"))
+    result = subprocess.run(
+        gateway("run", "--console"),
+        input="hi\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=clean_env(REDIS_URL="redis://:hunter2secret@127.0.0.1:1/0"),
+    )
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith("gateway: Redis at ")
     assert "hunter2secret" not in result.stderr + result.stdout
 
 
-@pytest.mark.parametrize(("command", "env", "named"), [
-    ("web", {"SLACK_BOT_TOKEN": "xoxb-secret-token-1"}, "SLACK_SIGNING_SECRET"),
-    ("web", {"TELEGRAM_BOT_TOKEN": "123:secret-token-2"}, "TELEGRAM_WEBHOOK_SECRET"),
-    ("worker", {}, "SLACK_BOT_TOKEN"),
-    ("run", {"GATEWAY_LOG_FORMAT": "xml"}, "GATEWAY_LOG_FORMAT"),
-    ("run", {"TELEGRAM_WEBHOOK_SECRET": "bad secret!"}, "TELEGRAM_WEBHOOK_SECRET"),
-])
+@pytest.mark.parametrize(
+    ("command", "env", "named"),
+    [
+        ("web", {"SLACK_BOT_TOKEN": "xoxb-secret-token-1"}, "SLACK_SIGNING_SECRET"),
+        ("web", {"TELEGRAM_BOT_TOKEN": "123:secret-token-2"}, "TELEGRAM_WEBHOOK_SECRET"),
+        ("worker", {}, "SLACK_BOT_TOKEN"),
+        ("run", {"GATEWAY_LOG_FORMAT": "xml"}, "GATEWAY_LOG_FORMAT"),
+        ("run", {"TELEGRAM_WEBHOOK_SECRET": "bad secret!"}, "TELEGRAM_WEBHOOK_SECRET"),
+    ],
+)
 def test_wrong_configuration_is_one_line_without_secrets(
-        tmp_path: Path, redis_url: str, command: str, env: dict[str, str], named: str) -> None:
-    result = subprocess.run(gateway(command), capture_output=True, text=True, timeout=60,
-                            cwd=tmp_path, env=clean_env(REDIS_URL=redis_url, **env),
-                            stdin=subprocess.DEVNULL)
+    tmp_path: Path, redis_url: str, command: str, env: dict[str, str], named: str
+) -> None:
+    result = subprocess.run(
+        gateway(command),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=clean_env(REDIS_URL=redis_url, **env),
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], result.stderr
@@ -128,10 +166,14 @@ def test_wrong_configuration_is_one_line_without_secrets(
 
 def test_health_and_metrics(tmp_path: Path, redis_url: str) -> None:
     port = _free_port()
-    with subprocess.Popen(gateway("web"), cwd=tmp_path, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True,
-                          env=clean_env(REDIS_URL=redis_url, PORT=str(port),
-                                        HOST="127.0.0.1")) as process:
+    with subprocess.Popen(
+        gateway("web"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(REDIS_URL=redis_url, PORT=str(port), HOST="127.0.0.1"),
+    ) as process:
         health = _get_when_up(f"http://127.0.0.1:{port}/healthz", process)
         assert health.status_code == 200 and health.json()["redis"] == "up"
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics")
@@ -148,17 +190,25 @@ def test_the_core_imports_no_platform_sdk() -> None:
     for path in (ROOT / "gateway").glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 assert name.split(".")[0] not in PLATFORM_SDKS, f"{path.name} imports {name}"
 
 
 def test_ingest_and_web_never_load_litellm() -> None:
-    code = ("import sys, gateway.web, gateway.ingest, gateway.cli, adapters.console;"
-            "print('litellm' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=clean_env(), timeout=60)
+    code = (
+        "import sys, gateway.web, gateway.ingest, gateway.cli, adapters.console;"
+        "print('litellm' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
     assert result.stdout.strip() == "False", result.stderr
 
 

@@ -64,7 +64,8 @@ def assert_contiguous(segments: list[dict[str, Any]], history: list[dict[str, An
 
 
 async def test_a_session_past_its_budget_gets_a_segment_and_the_next_request_fits(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY)
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
         await talk_until_segment(talk)
@@ -98,7 +99,8 @@ async def test_a_session_past_its_budget_gets_a_segment_and_the_next_request_fit
 
 
 async def test_a_turn_over_budget_compresses_first_and_then_fits(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY)
     async with conversation(redis_url, llm, workers=0, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
         for number in range(25):  # all land before any worker runs: one turn answers them
@@ -116,7 +118,8 @@ async def test_a_turn_over_budget_compresses_first_and_then_fits(
 
 
 async def test_segments_are_contiguous_and_build_on_each_other(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     made = itertools.count(1)
     llm.set_model_behaviour(COMPRESSOR, reply=lambda body: f"SUMMARY number {next(made)}")
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
@@ -127,7 +130,8 @@ async def test_segments_are_contiguous_and_build_on_each_other(
         assert len(segments) >= 3
         assert_contiguous(segments, await talk.history())
         assert [s["summary"] for s in segments] == [
-            f"SUMMARY number {n}" for n in range(1, len(segments) + 1)]
+            f"SUMMARY number {n}" for n in range(1, len(segments) + 1)
+        ]
         # Each summary is written on top of the one before it.
         asked = talk.compression_requests()
         for number, request in enumerate(asked[1:], start=1):
@@ -140,7 +144,8 @@ async def test_segments_are_contiguous_and_build_on_each_other(
 
 
 async def test_a_side_question_reads_the_summary_and_what_follows_it_never_the_summarised_part(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY)
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
         await talk_until_segment(talk)
@@ -161,10 +166,18 @@ def tool_turn(index: int) -> list[dict[str, Any]]:
     return [
         user_entry(f"look up item {index} in the inventory please", f"u{index}"),
         assistant_entry("", f"a{index}", tool_calls=[call]),
-        {"id": f"t{index}a", "role": "tool", "tool_call_id": f"call{index}",
-         "text": f"item {index}: 3 left"},
-        {"id": f"t{index}b", "role": "tool", "tool_call_id": f"call{index}",
-         "text": f"item {index}: shelf B"},
+        {
+            "id": f"t{index}a",
+            "role": "tool",
+            "tool_call_id": f"call{index}",
+            "text": f"item {index}: 3 left",
+        },
+        {
+            "id": f"t{index}b",
+            "role": "tool",
+            "tool_call_id": f"call{index}",
+            "text": f"item {index}: shelf B",
+        },
         assistant_entry(f"Item {index} has 3 left on shelf B.", f"r{index}"),
     ]
 
@@ -191,7 +204,8 @@ def test_a_planned_boundary_never_parts_a_tool_call_from_its_results(length: int
 
 
 async def test_a_tool_call_and_its_results_stay_on_one_side_through_a_turn(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY)
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
         # 6 tool turns = 30 entries: 20% stay (6), so the naive boundary falls at entry 24,
@@ -224,7 +238,8 @@ async def one_fallback_segment(talk: Conversation) -> dict[str, Any]:
 
 
 async def test_a_failing_summariser_gives_a_fallback_segment_and_the_turn_succeeds(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.fail_next(500, times=1, model=COMPRESSOR)
     llm.reply = "the answer"
     async with conversation(redis_url, llm, workers=0, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
@@ -257,13 +272,19 @@ async def test_an_empty_summary_counts_as_a_failure(redis_url: str, llm: FakeLLM
 
 
 async def test_two_workers_finishing_turns_at_once_compress_once(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=1.0)
     # 25 earlier turns of ~32 tokens: both new turns fit the budget of 1,000, and each
     # leaves the view past the threshold (800), so each worker wants to compress.
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=1000) as talk:
-        await talk.preload([e for i in range(25) for e in (
-            user_entry(line(i), f"u{i}"), assistant_entry(f"noted {i * 7}", f"a{i}"))])
+        await talk.preload(
+            [
+                e
+                for i in range(25)
+                for e in (user_entry(line(i), f"u{i}"), assistant_entry(f"noted {i * 7}", f"a{i}"))
+            ]
+        )
         await talk.say("first turn, on the first worker")  # its compression starts, slow
         await llm.await_requests(1, 30, model=COMPRESSOR)
         await talk.stop_worker(0)
@@ -293,7 +314,8 @@ async def test_the_lock_lets_one_of_two_compressors_through(redis_url: str, llm:
 
 
 async def test_a_reset_during_compression_discards_the_segment(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=0.5)
     settings = make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET)
     async with conversation(redis_url, llm, workers=0) as talk:
@@ -308,13 +330,19 @@ async def test_a_reset_during_compression_discards_the_segment(
 
 
 async def test_a_turn_over_budget_waits_for_the_compression_already_running(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=3.0)
     # 10 earlier turns: the first new turn fits (and starts a compression after it); the
     # second would not fit, so it waits for that compression instead of making its own.
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET) as talk:
-        await talk.preload([e for i in range(10) for e in (
-            user_entry(line(i), f"u{i}"), assistant_entry(f"noted {i * 7}", f"a{i}"))])
+        await talk.preload(
+            [
+                e
+                for i in range(10)
+                for e in (user_entry(line(i), f"u{i}"), assistant_entry(f"noted {i * 7}", f"a{i}"))
+            ]
+        )
         await talk.say("first turn")
         await llm.await_requests(1, 30, model=COMPRESSOR)
         await talk.stop_worker(0)

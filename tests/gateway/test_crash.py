@@ -42,12 +42,14 @@ async def workers_ready(processes: Gateway, count: int) -> bool:
 
 
 async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
-        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, llm: FakeLLM) -> None:
+    tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, llm: FakeLLM
+) -> None:
     llm.reply = REPLY
     llm.duration = 4.0
     async with running() as fake:
-        env = environment(redis_url, llm, fake, free_port(), GATEWAY_LEASE_TTL="2",
-                          TELEGRAM_ALLOW_ALL="1")
+        env = environment(
+            redis_url, llm, fake, free_port(), GATEWAY_LEASE_TTL="2", TELEGRAM_ALLOW_ALL="1"
+        )
         async with gateway(tmp_path, env, "worker", "worker") as processes:
             await until(lambda: workers_ready(processes, 2), 150, "both workers")
             update = {"update_id": 1, **message("tell me a story")}
@@ -64,8 +66,7 @@ async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
                 return bool(fake.messages_in(42)) and stored > 0
 
             await until(partial_reply_posted, 30, "the first piece of the reply, its id stored")
-            pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP,
-                                                        "-", "+", 10)
+            pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP, "-", "+", 10)
             holder = pending[0]["consumer"]
             os.kill(int(holder.split("-")[-2]), signal.SIGKILL)
             sessions = SessionStore(redis_client)
@@ -94,13 +95,32 @@ def test_redis_restarted_mid_run_loses_no_message(tmp_path: Path) -> None:
     port = free_port()
     data = tmp_path / "redis"
     data.mkdir()
-    command = [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir",
-               str(data), "--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+    command = [
+        find_redis_server(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--save",
+        "",
+    ]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     env = clean_env(REDIS_URL=f"redis://127.0.0.1:{port}/0")
-    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "run", "--console"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "run", "--console"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     try:
         assert process.stdin is not None and process.stdout is not None
         _wait_port(port)
@@ -126,9 +146,22 @@ def test_redis_restarted_mid_run_loses_no_message(tmp_path: Path) -> None:
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         _wait_port(port)
-        shown = subprocess.run([sys.executable, "-m", "gateway.cli", "sessions", "show",
-                                "console:local:console", "--json"], capture_output=True,
-                               text=True, env=env, timeout=60, cwd=tmp_path)
+        shown = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "sessions",
+                "show",
+                "console:local:console",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=tmp_path,
+        )
     finally:
         server.kill()
         server.wait()
@@ -159,14 +192,19 @@ def _alive(pid: int) -> bool:
 
 
 async def test_a_killed_workers_model_process_exits_with_it(
-        tmp_path: Path, redis_url: str, llm: FakeLLM) -> None:
+    tmp_path: Path, redis_url: str, llm: FakeLLM
+) -> None:
     async with running() as fake:
-        env = environment(redis_url, llm, fake, free_port(), TELEGRAM_ALLOW_ALL="1",
-                          GATEWAY_MODEL_PROCESSES="1")
+        env = environment(
+            redis_url, llm, fake, free_port(), TELEGRAM_ALLOW_ALL="1", GATEWAY_MODEL_PROCESSES="1"
+        )
         async with gateway(tmp_path, env, "worker") as processes:
             await until(lambda: workers_ready(processes, 1), 150, "the worker")
-            found = [line for line in processes.output().splitlines()
-                     if "model process" in line and line.endswith(" ready")]
+            found = [
+                line
+                for line in processes.output().splitlines()
+                if "model process" in line and line.endswith(" ready")
+            ]
             assert found, processes.output()
             pid = int(found[0].split("model process ")[1].split()[0])
             assert _alive(pid)

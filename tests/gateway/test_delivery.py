@@ -203,8 +203,9 @@ async def test_a_run_that_lost_its_turn_posts_no_new_message() -> None:
     async def may_post() -> bool:
         return False
 
-    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids,
-                         may_post=may_post)
+    stream = ReplyStream(
+        sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids, may_post=may_post
+    )
     stream.start()
     stream.feed("partial")
     await asyncio.sleep(0.1)

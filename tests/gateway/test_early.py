@@ -38,10 +38,15 @@ async def early_counts(harness: Harness) -> dict[str, int]:
 
 
 async def unstarted_worker(
-        client: aioredis.Redis, redis_url: str, llm: FakeLLM) -> tuple[Worker, RecordingSender]:
+    client: aioredis.Redis, redis_url: str, llm: FakeLLM
+) -> tuple[Worker, RecordingSender]:
     """A worker ready to run jobs handed to it (its read loop is not running)."""
-    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=llm.api_base,
-                      GATEWAY_API_KEY="sk-test-key")
+    config = settings(
+        redis_url,
+        GATEWAY_MODEL="openai/main-model",
+        GATEWAY_API_BASE=llm.api_base,
+        GATEWAY_API_KEY="sk-test-key",
+    )
     sender = RecordingSender()
     worker = Worker(config, client, {"test": sender})
     await worker.queue.ensure_groups()
@@ -57,7 +62,8 @@ async def say(harness: Harness, text: str, channel: str = "C1") -> str:
 
 
 async def test_each_turn_of_a_conversation_starts_its_call_early_and_keeps_it(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     harness.llm.reply = "noted"
     for text in ("one", "two", "three"):
         key = await say(harness, text)
@@ -74,18 +80,21 @@ async def test_each_turn_of_a_conversation_starts_its_call_early_and_keeps_it(
 
 
 async def test_a_message_sent_while_its_session_changed_elsewhere_is_not_started_early(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     """Another worker's turn moves the history on: the job's base no longer matches."""
     key = await say(harness, "one")
     await harness.sessions.redis.rpush(
-        Keys.history(key), '{"id": "x1", "role": "assistant", "text": "written elsewhere"}')
+        Keys.history(key), '{"id": "x1", "role": "assistant", "text": "written elsewhere"}'
+    )
     await say(harness, "two")
     assert await early_counts(harness) == {"used": 1}  # the first turn only
     assert "written elsewhere" in str(harness.llm.requests[-1]["messages"])
 
 
 async def test_an_early_call_from_a_view_compressed_elsewhere_is_replaced(
-        harness: Harness, redis_url: str) -> None:
+    harness: Harness, redis_url: str
+) -> None:
     """Another worker compresses between turns: the history's length stays, its view does
     not. The early call is cancelled and the turn is sent again from the real snapshot."""
     harness.llm.reply = "noted"
@@ -111,7 +120,8 @@ async def test_an_early_call_from_a_view_compressed_elsewhere_is_replaced(
 
 
 async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_turn_runs(
-        redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     """The lease is taken between the job's enqueue and its claim: the early call is
     cancelled at once, nothing reaches the chat, and the turn runs once the lease is free."""
     caplog.set_level(logging.INFO, logger="gateway.turn")
@@ -142,8 +152,7 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
     await client.aclose()
 
 
-async def test_a_job_read_from_a_backlog_is_not_started_early(
-        redis_url: str, llm: FakeLLM) -> None:
+async def test_a_job_read_from_a_backlog_is_not_started_early(redis_url: str, llm: FakeLLM) -> None:
     """Messages queued before any worker reads them may be several in one turn: the first
     one's job says nothing of the others, so its turn waits for the claim."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
@@ -179,7 +188,8 @@ def test_the_views_kept_are_bounded_by_sessions_and_by_their_size() -> None:
 
 
 async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
-        redis_url: str) -> None:
+    redis_url: str,
+) -> None:
     """Job ids carry the Redis server's clock, and the worker compares them with its own
     corrected by the offset it measured. A backlog job passes for fresh only with a wrong
     offset (here one pretending this machine runs 5 s ahead); measured, it does not."""
@@ -205,7 +215,8 @@ async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
 
 
 async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
-        redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     worker, sender = await unstarted_worker(client, redis_url, llm)
     config = worker.settings
@@ -213,7 +224,8 @@ async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
     await Ingest(config, client).receive(message)
     [job] = await worker.queue.read(count=1, block_ms=1000)
     forged = dataclasses.replace(
-        job, fresh=True, payload={"base": "0.0", "entry": {"reply": {"platform": ["no"]}}})
+        job, fresh=True, payload={"base": "0.0", "entry": {"reply": {"platform": ["no"]}}}
+    )
     llm.reply = "hi there"
     await asyncio.wait_for(worker.turns.run(forged), 10)
     assert list(sender.messages.values()) == ["hi there"]

@@ -69,7 +69,8 @@ async def test_unknown_user_on_an_open_network_gets_one_refusal_naming_their_id(
 
 
 async def test_every_interaction_of_a_stranger_is_answered(
-        redis_url: str, redis_client: aioredis.Redis) -> None:
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     for _ in range(2):
         message = inbound("/btw hi", platform="discord", user="77")

@@ -29,7 +29,8 @@ async def slow_ttl(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
 
 
 async def test_a_side_question_slower_than_the_reclaim_time_is_answered_once(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     # Lease TTL 1 s: a job idle for 2 s is reclaimed. The side model takes 4 s.
     harness.llm.set_model_behaviour("openai/side-model", reply="the side answer", delay=4.0)
     question = inbound("/btw what was decided?")
@@ -50,7 +51,8 @@ async def test_a_notice_waiting_out_a_long_rate_limit_is_sent_once(harness: Harn
 
 
 async def test_a_turn_whose_lease_expired_unnoticed_still_records_its_reply(
-        slow_ttl: Harness) -> None:
+    slow_ttl: Harness,
+) -> None:
     h = slow_ttl
     h.llm.reply = "a reply that outlives its lease"
     h.llm.duration = 1.0
@@ -88,9 +90,15 @@ async def test_a_turn_that_cannot_record_leaves_its_job_pending(slow_ttl: Harnes
 
 
 async def test_a_job_read_but_never_started_runs_without_waiting_for_reclaim(
-        redis_url: str, llm: FakeLLM) -> None:
-    config = settings(redis_url, GATEWAY_MODEL="openai/main-model", GATEWAY_API_BASE=llm.api_base,
-                      GATEWAY_API_KEY="sk-test-key", GATEWAY_LEASE_TTL=30.0)
+    redis_url: str, llm: FakeLLM
+) -> None:
+    config = settings(
+        redis_url,
+        GATEWAY_MODEL="openai/main-model",
+        GATEWAY_API_BASE=llm.api_base,
+        GATEWAY_API_KEY="sk-test-key",
+        GATEWAY_LEASE_TTL=30.0,
+    )
     redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
     worker = Worker(config, redis, {"test": RecordingSender()})
     await worker.queue.ensure_groups()
@@ -141,16 +149,21 @@ async def test_reclaim_reaches_idle_jobs_behind_many_live_ones(harness: Harness)
     await _left_by_dead_worker(redis, "left behind", live=250)
 
     async def keep_live_touched() -> None:
-        ids = [e["message_id"] for e in await redis.xpending_range(
-            STREAM, GROUP, "-", "+", 300, consumername="live-worker")]
+        ids = [
+            e["message_id"]
+            for e in await redis.xpending_range(
+                STREAM, GROUP, "-", "+", 300, consumername="live-worker"
+            )
+        ]
         while True:
             await redis.xclaim(STREAM, GROUP, "live-worker", 0, ids, justid=True)
             await asyncio.sleep(0.3)
 
     toucher = asyncio.create_task(keep_live_touched())
     try:
-        await harness.sender.wait_for(lambda: any(
-            c.text == "left behind" for c in harness.sender.calls), timeout=20)
+        await harness.sender.wait_for(
+            lambda: any(c.text == "left behind" for c in harness.sender.calls), timeout=20
+        )
     finally:
         toucher.cancel()
     assert await _sent(harness, "left behind") == 1
@@ -176,8 +189,9 @@ async def test_a_busy_worker_claims_no_job_it_cannot_start(one_slot: Harness) ->
         owner = (await redis.xpending_range(STREAM, GROUP, job_id, job_id, 1))[0]
         assert owner["consumer"] == "dead-worker", "claimed while it had no slot to run it"
         await asyncio.sleep(0.1)
-    await h.sender.wait_for(lambda: any(c.text == "left behind" for c in h.sender.calls),
-                            timeout=20)  # and run once the slot is free
+    await h.sender.wait_for(
+        lambda: any(c.text == "left behind" for c in h.sender.calls), timeout=20
+    )  # and run once the slot is free
 
 
 async def test_a_job_found_twice_runs_once(redis_url: str, llm: FakeLLM) -> None:
@@ -201,7 +215,8 @@ async def _sent_calls(sender: RecordingSender, text: str) -> int:
 
 
 async def test_the_check_for_unstarted_jobs_does_not_count_running_ones_as_delivered(
-        redis_client: aioredis.Redis) -> None:
+    redis_client: aioredis.Redis,
+) -> None:
     """An idle worker looks for unstarted jobs every second; a job it is running is not
     delivered again by that look, or a long turn (one waiting out a Redis restart) would
     be given up as failed the next time it is reclaimed."""

@@ -34,8 +34,10 @@ def test_wrapped_text_is_unwrapped() -> None:
 
 
 def test_wrapped_text_keeps_text_before_between_and_after_blocks() -> None:
-    text = ("<system-reminder>\nA\n</system-reminder> between "
-            "<system-reminder>B</system-reminder> after")
+    text = (
+        "<system-reminder>\nA\n</system-reminder> between "
+        "<system-reminder>B</system-reminder> after"
+    )
     assert extract(text) == ["A", "between", "B", "after"]
     text = "before <system-reminder>\nA\n</system-reminder>"
     assert extract(text) == ["before", "A"]
@@ -62,15 +64,23 @@ def test_string_content_gets_block_after_a_blank_line() -> None:
 
 
 def test_only_the_last_user_message_changes() -> None:
-    messages = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "a"},
-                {"role": "user", "content": "two"}, {"role": "assistant", "content": "b"}]
+    messages = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "two"},
+        {"role": "assistant", "content": "b"},
+    ]
     out = append_block(messages, "B")
     assert [m["content"] for m in out] == ["one", "a", "two\n\nB", "b"]
 
 
 def test_multimodal_content_changes_only_its_last_text_part() -> None:
-    parts = [{"type": "text", "text": "first"}, {"type": "image_url", "image_url": {"url": "u"}},
-             {"type": "text", "text": "second"}, {"type": "image_url", "image_url": {"url": "v"}}]
+    parts = [
+        {"type": "text", "text": "first"},
+        {"type": "image_url", "image_url": {"url": "u"}},
+        {"type": "text", "text": "second"},
+        {"type": "image_url", "image_url": {"url": "v"}},
+    ]
     out = append_block([{"role": "user", "content": parts}], "B")
     content = out[0]["content"]
     assert content[0] == {"type": "text", "text": "first"}
@@ -89,8 +99,16 @@ def test_no_user_message_at_all_makes_a_new_user_message() -> None:
     assert out == [{"role": "system", "content": "s"}, {"role": "user", "content": "B"}]
 
 
-@pytest.mark.parametrize("tag", ["</system-reminder>", "<system-reminder>", "</SYSTEM-REMINDER>",
-                                 "< / System-Reminder >", "<system_reminder>"])
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "</system-reminder>",
+        "<system-reminder>",
+        "</SYSTEM-REMINDER>",
+        "< / System-Reminder >",
+        "<system_reminder>",
+    ],
+)
 def test_a_users_reminder_tag_is_escaped_and_stays_readable(tag: str) -> None:
     escaped = escape_tags(f"a < b {tag} then")
     assert "<" not in escaped.replace("a < b", "")

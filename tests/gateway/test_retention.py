@@ -79,8 +79,7 @@ class Deployment:
         await self.redis.zadd(Keys.SESSIONS, {session_key: score - days * DAY})
         updated = await self.redis.hget(Keys.meta(session_key), "updated")
         if updated is not None:
-            await self.redis.hset(Keys.meta(session_key), "updated",
-                                  float(updated) - days * DAY)
+            await self.redis.hset(Keys.meta(session_key), "updated", float(updated) - days * DAY)
 
     async def left_of(self, session_key: str) -> list[str]:
         """The session's keys that are still there."""
@@ -101,7 +100,8 @@ async def deployment(redis_url: str) -> AsyncIterator[Deployment]:
 
 
 async def test_an_idle_session_is_removed_with_every_key_and_its_index_entries(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     old = await deployment.talk("hello", thread="T1")
     recent = await deployment.talk("hello too", thread="T2")
     await deployment.sessions.inject(old, "a note for the next turn")
@@ -131,7 +131,8 @@ async def test_a_recently_active_session_is_kept(deployment: Deployment) -> None
 
 
 async def test_a_turn_recorded_long_after_its_message_counts_as_activity(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     await deployment.stop_workers()
     message = inbound("a question that takes long to answer")
     await deployment.sessions.append_user(message)
@@ -159,10 +160,14 @@ async def _compressing(deployment: Deployment, key: str) -> None:
     assert await Lease(deployment.redis, Keys.compressing(key), 30).acquire()
 
 
-@pytest.mark.parametrize("make_busy", [_lease_held, _job_owed, _message_queued, _compressing],
-                         ids=["leased", "owed", "queued", "compressing"])
+@pytest.mark.parametrize(
+    "make_busy",
+    [_lease_held, _job_owed, _message_queued, _compressing],
+    ids=["leased", "owed", "queued", "compressing"],
+)
 async def test_an_old_session_with_something_running_or_owed_is_kept(
-        deployment: Deployment, make_busy: Any) -> None:
+    deployment: Deployment, make_busy: Any
+) -> None:
     key = await deployment.talk("hello")
     await deployment.stop_workers()  # nothing takes the job or the message left below
     await make_busy(deployment, key)
@@ -177,7 +182,8 @@ async def test_an_old_session_with_something_running_or_owed_is_kept(
 
 
 async def test_a_session_that_comes_alive_between_finding_and_removing_is_kept(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     key = await deployment.talk("hello")
     await deployment.age(key, 31)
     retention = Retention(deployment.redis, 30 * DAY)
@@ -189,7 +195,9 @@ async def test_a_session_that_comes_alive_between_finding_and_removing_is_kept(
     assert not await retention.prune_session(key, cutoff)
 
     assert [e["text"] for e in await deployment.sessions.history(key)][::2] == [
-        "hello", "I am back"]
+        "hello",
+        "I am back",
+    ]
     assert await deployment.redis.zscore(Keys.SESSIONS, key) is not None
     assert await deployment.redis.zrange(Keys.channel_sessions(CHANNEL), 0, -1) == [key]
 
@@ -204,7 +212,8 @@ async def test_a_session_reset_since_it_was_found_is_kept(deployment: Deployment
 
 
 async def test_a_session_from_before_retention_existed_is_removed_from_its_channel_too(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     key = await deployment.talk("hello", thread="T1")
     await deployment.redis.hdel(Keys.meta(key), "channel")  # not recorded by older versions
     await deployment.age(key, 31)
@@ -212,8 +221,7 @@ async def test_a_session_from_before_retention_existed_is_removed_from_its_chann
     assert not await deployment.redis.exists(Keys.channel_sessions(CHANNEL), Keys.meta(key))
 
 
-async def test_a_strangers_refusal_leaves_nothing_behind_once_old(
-        deployment: Deployment) -> None:
+async def test_a_strangers_refusal_leaves_nothing_behind_once_old(deployment: Deployment) -> None:
     key = await deployment.talk("hello?", user="U9", channel="C9")
     assert "not allowed" in "".join(deployment.sender.messages.values())
     await deployment.age(key, 31)
@@ -239,8 +247,7 @@ async def test_of_two_workers_asking_at_once_one_prunes(deployment: Deployment) 
     assert not await deployment.redis.exists(Keys.meta(key))
 
 
-async def test_running_workers_prune_by_themselves_once_an_interval(
-        deployment: Deployment) -> None:
+async def test_running_workers_prune_by_themselves_once_an_interval(deployment: Deployment) -> None:
     first = await _aged_idle_session(deployment, "hello", "C1")
     await deployment.stop_workers()
     pair = [await deployment.start_worker(GATEWAY_SESSION_RETENTION_DAYS=1) for _ in range(2)]
@@ -260,33 +267,41 @@ async def gateway_command(redis_url: str, *args: str, **env: str) -> tuple[int, 
     """`gateway ARGS` as its own process, with only the given settings."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "REDIS_"))}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", *args,
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        *args,
         env={**clean, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     return int(process.returncode or 0), out.decode(), err.decode()
 
 
 async def test_gateway_sessions_prune_says_how_many_it_removed(
-        deployment: Deployment, redis_url: str) -> None:
+    deployment: Deployment, redis_url: str
+) -> None:
     old = await deployment.talk("hello", channel="C1")
     recent = await deployment.talk("hello", channel="C2")
     await deployment.age(old, 31)
     await deployment.age(recent, 11)
 
-    code, out, _ = await gateway_command(redis_url, "sessions", "prune",
-                                         GATEWAY_SESSION_RETENTION_DAYS="30")
+    code, out, _ = await gateway_command(
+        redis_url, "sessions", "prune", GATEWAY_SESSION_RETENTION_DAYS="30"
+    )
     assert (code, out) == (0, "removed 1 session idle for more than 30 days\n")
-    code, out, _ = await gateway_command(redis_url, "sessions", "prune", "--json",
-                                         "--older-than", "10")
+    code, out, _ = await gateway_command(
+        redis_url, "sessions", "prune", "--json", "--older-than", "10"
+    )
     assert code == 0
     assert json.loads(out) == {"removed": 1, "kept": 0, "older_than_days": 10}
     assert not await deployment.redis.exists(Keys.meta(old), Keys.meta(recent))
 
 
 async def test_gateway_sessions_prune_without_a_retention_names_the_setting(
-        deployment: Deployment, redis_url: str) -> None:
+    deployment: Deployment, redis_url: str
+) -> None:
     key = await deployment.talk("hello")
     await deployment.age(key, 1000)
     code, out, err = await gateway_command(redis_url, "sessions", "prune")
@@ -304,5 +319,7 @@ def test_a_retention_that_is_not_a_whole_number_of_days_is_a_config_error(value:
 async def test_retention_is_off_unless_set(redis_url: str, redis_client: aioredis.Redis) -> None:
     assert load_settings(_env_file=None).session_retention_days is None
     assert Worker(settings(redis_url), redis_client, {}).retention is None
-    assert load_settings(_env_file=None, GATEWAY_SESSION_RETENTION_DAYS="90"
-                         ).session_retention_days == 90
+    assert (
+        load_settings(_env_file=None, GATEWAY_SESSION_RETENTION_DAYS="90").session_retention_days
+        == 90
+    )

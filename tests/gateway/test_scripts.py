@@ -28,8 +28,21 @@ async def _claimed(sessions: SessionStore, token: str = "t1") -> Claim:
 
 
 def test_every_script_names_its_keys_and_arguments() -> None:
-    for name in ("ingest", "enqueue", "claim", "finish", "renew", "release", "reset",
-                 "complete", "reply_state", "store_segment", "pace_acquire", "pace_ban", "prune"):
+    for name in (
+        "ingest",
+        "enqueue",
+        "claim",
+        "finish",
+        "renew",
+        "release",
+        "reset",
+        "complete",
+        "reply_state",
+        "store_segment",
+        "pace_acquire",
+        "pace_ban",
+        "prune",
+    ):
         script = load(name)
         assert script.keys and script.args, name
 
@@ -57,7 +70,8 @@ async def test_finish_on_a_stolen_lease_writes_nothing(sessions: SessionStore) -
 
 
 async def test_finish_on_an_expired_lease_records_when_nothing_moved(
-        sessions: SessionStore) -> None:
+    sessions: SessionStore,
+) -> None:
     claim = await _claimed(sessions)
     await sessions.redis.delete(Keys.lease(KEY))
     outcome = await sessions.finish(KEY, "t1", claim, {"id": "a", "role": "assistant"})
@@ -65,7 +79,8 @@ async def test_finish_on_an_expired_lease_records_when_nothing_moved(
 
 
 async def test_finish_on_an_expired_lease_after_another_claim_writes_nothing(
-        sessions: SessionStore) -> None:
+    sessions: SessionStore,
+) -> None:
     claim = await _claimed(sessions)
     await sessions.redis.delete(Keys.lease(KEY))
     await sessions.append_user(inbound("more"))
@@ -129,8 +144,11 @@ async def test_complete_counts_a_job_once(redis_client: aioredis.Redis) -> None:
     _, job_id = await sessions.append_user(inbound("hello"))
     await redis_client.xreadgroup("gw-workers", "w", {sessions.stream("test"): ">"})
     complete = load("complete").bind(redis_client)
-    keys = {"stream": sessions.stream("test"), "meta": Keys.meta(KEY),
-            "side_in_flight": Keys.side_in_flight(KEY)}
+    keys = {
+        "stream": sessions.stream("test"),
+        "meta": Keys.meta(KEY),
+        "side_in_flight": Keys.side_in_flight(KEY),
+    }
     args = {"group": "gw-workers", "job": str(job_id)}
     assert await complete(keys=keys, args=args) == 1
     assert await complete(keys=keys, args=args) == 0

@@ -73,8 +73,13 @@ class Lines:
 
 
 def model_env(llm: FakeLLM, **values: str) -> dict[str, str]:
-    return clean_env(GATEWAY_MODEL=f"openai/{MODEL}", GATEWAY_API_BASE=llm.api_base,
-                     GATEWAY_API_KEY="sk-test", GATEWAY_LOG_LEVEL="INFO", **values)
+    return clean_env(
+        GATEWAY_MODEL=f"openai/{MODEL}",
+        GATEWAY_API_BASE=llm.api_base,
+        GATEWAY_API_KEY="sk-test",
+        GATEWAY_LOG_LEVEL="INFO",
+        **values,
+    )
 
 
 class Run:
@@ -83,8 +88,15 @@ class Run:
     def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
         self.workdir = tmp_path
         self.process = subprocess.Popen(
-            gateway("run", "--console"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env, start_new_session=True)
+            gateway("run", "--console"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            start_new_session=True,
+        )
         assert self.process.stdout is not None and self.process.stderr is not None
         self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
 
@@ -157,7 +169,8 @@ def writing_slowly(llm: FakeLLM) -> None:
 
 
 def test_ctrl_c_while_a_reply_is_written_stops_in_seconds_and_the_next_run_answers(
-        tmp_path: Path, llm: FakeLLM, run_in: list[Run]) -> None:
+    tmp_path: Path, llm: FakeLLM, run_in: list[Run]
+) -> None:
     writing_slowly(llm)
     first = start(run_in, tmp_path, model_env(llm))
     model_pid = first.model_process()
@@ -177,7 +190,8 @@ def test_ctrl_c_while_a_reply_is_written_stops_in_seconds_and_the_next_run_answe
 
 
 def test_ctrl_c_after_end_of_input_with_a_reply_owed_stops_in_seconds(
-        tmp_path: Path, llm: FakeLLM, run_in: list[Run]) -> None:
+    tmp_path: Path, llm: FakeLLM, run_in: list[Run]
+) -> None:
     writing_slowly(llm)
     run = start(run_in, tmp_path, model_env(llm))
     run.say("hi", then_close=True)
@@ -188,8 +202,7 @@ def test_ctrl_c_after_end_of_input_with_a_reply_owed_stops_in_seconds(
     assert not any(word in out for word in FAILURE_WORDS), out
 
 
-def test_a_second_ctrl_c_stops_at_once(
-        tmp_path: Path, llm: FakeLLM, run_in: list[Run]) -> None:
+def test_a_second_ctrl_c_stops_at_once(tmp_path: Path, llm: FakeLLM, run_in: list[Run]) -> None:
     writing_slowly(llm)
     run = start(run_in, tmp_path, model_env(llm))
     model_pid = run.model_process()
@@ -205,11 +218,11 @@ def test_a_second_ctrl_c_stops_at_once(
 
 @pytest.mark.parametrize("typed", ["hi", "/reset"])
 def test_end_of_input_waits_only_for_what_this_run_owes(
-        tmp_path: Path, llm: FakeLLM, redis_url: str, typed: str) -> None:
+    tmp_path: Path, llm: FakeLLM, redis_url: str, typed: str
+) -> None:
     """Replies an earlier run still owed (its stream gone with it) are not waited for."""
     with redis.Redis.from_url(redis_url) as client:
         client.hset(Keys.meta(SESSION), "owed", 3)
-    result = run_console(tmp_path, f"{typed}\n", timeout=120,
-                         **model_env(llm, REDIS_URL=redis_url))
+    result = run_console(tmp_path, f"{typed}\n", timeout=120, **model_env(llm, REDIS_URL=redis_url))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("bot: "), result.stdout

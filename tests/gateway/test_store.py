@@ -39,14 +39,14 @@ def long_dir(tmp_path: Path, length: int = 200) -> Path:
 
 
 def test_the_embedded_server_writes_each_change_to_disk_before_it_answers(
-        embedded: EmbeddedRedis) -> None:
+    embedded: EmbeddedRedis,
+) -> None:
     with client(embedded.url) as conn:
         assert conn.config_get("appendonly")["appendonly"] == "yes"
         assert conn.config_get("appendfsync")["appendfsync"] == "always"
 
 
-def test_data_files_and_logs_are_readable_by_their_owner_only(
-        embedded: EmbeddedRedis) -> None:
+def test_data_files_and_logs_are_readable_by_their_owner_only(embedded: EmbeddedRedis) -> None:
     with client(embedded.url) as conn:
         conn.set("k", "v")  # something in the append-only file
     data = embedded.data_dir
@@ -97,15 +97,21 @@ def test_a_data_dir_of_200_characters_works_and_is_shared(tmp_path: Path) -> Non
     assert not socket_dir.exists()  # the short socket directory goes with the server
 
 
-def test_a_server_left_by_a_killed_owner_is_stopped_before_a_new_one_starts(
-        tmp_path: Path) -> None:
+def test_a_server_left_by_a_killed_owner_is_stopped_before_a_new_one_starts(tmp_path: Path) -> None:
     data = tmp_path / "data"
     owner = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys; from pathlib import Path; from gateway.store import EmbeddedRedis;"
-         f"print(EmbeddedRedis(Path({str(data)!r})).start(), flush=True); sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from gateway.store import EmbeddedRedis;"
+            f"print(EmbeddedRedis(Path({str(data)!r})).start(), flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert owner.stdout is not None
     url = owner.stdout.readline().strip()
     with client(url) as conn:

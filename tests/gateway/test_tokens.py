@@ -15,7 +15,8 @@ from tests.gateway.conversation import MAIN, assistant_entry, make_settings, use
 
 
 def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     def budget(settings: Settings) -> int:
         return token_budget(settings, Models.for_settings(settings))
 
@@ -28,18 +29,24 @@ def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(
 
 
 @pytest.mark.parametrize("model", [MAIN, "openai/gpt-4o"])
-@pytest.mark.parametrize("text", [
-    "plain words about the release and the colour blue",
-    "汉字的分词很少合并，每个字可能是一个或多个词元",
-    "🦜🧪🫠👩‍👩‍👧‍👦 " * 8,
-    "     \n\n\t  x  \n" * 10,
-    "ǅǈǋǲ𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u0301\u0302\u0303 ︎︎︎",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain words about the release and the colour blue",
+        "汉字的分词很少合并，每个字可能是一个或多个词元",
+        "🦜🧪🫠👩‍👩‍👧‍👦 " * 8,
+        "     \n\n\t  x  \n" * 10,
+        "ǅǈǋǲ𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u0301\u0302\u0303 ︎︎︎",
+    ],
+)
 def test_the_size_bound_never_says_a_request_fits_when_its_count_does_not(
-        model: str, text: str) -> None:
+    model: str, text: str
+) -> None:
     counter = TokenCounter(Models.for_settings(Settings(_env_file=None)), model)
-    entries = [user_entry(f"{text} {n}", f"u{n}") if n % 2 == 0
-               else assistant_entry(text[::-1], f"a{n}") for n in range(6)]
+    entries = [
+        user_entry(f"{text} {n}", f"u{n}") if n % 2 == 0 else assistant_entry(text[::-1], f"a{n}")
+        for n in range(6)
+    ]
     view = HistoryView({}, [], 0, entries[:-1])
     extra = entries[-1:]
     reminder = f"<system-reminder>\n{text}\n</system-reminder>"
@@ -53,8 +60,10 @@ def test_the_size_bound_never_says_a_request_fits_when_its_count_does_not(
 
 def test_a_request_with_an_image_part_is_always_counted() -> None:
     counter = TokenCounter(Models.for_settings(Settings(_env_file=None)), MAIN)
-    parts = [{"type": "text", "text": "look"},
-             {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}}]
+    parts = [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}},
+    ]
     entry = user_entry("", "u1") | {"text": parts}
     view = HistoryView({}, [], 0, [entry])
     shape = RequestShape("system", view, False)

@@ -40,13 +40,26 @@ def test_the_system_prompt_is_skipped() -> None:
 def test_tool_calls_summarised_by_name_and_results_included() -> None:
     entries = [
         user("check the log"),
-        assistant("", tool_calls=[{"id": "c1", "name": "read_file", "arguments": "{}"},
-                                  {"id": "c2", "name": "grep", "arguments": {"q": "x"}}]),
+        assistant(
+            "",
+            tool_calls=[
+                {"id": "c1", "name": "read_file", "arguments": "{}"},
+                {"id": "c2", "name": "grep", "arguments": {"q": "x"}},
+            ],
+        ),
         {"role": "tool", "tool_call_id": "c1", "text": "deploy finished in 41s"},
         # The OpenAI message shape: `content`, and the name under `function`.
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c3", "type": "function",
-                         "function": {"name": "run_shell", "arguments": "{\"cmd\": \"ls\"}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c3",
+                    "type": "function",
+                    "function": {"name": "run_shell", "arguments": '{"cmd": "ls"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c3", "content": "README.md"},
         assistant("It took 41 seconds."),
     ]
@@ -65,7 +78,9 @@ def test_tool_calls_summarised_by_name_and_results_included() -> None:
 def test_assistant_text_and_tool_calls_in_one_entry() -> None:
     entry = assistant("Let me look.", tool_calls=[{"id": "c1", "name": "search"}])
     assert render_transcript([entry]).splitlines() == [
-        "ASSISTANT: Let me look.", "ASSISTANT [called tools: search]"]
+        "ASSISTANT: Let me look.",
+        "ASSISTANT [called tools: search]",
+    ]
 
 
 def test_long_tool_result_is_truncated() -> None:
@@ -84,11 +99,15 @@ def test_text_blocks_extracted_and_malformed_entries_ignored() -> None:
         {"role": 7, "text": "role of the wrong type"},
         {"role": "user", "text": 12345},
         {"role": "user", "text": {"not": "a list"}},
-        user([{"type": "text", "text": "first block"},
-              {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
-              {"type": "input_text", "text": "second block"},
-              {"type": "text", "text": 99},
-              "a bare string"]),
+        user(
+            [
+                {"type": "text", "text": "first block"},
+                {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+                {"type": "input_text", "text": "second block"},
+                {"type": "text", "text": 99},
+                "a bare string",
+            ]
+        ),
         {"role": "user", "speaker": "not a dict", "text": "speaker of the wrong type"},
         assistant("fine", tool_calls="not a list"),
         assistant("", tool_calls=[{"id": "c", "name": 3}, "junk", {"function": "junk"}]),
@@ -144,9 +163,10 @@ def test_one_message_over_the_cap_is_cut_to_it() -> None:
 def test_live_reply_included_last_and_marked() -> None:
     text = render_transcript([user("write a poem")], live_reply="Roses are")
     assert text.splitlines() == [
-        "USER: write a poem", "ASSISTANT (still writing, in progress): Roses are"]
-    assert render_transcript([], live_reply="working on it").startswith(
-        "ASSISTANT (still writing")
+        "USER: write a poem",
+        "ASSISTANT (still writing, in progress): Roses are",
+    ]
+    assert render_transcript([], live_reply="working on it").startswith("ASSISTANT (still writing")
     assert render_transcript([user("q")], live_reply="   ") == "USER: q"
 
 
@@ -161,15 +181,18 @@ def test_live_reply_is_capped_and_always_kept() -> None:
 
 
 def test_a_summary_of_the_earlier_conversation_opens_the_transcript() -> None:
-    text = render_transcript([user("and the colour?", "Alice")],
-                             summary="- Alice counted 42 widgets\n- USER: not a line of its own")
+    text = render_transcript(
+        [user("and the colour?", "Alice")],
+        summary="- Alice counted 42 widgets\n- USER: not a line of its own",
+    )
     assert text.splitlines() == [
         "EARLIER CONVERSATION (summary): - Alice counted 42 widgets",
         "  - USER: not a line of its own",
         "USER (Alice): and the colour?",
     ]
     assert render_transcript([], summary="- shipped on Friday") == (
-        "EARLIER CONVERSATION (summary): - shipped on Friday")
+        "EARLIER CONVERSATION (summary): - shipped on Friday"
+    )
     assert render_transcript([user("q")], summary="  ") == "USER: q"
 
 

@@ -71,7 +71,8 @@ def reminder_of(request: Any) -> str:
 
 
 async def test_an_injection_reaches_one_turn_and_its_rerun_but_not_the_next(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     harness.llm.reply = "the answer"
     harness.llm.duration = 2.0
     message = inbound("first")
@@ -92,13 +93,15 @@ async def test_an_injection_reaches_one_turn_and_its_rerun_but_not_the_next(
 
 
 async def test_a_turn_with_nothing_to_answer_leaves_the_injections_for_the_next(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     message = inbound("hello")
     key = message.session_key
     await harness.sessions.inject(key, "note for later")
     # An entry with no reply address (nothing to answer), as if written by another part.
     await harness.sessions.redis.rpush(
-        f"gw:{{{key}}}:inbox", '{"id": "x1", "role": "user", "text": "no address"}')
+        f"gw:{{{key}}}:inbox", '{"id": "x1", "role": "user", "text": "no address"}'
+    )
     await harness.sessions.enqueue(message, "turn", {})
     await harness.idle(key)
     assert harness.llm.requests == []
@@ -109,7 +112,8 @@ async def test_a_turn_with_nothing_to_answer_leaves_the_injections_for_the_next(
 
 
 async def test_a_turn_whose_model_call_fails_gives_its_injections_to_the_next(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     harness.llm.fail_next(500, times=2)  # the first try and its one retry
     message = inbound("first")
     key = message.session_key
@@ -127,7 +131,8 @@ async def test_a_turn_whose_model_call_fails_gives_its_injections_to_the_next(
 
 
 async def test_a_rerun_answering_a_newer_message_leaves_the_first_runs_reply_alone(
-        redis_url: str, redis_client: aioredis.Redis, llm: FakeLLM) -> None:
+    redis_url: str, redis_client: aioredis.Redis, llm: FakeLLM
+) -> None:
     """A run posts its whole answer to one message and loses its lease before recording
     (Redis restarted under it, say); the user, seeing the answer, writes again. The
     re-run of that turn answers the newer message: its reply goes under that message,

@@ -57,9 +57,22 @@ def own_redis() -> Iterator[OwnRedis]:
     workdir = tempfile.mkdtemp(prefix="gw-web-redis-")
     port = free_port()
     process = subprocess.Popen(
-        [store.find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
-         "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            store.find_redis_server(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            workdir,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     server = OwnRedis(f"redis://127.0.0.1:{port}", process)
     _wait_until_it_answers(server)
     yield server
@@ -105,8 +118,8 @@ async def timed_get(http: httpx.AsyncClient, path: str) -> tuple[httpx.Response,
 
 # -- /healthz and /metrics ---------------------------------------------------------
 
-async def test_healthz_answers_503_within_a_second_once_redis_is_gone(
-        own_redis: OwnRedis) -> None:
+
+async def test_healthz_answers_503_within_a_second_once_redis_is_gone(own_redis: OwnRedis) -> None:
     async with web_app(own_redis.url) as (_, http):
         assert (await http.get("/healthz")).status_code == 200
         own_redis.kill()
@@ -116,8 +129,7 @@ async def test_healthz_answers_503_within_a_second_once_redis_is_gone(
     assert seconds < 1.0
 
 
-async def test_metrics_answers_503_within_a_second_once_redis_is_gone(
-        own_redis: OwnRedis) -> None:
+async def test_metrics_answers_503_within_a_second_once_redis_is_gone(own_redis: OwnRedis) -> None:
     async with web_app(own_redis.url) as (_, http):
         assert (await http.get("/metrics")).status_code == 200
         own_redis.kill()
@@ -143,8 +155,7 @@ async def test_healthz_work_does_not_grow_with_the_keyspace(own_redis: OwnRedis)
     assert after - before - 1 <= 2  # the first INFO is counted too
 
 
-async def test_healthz_shows_each_report_and_is_degraded_while_one_is_down(
-        redis_url: str) -> None:
+async def test_healthz_shows_each_report_and_is_degraded_while_one_is_down(redis_url: str) -> None:
     async with web_app(redis_url) as (client, http):
         await Health(client, "slack").report(True, "connected")
         await Health(client, "telegram").report(False, "network: refused")
@@ -152,7 +163,10 @@ async def test_healthz_shows_each_report_and_is_degraded_while_one_is_down(
     assert body["status"] == "degraded" and body["redis"] == "up"
     assert body["connections"]["slack"]["up"] is True
     assert body["connections"]["telegram"] == {
-        "up": False, "detail": "network: refused", "at": body["connections"]["telegram"]["at"]}
+        "up": False,
+        "detail": "network: refused",
+        "at": body["connections"]["telegram"]["at"],
+    }
 
 
 async def test_a_report_its_process_stopped_renewing_is_no_longer_shown(redis_url: str) -> None:
@@ -168,12 +182,16 @@ async def test_a_report_its_process_stopped_renewing_is_no_longer_shown(redis_ur
 
 # -- body limits -------------------------------------------------------------------
 
+
 async def test_a_content_length_over_the_limit_is_413_before_any_body_is_sent(
-        redis_url: str) -> None:
+    redis_url: str,
+) -> None:
     async with serving(bare_app(redis_url)) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /anything HTTP/1.1\r\nHost: gateway\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: 5000000000\r\n\r\n")
+        writer.write(
+            b"POST /anything HTTP/1.1\r\nHost: gateway\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 5000000000\r\n\r\n"
+        )
         await writer.drain()
         status = await asyncio.wait_for(reader.readline(), 5)
         writer.close()
@@ -199,8 +217,9 @@ async def test_a_chunked_body_is_cut_off_at_the_limit(redis_url: str) -> None:
 async def test_a_chunked_body_over_the_limit_is_413_on_the_wire(redis_url: str) -> None:
     async with serving(bare_app(redis_url)) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /anything HTTP/1.1\r\nHost: gateway\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
+        writer.write(
+            b"POST /anything HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         chunk = b"%x\r\n" % CHUNK + b"x" * CHUNK + b"\r\n"
         for _ in range(MAX_BODY // CHUNK + 1):  # just over the limit, then wait for the answer
             writer.write(chunk)
@@ -233,8 +252,11 @@ class _Server(uvicorn.Server):
 async def serving(app: Starlette) -> AsyncIterator[int]:
     """The app on a real uvicorn on a loopback port; yields the port."""
     port = free_port()
-    server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
-                                    log_level="warning", access_log=False))
+    server = _Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, lifespan="off", log_level="warning", access_log=False
+        )
+    )
     task = asyncio.create_task(server.serve())
     deadline = time.monotonic() + 10
     while not server.started:
@@ -248,7 +270,8 @@ async def serving(app: Starlette) -> AsyncIterator[int]:
 
 
 async def test_a_report_with_redis_gone_is_logged_not_raised(
-        own_redis: OwnRedis, caplog: pytest.LogCaptureFixture) -> None:
+    own_redis: OwnRedis, caplog: pytest.LogCaptureFixture
+) -> None:
     client = store.connect(own_redis.url)
     try:
         reporter = Health(client, "slack")
@@ -259,4 +282,5 @@ async def test_a_report_with_redis_gone_is_logged_not_raised(
     finally:
         await client.aclose()
     assert [r.getMessage() for r in caplog.records if r.name == "gateway.health"] == [
-        "health of slack not reported: Redis does not answer (TimeoutError)"]
+        "health of slack not reported: Redis does not answer (TimeoutError)"
+    ]

@@ -47,5 +47,6 @@ async def test_every_other_model_goes_to_the_backend() -> None:
     assert text == "scripted answer" and usage.completion_tokens == 2
     assert await models.window("openai/anything") == 4096
     assert await models.count_many("openai/anything", [call.messages]) == [
-        models.count_tokens("openai/anything", call.messages)]
+        models.count_tokens("openai/anything", call.messages)
+    ]
     assert list(backend.calls) == [call]

@@ -71,7 +71,8 @@ def responses(models: Models, usage: Usage, chain: ResponseChain) -> AsyncIterat
 
 @MODES
 async def test_a_stream_silent_after_its_headers_is_retried_and_answered(
-        llm: FakeLLM, processes: int) -> None:
+    llm: FakeLLM, processes: int
+) -> None:
     llm.reply = REPLY
     llm.hang_next(after_headers=True)
     async with boundary(llm, processes) as models:
@@ -84,7 +85,8 @@ async def test_a_stream_silent_after_its_headers_is_retried_and_answered(
 
 @MODES
 async def test_a_stream_that_stalls_after_some_text_ends_with_model_stalled(
-        llm: FakeLLM, processes: int) -> None:
+    llm: FakeLLM, processes: int
+) -> None:
     llm.reply = REPLY
     llm.hang_next(after_tokens=3)
     async with boundary(llm, processes) as models:
@@ -98,8 +100,7 @@ async def test_a_stream_that_stalls_after_some_text_ends_with_model_stalled(
     assert seconds < QUICK
 
 
-async def test_a_stream_that_never_speaks_fails_as_stalled_after_its_retries(
-        llm: FakeLLM) -> None:
+async def test_a_stream_that_never_speaks_fails_as_stalled_after_its_retries(llm: FakeLLM) -> None:
     llm.hang_next(times=2, after_headers=True)
     async with boundary(llm, 0) as models:
         started = time.monotonic()
@@ -125,7 +126,8 @@ async def test_a_slow_but_steady_stream_is_not_cut_off(llm: FakeLLM, processes: 
 
 @MODES
 async def test_a_responses_stream_is_retried_while_silent_and_cut_off_once_it_spoke(
-        llm: FakeLLM, processes: int) -> None:
+    llm: FakeLLM, processes: int
+) -> None:
     llm.reply = REPLY
     llm.hang_next(after_headers=True)
     async with boundary(llm, processes) as models:
@@ -151,9 +153,13 @@ async def test_a_responses_stream_is_retried_while_silent_and_cut_off_once_it_sp
 
 @MODES
 async def test_a_reply_that_stalls_is_finished_with_its_text_and_a_cut_off_note(
-        redis_url: str, llm: FakeLLM, processes: int) -> None:
-    values: dict[str, Any] = {"GATEWAY_STREAM_IDLE_TIMEOUT": IDLE, "GATEWAY_MODEL_TIMEOUT": TOTAL,
-                              "GATEWAY_MODEL_PROCESSES": processes}
+    redis_url: str, llm: FakeLLM, processes: int
+) -> None:
+    values: dict[str, Any] = {
+        "GATEWAY_STREAM_IDLE_TIMEOUT": IDLE,
+        "GATEWAY_MODEL_TIMEOUT": TOTAL,
+        "GATEWAY_MODEL_PROCESSES": processes,
+    }
     async for harness in start_workers(redis_url, llm, 1, **values):
         llm.reply = REPLY
         llm.hang_next(after_tokens=3)
@@ -165,17 +171,24 @@ async def test_a_reply_that_stalls_is_finished_with_its_text_and_a_cut_off_note(
         assert texts(harness.sender) == [f"one two three\n\n{CUT_NOTE}"]
         history = await harness.history(message.session_key)
         assert [(e["role"], e["text"]) for e in history] == [
-            ("user", "tell me a story"), ("assistant", "one two three")]
+            ("user", "tell me a story"),
+            ("assistant", "one two three"),
+        ]
 
         await harness.ingest.receive(inbound("go on"))
         await harness.idle(message.session_key, timeout=QUICK)
         assert texts(harness.sender)[-1] == REPLY
         assert [m["role"] for m in llm.requests[-1]["messages"]] == [
-            "system", "user", "assistant", "user"]
+            "system",
+            "user",
+            "assistant",
+            "user",
+        ]
 
 
 async def test_a_reply_that_never_started_says_the_model_stopped_responding(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     values: dict[str, Any] = {"GATEWAY_STREAM_IDLE_TIMEOUT": IDLE, "GATEWAY_MODEL_TIMEOUT": TOTAL}
     async for harness in start_workers(redis_url, llm, 1, **values):
         llm.hang_next(times=2, after_headers=True)

@@ -70,7 +70,8 @@ async def test_the_calls_are_made_by_the_model_process(harness: Harness) -> None
 
 
 async def test_a_model_process_that_dies_mid_turn_is_told_once_and_replaced(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     harness.llm.reply = "word " * 100
     harness.llm.duration = 20.0
     message = inbound("write a lot")
@@ -86,7 +87,10 @@ async def test_a_model_process_that_dies_mid_turn_is_told_once_and_replaced(
     await harness.idle(message.session_key, timeout=30)
     assert texts(harness.sender)[-1] == "back again"
     assert [e["role"] for e in await harness.history(message.session_key)] == [
-        "user", "user", "assistant"]
+        "user",
+        "user",
+        "assistant",
+    ]
 
 
 async def test_a_side_question_is_answered_through_the_model_process(harness: Harness) -> None:
@@ -101,9 +105,11 @@ async def test_a_side_question_is_answered_through_the_model_process(harness: Ha
 
 
 async def test_delta_mode_chains_responses_through_the_model_process(
-        redis_url: str, llm: FakeLLM) -> None:
-    async with conversation(redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN,
-                            GATEWAY_MODEL_PROCESSES=1) as talk:
+    redis_url: str, llm: FakeLLM
+) -> None:
+    async with conversation(
+        redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN, GATEWAY_MODEL_PROCESSES=1
+    ) as talk:
         await talk.say("one")
         first_id = (await talk.meta())["response_id"]
         await talk.say("two")
@@ -114,7 +120,8 @@ async def test_delta_mode_chains_responses_through_the_model_process(
 
 
 async def test_a_stopped_worker_leaves_no_model_process_behind(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     async for harness in start_workers(redis_url, llm, 1, GATEWAY_MODEL_PROCESSES=1):
         pid = model_process_pid(harness)
     with pytest.raises(ProcessLookupError):
@@ -136,20 +143,32 @@ def test_what_a_library_prints_in_the_model_process_stays_out_of_the_protocol() 
         "host.main()\n"
     )
     init = '{"init": {"api_base": null, "api_key": null, "retries": 0}}\n'
-    done = subprocess.run([sys.executable, "-c", script], input=init, capture_output=True,
-                          text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=init,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert done.stdout == '{"ready": true}\n'
     assert "a banner on stdout" in done.stderr
 
 
 async def test_a_worker_with_model_processes_never_imports_litellm(
-        redis_url: str, llm: FakeLLM) -> None:
+    redis_url: str, llm: FakeLLM
+) -> None:
     """Its calls, its token counts and its model window all come from the model process;
     the count /status reports is the one litellm gives for what the next turn sends."""
     llm.reply = "hi"
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.gateway.lean_worker", redis_url, llm.api_base,
-        stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "tests.gateway.lean_worker",
+        redis_url,
+        llm.api_base,
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0
     seen = json.loads(out.decode().strip().splitlines()[-1])

@@ -73,7 +73,9 @@ async def test_a_turn_is_answered_by_the_script_and_recorded_once(scripted: Scri
     assert scripted.texts() == ["one two three four"]
     history = await scripted.sessions.history(key)
     assert [(e["role"], e["text"]) for e in history] == [
-        ("user", "hello there"), ("assistant", "one two three four")]
+        ("user", "hello there"),
+        ("assistant", "one two three four"),
+    ]
     (call,) = scripted.backend.calls
     assert call.model == MAIN
     assert call.messages[0]["role"] == "system"
@@ -81,7 +83,8 @@ async def test_a_turn_is_answered_by_the_script_and_recorded_once(scripted: Scri
 
 
 async def test_a_failure_before_any_text_tells_the_user_and_records_no_reply(
-        scripted: Scripted) -> None:
+    scripted: Scripted,
+) -> None:
     scripted.backend.fail_next(ModelUnavailable("the script is down"))
     key = await scripted.say("are you there?")
     (shown,) = scripted.texts()
@@ -91,14 +94,15 @@ async def test_a_failure_before_any_text_tells_the_user_and_records_no_reply(
     assert await scripted.roles(key) == ["user", "user", "assistant"]
 
 
-async def test_a_stall_after_some_text_keeps_the_text_shown_with_a_note(
-        scripted: Scripted) -> None:
+async def test_a_stall_after_some_text_keeps_the_text_shown_with_a_note(scripted: Scripted) -> None:
     scripted.backend.fail_next(ModelStalled("silent"), after_pieces=2)
     key = await scripted.say("tell me a story")
     assert scripted.texts() == [f"one two\n\n{CUT_NOTE}"]
     history = await scripted.sessions.history(key)
     assert [(e["role"], e["text"]) for e in history] == [
-        ("user", "tell me a story"), ("assistant", "one two")]
+        ("user", "tell me a story"),
+        ("assistant", "one two"),
+    ]
 
 
 async def test_a_side_question_is_one_call_to_the_side_model(scripted: Scripted) -> None:
