@@ -71,9 +71,12 @@ class TokenCounter:
 
     History entries never change once written, so each is counted once per
     process; a turn's count costs a dictionary lookup per entry in its view.
+    The cache keeps the most recently used `capacity` counts (about 270 bytes
+    each, key and ordering included): enough for the views of the sessions a
+    worker is answering, and a few megabytes, not a share of every history seen.
     """
 
-    def __init__(self, models: Models, model: str, capacity: int = 200_000) -> None:
+    def __init__(self, models: Models, model: str, capacity: int = 20_000) -> None:
         self.models = models
         self.model = base_model(model)
         self.capacity = capacity
