@@ -110,7 +110,39 @@ class MessageCompiler:
 
     @staticmethod
     def _messages(entries: Sequence[Entry], group: bool) -> list[Message]:
-        return [m for entry in entries if (m := entry_message(entry, group))]
+        """The entries as provider messages, each tool call followed by its results.
+
+        Providers refuse a tool call without its result right after it. A loop
+        interrupted between the two (a crash, a reset, a turn given up) left a
+        call without one: it gets a result that says so. A user message that
+        came while a loop waited is placed after that loop's results.
+        """
+        calls = {
+            call.get("id")
+            for entry in entries
+            if entry.get("role") == "assistant"
+            for call in entry.get("tool_calls") or ()
+        }
+        results = {
+            entry.get("tool_call_id"): entry
+            for entry in entries
+            if entry.get("role") == "tool" and entry.get("tool_call_id") in calls
+        }
+        messages: list[Message] = []
+        for entry in entries:
+            if entry.get("tool_call_id") in results and entry.get("role") == "tool":
+                continue  # placed right after its call below
+            message = entry_message(entry, group)
+            if message is None:
+                continue
+            messages.append(message)
+            for call in message.get("tool_calls") or ():
+                result = results.get(call["id"])
+                answer = entry_message(result, group) if result is not None else None
+                messages.append(
+                    answer or {"role": "tool", "tool_call_id": call["id"], "content": NO_RESULT}
+                )
+        return messages
 
     def reminder_texts(self, context: TurnContext) -> list[str]:
         texts: list[str] = []
@@ -124,6 +156,7 @@ class MessageCompiler:
         return texts
 
 
+NO_RESULT = "[no result: the call was interrupted, and may or may not have taken effect]"
 SUMMARY_HEADER = "[Summary of the earlier conversation, standing in for its first {count} messages]"
 
 

@@ -123,6 +123,7 @@ class SessionStore:
         self._enqueue = load("enqueue").bind(redis)
         self._claim = load("claim").bind(redis)
         self._finish = load("finish").bind(redis)
+        self._step = load("step").bind(redis)
         self._reply_state = load("reply_state").bind(redis)
         self._reset = load("reset").bind(redis)
 
@@ -243,13 +244,15 @@ class SessionStore:
         claim: Claim,
         entry: Entry | None,
         meta_fields: dict[str, str] | None = None,
+        length: int | None = None,
     ) -> Finish:
         """Record the turn (once) and release the lease.
 
         A turn that records no reply (nothing to answer, a failed or empty call)
         gives its injections back for the next turn. `meta_fields` are set in
         the same step (a stateful provider's chain: its response id and the
-        cursor), so they never outlive a lost turn.
+        cursor), so they never outlive a lost turn. `length` is the history's
+        length as the turn last wrote it (past the claim's after tool steps).
         """
         keys = {
             "lease": Keys.lease(session_key),
@@ -265,7 +268,7 @@ class SessionStore:
             "token": token,
             "epoch": claim.epoch,
             "answered": claim.answered,
-            "length": claim.length,
+            "length": claim.length if length is None else length,
             "entry": json.dumps(entry, ensure_ascii=False) if entry else "",
             "now": time.time(),
             "turn_id": claim.turn_id,
@@ -273,6 +276,36 @@ class SessionStore:
         }
         rest = [part for pair in (meta_fields or {}).items() for part in pair]
         return Finish(int(await self._finish(keys=keys, args=args, rest=rest)))
+
+    async def record_steps(
+        self,
+        session_key: str,
+        token: str,
+        claim: Claim,
+        length: int,
+        entries: list[Entry],
+        *,
+        loop_open: bool,
+    ) -> int | None:
+        """Append a tool loop's entries while `token` holds the lease in the claim's
+        epoch and the history is `length` long; returns the new length, or None
+        when fenced off (nothing written). `loop_open` keeps new messages in the
+        inbox until the loop is closed (by this or by the turn's finish)."""
+        keys = {
+            "lease": Keys.lease(session_key),
+            "meta": Keys.meta(session_key),
+            "history": Keys.history(session_key),
+        }
+        args: dict[str, Arg] = {
+            "token": token,
+            "epoch": claim.epoch,
+            "answered": claim.answered,
+            "length": length,
+            "loop": claim.turn_id if loop_open else "",
+        }
+        rest = [json.dumps(entry, ensure_ascii=False) for entry in entries]
+        written = int(await self._step(keys=keys, args=args, rest=rest))
+        return None if written < 0 else written
 
     async def show_progress(
         self,

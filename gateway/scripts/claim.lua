@@ -3,6 +3,9 @@
 -- Take a session's lease (or keep it: the same token renews) and move the inbox
 -- into the history. With work past the `answered` mark, also read everything the
 -- turn starts from: the snapshot, its injections and its reply's platform ids.
+-- While a tool loop is open (meta `loop`: a run died or waits for an approval
+-- between a tool call and its result), the inbox stays where it is: the loop is
+-- finished first, and what came meanwhile is the next turn's.
 local lease, queued, inbox, history, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local segments, injections, turn_injections, replies = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local token, ttl_ms = ARGV[1], ARGV[2]
@@ -11,7 +14,8 @@ local holder = redis.call('GET', lease)
 if holder and holder ~= token then return {0} end
 redis.call('SET', lease, token, 'PX', ttl_ms)
 redis.call('DEL', queued)
-while true do
+local loop_open = redis.call('HGET', meta, 'loop')
+while not loop_open do
   local entry = redis.call('LPOP', inbox)
   if not entry then break end
   redis.call('RPUSH', history, entry)

@@ -26,6 +26,7 @@ if not holder and redis.call('LLEN', history) ~= tonumber(length) then return 0 
 if entry ~= '' then redis.call('RPUSH', history, entry) end
 redis.call('HSET', meta, 'answered', redis.call('LLEN', history), 'updated', now)
 redis.call('HINCRBY', meta, 'turns', 1)
+redis.call('HDEL', meta, 'loop')
 redis.call('ZADD', sessions, now, session)
 if #ARGV > 8 then redis.call('HSET', meta, unpack(ARGV, 9)) end
 redis.call('HDEL', replies, turn_id)

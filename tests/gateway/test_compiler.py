@@ -75,6 +75,30 @@ def test_tool_calls_and_results_have_their_place() -> None:
     assert messages[3] == {"role": "tool", "tool_call_id": "c1", "content": "file.txt"}
 
 
+def test_a_call_without_its_result_gets_one_and_later_messages_follow_the_results() -> None:
+    def call(call_id: str) -> dict[str, str]:
+        return {"id": call_id, "name": "srv__lookup", "arguments": "{}"}
+
+    entries = [
+        user("look both up"),
+        {"id": "a", "role": "assistant", "text": "", "tool_calls": [call("c1"), call("c2")]},
+        user("and hurry"),  # came while the loop waited
+        {"id": "t2", "role": "tool", "tool_call_id": "c2", "text": "second"},
+        {"id": "x", "role": "tool", "tool_call_id": "gone", "text": "its call was summarised"},
+    ]
+    messages = MessageCompiler(KEY, "s").compile(TurnContext(KEY, entries, None)).messages
+    roles = [(m["role"], m.get("tool_call_id")) for m in messages[1:]]
+    assert roles == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "c1"),
+        ("tool", "c2"),
+        ("user", None),
+        ("tool", "gone"),
+    ]
+    assert "interrupted" in messages[3]["content"] and messages[4]["content"] == "second"
+
+
 def test_attachments_are_named_in_the_user_text() -> None:
     entry = {**user("look", group=False), "attachments": [{"kind": "image", "name": "cat.png"}]}
     messages = MessageCompiler(KEY, "s").compile(TurnContext(KEY, [entry], None)).messages

@@ -42,6 +42,7 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "pace_acquire",
         "pace_ban",
         "prune",
+        "step",
     ):
         script = load(name)
         assert script.keys and script.args, name
@@ -153,3 +154,61 @@ async def test_complete_counts_a_job_once(redis_client: aioredis.Redis) -> None:
     assert await complete(keys=keys, args=args) == 1
     assert await complete(keys=keys, args=args) == 0
     assert await sessions.owed(KEY) == 0
+
+
+def _call(call_id: str) -> dict[str, object]:
+    return {"id": call_id, "name": "srv__lookup", "arguments": "{}"}
+
+
+async def _stepped(sessions: SessionStore, claim: Claim) -> int:
+    """A tool loop opened by the holder: its call recorded, no result yet."""
+    step = {"id": "s1", "role": "assistant", "text": "", "tool_calls": [_call("c1")]}
+    length = await sessions.record_steps(KEY, "t1", claim, claim.length, [step], loop_open=True)
+    assert length == claim.length + 1
+    return length
+
+
+async def test_steps_are_recorded_in_order_for_the_holder(sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    length = await _stepped(sessions, claim)
+    result = {"id": "r1", "role": "tool", "tool_call_id": "c1", "text": "found"}
+    assert await sessions.record_steps(KEY, "t1", claim, length, [result], loop_open=True) == 3
+    assert [e["id"] for e in (await sessions.history(KEY))[1:]] == ["s1", "r1"]
+
+
+async def test_a_step_on_a_stolen_or_expired_lease_writes_nothing(sessions: SessionStore) -> None:
+    claim = await _claimed(sessions)
+    await sessions.redis.set(Keys.lease(KEY), "thief")
+    step = {"id": "s1", "role": "assistant", "tool_calls": [_call("c1")]}
+    assert await sessions.record_steps(KEY, "t1", claim, 1, [step], loop_open=True) is None
+    await sessions.redis.delete(Keys.lease(KEY))
+    assert await sessions.record_steps(KEY, "t1", claim, 1, [step], loop_open=True) is None
+    assert len(await sessions.history(KEY)) == 1
+
+
+async def test_a_step_after_a_reset_or_from_a_stale_length_writes_nothing(
+    sessions: SessionStore,
+) -> None:
+    claim = await _claimed(sessions)
+    step = {"id": "s1", "role": "assistant", "tool_calls": [_call("c1")]}
+    assert await sessions.record_steps(KEY, "t1", claim, 0, [step], loop_open=True) is None
+    await sessions.redis.hset(Keys.meta(KEY), "epoch", "7")
+    assert await sessions.record_steps(KEY, "t1", claim, 1, [step], loop_open=True) is None
+    assert len(await sessions.history(KEY)) == 1
+
+
+async def test_an_open_loop_keeps_new_messages_in_the_inbox_until_it_is_recorded(
+    sessions: SessionStore,
+) -> None:
+    claim = await _claimed(sessions)
+    length = await _stepped(sessions, claim)
+    await sessions.append_user(inbound("meanwhile"))
+    await sessions.redis.delete(Keys.lease(KEY))  # the worker died mid-loop
+    again = await sessions.claim(KEY, "t2", 30)
+    assert again.turn_id == claim.turn_id and again.length == length
+    assert [e["text"] for e in await sessions.inbox(KEY)] == ["meanwhile"]
+    entry = {"id": "a1", "role": "assistant", "text": "done"}
+    assert await sessions.finish(KEY, "t2", again, entry, length=length) is Finish.RECORDED
+    after = await sessions.claim(KEY, "t3", 30)
+    assert after.has_work and after.view is not None
+    assert after.view.entries[-1]["text"] == "meanwhile"
