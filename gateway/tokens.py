@@ -74,13 +74,19 @@ class TokenCounter:
     The cache keeps the most recently used `capacity` counts (about 270 bytes
     each, key and ordering included): enough for the views of the sessions a
     worker is answering, and a few megabytes, not a share of every history seen.
+    Entries' sizes in bytes (what most turns need, see `within`) have a smaller
+    cache of their own: one costs microseconds to work out again, while a count
+    costs a tokenizer run, so sizes never push counts out.
     """
 
-    def __init__(self, models: Models, model: str, capacity: int = 20_000) -> None:
+    def __init__(
+        self, models: Models, model: str, capacity: int = 20_000, sizes: int = 4_096
+    ) -> None:
         self.models = models
         self.model = base_model(model)
-        self.capacity = capacity
+        self.capacity, self.sizes_capacity = capacity, sizes
         self._cache: OrderedDict[tuple[str, bool], int] = OrderedDict()
+        self._sizes: OrderedDict[tuple[str, bool], int] = OrderedDict()
 
     def message(self, message: dict[str, Any]) -> int:
         return self.models.count_tokens(self.model, [message])
@@ -157,16 +163,19 @@ class TokenCounter:
         return total
 
     def _entry_size(self, entry: Entry, group: bool) -> int | None:
-        key = (f"size:{entry.get('id', '')}", group)
-        cached = self._cache.get(key)
+        key = (str(entry.get("id", "")), group)
+        cached = self._sizes.get(key)
         if cached is not None:
+            self._sizes.move_to_end(key)
             return cached if cached >= 0 else None
         message = entry_message(entry, group)
         content = message.get("content") if message is not None else ""
         plain = isinstance(content, str) and not (message or {}).get("tool_calls")
         size = _size(content) if plain and isinstance(content, str) else -1
         if entry.get("id"):
-            self._remember(key, size)
+            self._sizes[key] = size
+            if len(self._sizes) > self.sizes_capacity:
+                self._sizes.popitem(last=False)
         return size if size >= 0 else None
 
     def _remember(self, key: tuple[str, bool], value: int) -> None:
