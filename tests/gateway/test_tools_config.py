@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-live-do-not-print-4242"
 
 
+def server(**body: Any) -> dict[str, Any]:
+    return {"mcpServers": {"a": body}}
+
+
 def write(tmp_path: Path, document: Any) -> Path:
     path = tmp_path / "mcp.json"
     path.write_text(document if isinstance(document, str) else json.dumps(document))
@@ -56,9 +60,11 @@ def test_a_stdio_and_an_http_server_are_read_with_their_options(tmp_path: Path) 
         },
     )
     local, remote = load_tool_config(path).servers
-    assert (local.name, local.command, local.args, local.cwd) == ("local", "python", ("-m", "srv"), "/tmp")
+    assert (local.name, local.command, local.cwd) == ("local", "python", "/tmp")
+    assert local.args == ("-m", "srv")
     assert dict(local.env) == {"TOKEN": SECRET}
-    assert local.allowed_tools == frozenset({"add"}) and local.allows("add") and not local.allows("x")
+    assert local.allowed_tools == frozenset({"add"})
+    assert local.allows("add") and not local.allows("x")
     assert (local.timeout, local.confirm) == (5.0, "always")
     assert (local.read_only, local.destructive) == (frozenset({"add"}), frozenset({"wipe"}))
     assert (remote.url, dict(remote.headers)) == ("http://127.0.0.1:9/mcp", {"X-Key": SECRET})
@@ -84,18 +90,18 @@ def test_broken_json_names_the_file_and_where(tmp_path: Path) -> None:
         ({"mcpServers": []}, "mcpServers must be an object"),
         ({"mcpServers": {"bad name": {"command": "x"}}}, "server name 'bad name'"),
         ({"mcpServers": {"a": "python"}}, "mcpServers.a: must be an object"),
-        ({"mcpServers": {"a": {"command": "x", "port": 1}}}, "mcpServers.a: unknown key 'port'"),
-        ({"mcpServers": {"a": {}}}, "mcpServers.a: needs exactly one of command"),
-        ({"mcpServers": {"a": {"command": "x", "url": "http://h"}}}, "exactly one of command"),
-        ({"mcpServers": {"a": {"command": ""}}}, "mcpServers.a.command: must be a non-empty"),
-        ({"mcpServers": {"a": {"command": "x", "args": "-v"}}}, "mcpServers.a.args: must be a list"),
-        ({"mcpServers": {"a": {"command": "x", "tools": [1]}}}, "mcpServers.a.tools: must be a list"),
-        ({"mcpServers": {"a": {"command": "x", "timeout": 0}}}, "mcpServers.a.timeout: must be"),
-        ({"mcpServers": {"a": {"command": "x", "timeout": True}}}, "mcpServers.a.timeout: must be"),
-        ({"mcpServers": {"a": {"command": "x", "confirm": "ask"}}}, "mcpServers.a.confirm: must be"),
-        ({"mcpServers": {"a": {"command": "x", "readOnly": "t"}}}, "mcpServers.a.readOnly: must be"),
-        ({"mcpServers": {"a": {"url": "http://h", "args": []}}}, "args, env and cwd are for command"),
-        ({"mcpServers": {"a": {"command": "x", "headers": {}}}}, "headers are for url servers"),
+        (server(command="x", port=1), "mcpServers.a: unknown key 'port'"),
+        (server(), "mcpServers.a: needs exactly one of command"),
+        (server(command="x", url="http://h"), "exactly one of command"),
+        (server(command=""), "mcpServers.a.command: must be a non-empty"),
+        (server(command="x", args="-v"), "mcpServers.a.args: must be a list"),
+        (server(command="x", tools=[1]), "mcpServers.a.tools: must be a list"),
+        (server(command="x", timeout=0), "mcpServers.a.timeout: must be"),
+        (server(command="x", timeout=True), "mcpServers.a.timeout: must be"),
+        (server(command="x", confirm="ask"), "mcpServers.a.confirm: must be"),
+        (server(command="x", readOnly="t"), "mcpServers.a.readOnly: must be"),
+        (server(url="http://h", args=[]), "args, env and cwd are for command"),
+        (server(command="x", headers={}), "headers are for url servers"),
     ],
 )
 def test_each_mistake_is_one_line_naming_the_file_and_the_key(

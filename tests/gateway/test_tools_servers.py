@@ -30,8 +30,8 @@ from gateway.tools import (
     Limits,
     ServerConfig,
     Timing,
-    ToolServers,
     ToolsConfig,
+    ToolServers,
     describe_servers,
 )
 from tests.fakes.mcp_servers import lookup_record
@@ -108,8 +108,8 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Tool
 on_shared = pytest.mark.asyncio(loop_scope="module")
 
 
-async def start(*configs: ServerConfig, limits: Limits = Limits(), **kw: Any) -> ToolServers:
-    tools = ToolServers(ToolsConfig(configs), limits, timing=FAST, **kw)
+async def start(*configs: ServerConfig, limits: Limits | None = None, **kw: Any) -> ToolServers:
+    tools = ToolServers(ToolsConfig(configs), limits or Limits(), timing=FAST, **kw)
     await tools.start()
     return tools
 
@@ -138,7 +138,8 @@ async def test_http_headers_reach_the_server_and_a_secret_stays_out_of_reports(
     http_url: str,
 ) -> None:
     closed = ServerConfig(name="gone", url="http://127.0.0.1:9/mcp", headers={"X-Key": SECRET})
-    tools = await start(ServerConfig(name="remote", url=http_url, headers={"X-Key": SECRET}), closed)
+    remote = ServerConfig(name="remote", url=http_url, headers={"X-Key": SECRET})
+    tools = await start(remote, closed)
     try:
         assert tools.down() == ["gone"]
         (up, down) = tools.reports()
