@@ -96,6 +96,14 @@ class Settings(BaseSettings):
 
     allowed_users: str = Field(default="", alias="GATEWAY_ALLOWED_USERS")
 
+    # MCP tool servers (gateway.tools); unset: the assistant has no tools.
+    mcp_config: Path | None = Field(default=None, alias="GATEWAY_MCP_CONFIG")
+    tool_max_steps: int = Field(default=8, alias="GATEWAY_TOOL_MAX_STEPS", ge=1)
+    tool_timeout: float = Field(default=60.0, alias="GATEWAY_TOOL_TIMEOUT", gt=0)
+    tool_result_chars: int = Field(default=16_000, alias="GATEWAY_TOOL_RESULT_CHARS", ge=100)
+    # How long a destructive call may wait for the asker's approval.
+    confirm_timeout: float = Field(default=600.0, alias="GATEWAY_CONFIRM_TIMEOUT", gt=0)
+
     # Unset: sessions are kept for good. Removing conversations cannot be undone,
     # so it is the operator's choice, never a default.
     session_retention_days: int | None = Field(default=None, alias="GATEWAY_SESSION_RETENTION_DAYS")

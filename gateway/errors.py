@@ -6,6 +6,7 @@
      ├── MalformedRequest         an HTTP request body is not what its route accepts
      ├── ContextMismatch          a compiler was handed another session's context
      ├── LeaseLost                a turn's session lease expired under it (left for a re-run)
+     ├── ToolServerUnavailable    an MCP server is down or its connection dropped
      ├── PlatformError            a platform API refused or failed a call
      │    ├── RateLimited         the platform asked us to wait (retry_after seconds)
      │    └── MessageRejected     the platform refused the content (formatting, length)
@@ -47,6 +48,13 @@ class ContextMismatch(GatewayError):
 
 class LeaseLost(GatewayError):
     """A turn lost its session's lease mid-way; its job is left for another run."""
+
+
+class ToolServerUnavailable(GatewayError):
+    """An MCP server cannot take a call now (down, restarting, or it died during the call).
+
+    `gateway.tools` turns it into a tool result the model reads; it never reaches a turn.
+    """
 
 
 class PlatformError(GatewayError):

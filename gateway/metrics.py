@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from gateway.store import GROUP, Keys
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+TOOL_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 class Metrics:
@@ -50,6 +51,15 @@ class Metrics:
             pipe.hincrby(Keys.METRICS, "tokens|completion", completion_tokens)
             if early:
                 pipe.hincrby(Keys.METRICS, f"early|{early}", 1)
+            await pipe.execute()
+
+    async def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
+        """One MCP tool call by its public name and outcome (`gateway.tools.results.OUTCOMES`)."""
+        bucket = next((str(b) for b in TOOL_LATENCY_BUCKETS if seconds <= b), "+Inf")
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hincrby(Keys.METRICS, f"tools|{tool}|{outcome}", 1)
+            pipe.hincrby(Keys.METRICS, f"tool_latency_bucket|{bucket}", 1)
+            pipe.hincrbyfloat(Keys.METRICS, "tool_latency_sum", seconds)
             await pipe.execute()
 
     async def count(self, name: str, label: str, amount: int = 1) -> None:
@@ -94,6 +104,9 @@ class SnapshotCollector(Collector):
             "Model calls started before the turn's claim returned, by what became of them",
             labels=["outcome"],
         )
+        tools = CounterMetricFamily(
+            "gateway_tool_calls", "MCP tool calls", labels=["tool", "outcome"]
+        )
         for field, raw in self.values.items():
             name, _, rest = field.partition("|")
             if name == "turns":
@@ -107,18 +120,28 @@ class SnapshotCollector(Collector):
                 side.add_metric([rest], float(raw))
             elif name == "early":
                 early.add_metric([rest], float(raw))
-        yield from (turns, errors, tokens, side, early, self._latency(), self._depth())
+            elif name == "tools":
+                tool, _, outcome = rest.rpartition("|")
+                tools.add_metric([tool, outcome], float(raw))
+        yield from (turns, errors, tokens, side, early, tools)
+        yield self._histogram("", LATENCY_BUCKETS, "gateway_turn_latency_seconds", "Main turn")
+        yield self._histogram(
+            "tool_", TOOL_LATENCY_BUCKETS, "gateway_tool_latency_seconds", "Tool call"
+        )
+        yield self._depth()
 
-    def _latency(self) -> HistogramMetricFamily:
+    def _histogram(
+        self, prefix: str, bounds: Sequence[float], metric: str, what: str
+    ) -> HistogramMetricFamily:
         cumulative, buckets = 0.0, []
-        for bound in (*LATENCY_BUCKETS, "+Inf"):
-            cumulative += float(self.values.get(f"latency_bucket|{bound}", 0))
+        for bound in (*bounds, "+Inf"):
+            cumulative += float(self.values.get(f"{prefix}latency_bucket|{bound}", 0))
             buckets.append((str(bound), cumulative))
         return HistogramMetricFamily(
-            "gateway_turn_latency_seconds",
-            "Main turn duration",
+            metric,
+            f"{what} duration",
             buckets=buckets,
-            sum_value=float(self.values.get("latency_sum", 0)),
+            sum_value=float(self.values.get(f"{prefix}latency_sum", 0)),
         )
 
     def _depth(self) -> GaugeMetricFamily:

@@ -1,0 +1,88 @@
+"""A tool call's outcome as the text the model reads next.
+
+Every failure is a result, not an exception: the model reads what went wrong
+and can try again differently, and the turn goes on. `outcome` is the one word
+metrics count by.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mcp_types import (
+    AudioContent,
+    CallToolResult,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+)
+
+Outcome = Literal["ok", "error", "timeout", "unavailable", "invalid", "unknown"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "error", "timeout", "unavailable", "invalid", "unknown")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a call produced (`text`, for the model) and how it went (`outcome`)."""
+
+    text: str
+    outcome: Outcome
+
+
+def parse_arguments(raw: str) -> dict[str, Any] | str:
+    """The model's JSON arguments as an object, or the reason they are not one.
+
+    An empty string is taken as no arguments: some models send "" for a tool
+    without parameters.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+    if not isinstance(value, dict):
+        return f"the arguments must be a JSON object, not {type(value).__name__}"
+    return value
+
+
+def from_call(result: CallToolResult, limit: int) -> ToolResult:
+    """The text of a finished call; the server's own `isError` makes it an error."""
+    text = content_text(result.content)
+    if not text and result.structured_content is not None:
+        text = json.dumps(result.structured_content, ensure_ascii=False)
+    if result.is_error:
+        return ToolResult(capped(f"The tool failed: {text or 'no details'}", limit), "error")
+    return ToolResult(capped(text or "(the tool returned nothing)", limit), "ok")
+
+
+def content_text(blocks: Sequence[ContentBlock]) -> str:
+    """Text blocks joined; anything else named, never inlined (an image is not text)."""
+    return "\n".join(_block_text(block) for block in blocks)
+
+
+def _block_text(block: ContentBlock) -> str:
+    if isinstance(block, TextContent):
+        return block.text
+    if isinstance(block, ImageContent):
+        return f"[image: {block.mime_type}, not shown]"
+    if isinstance(block, AudioContent):
+        return f"[audio: {block.mime_type}, not shown]"
+    if isinstance(block, ResourceLink):
+        return f"[resource link: {block.uri}]"
+    if isinstance(block, EmbeddedResource):
+        return f"[embedded resource: {block.resource.uri}, not shown]"
+    return f"[{getattr(block, 'type', 'unknown')} content, not shown]"
+
+
+def capped(text: str, limit: int) -> str:
+    """The first `limit` characters of text, then a marker saying how many more were cut."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    return f"{text[:limit]}\n[… {cut} more characters cut]"
