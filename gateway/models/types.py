@@ -41,19 +41,13 @@ class ToolCall:
     `id` pairs it with its result (`tool_call_id` of a `tool` message; `call_id`
     in the Responses API). `arguments` is the JSON text the model wrote, as it
     wrote it: whoever runs the tool parses it, and tells the model when it cannot.
+    Its fields are those of a history entry's `tool_calls` item (see compiler.py).
     """
 
     id: str
     name: str
     arguments: str
 
-    def as_message_call(self) -> Message:
-        """The call as an assistant message's `tool_calls` entry (chat format)."""
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
 
 
 @dataclass(slots=True)
