@@ -34,6 +34,7 @@ from gateway.models.providers import (
     to_responses_input,
     to_responses_tools,
 )
+from gateway.models.responses_stream import response_event
 from gateway.models.tool_calls import FunctionCalls, ToolCallParts
 from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
 
@@ -221,7 +222,7 @@ class LitellmBackend:
         response = await self._aresponses(call, chain)
         iterator, calls = response.__aiter__(), FunctionCalls()
         text = await self._first_text(
-            iterator, call, lambda e: _response_event(e, usage, chain, calls)
+            iterator, call, lambda e: response_event(e, usage, chain, calls)
         )
         return text, iterator, calls
 
@@ -234,7 +235,7 @@ class LitellmBackend:
             return
         yield text
         while (event := await self._next_item(iterator, call)) is not None:
-            if text := _response_event(event, usage, chain, calls):
+            if text := response_event(event, usage, chain, calls):
                 yield text
 
     async def _open_stream(self, call: ModelCall, usage: Usage) -> Opened:
@@ -358,50 +359,6 @@ async def _close(stream: Any) -> None:
         await asyncio.wait_for(close(), CLOSE_TIMEOUT)
     except Exception as exc:  # the stream is given up either way; the close is a courtesy
         log.debug("closing a stalled model stream failed: %r", exc)
-
-
-def _response_event(event: Any, usage: Usage, chain: ResponseChain, calls: FunctionCalls) -> str:
-    """The text of one Responses API stream event; records the id, usage and function
-    calls it carries."""
-    kind = str(getattr(getattr(event, "type", ""), "value", getattr(event, "type", "")))
-    response = getattr(event, "response", None)
-    if response is not None and getattr(response, "id", None):
-        chain.response_id = str(response.id)
-    if kind == "response.output_text.delta":
-        return str(getattr(event, "delta", "") or "")
-    if kind == "response.output_item.done":
-        calls.add(getattr(event, "item", None))
-    elif kind == "response.completed":
-        _fill_response_usage(usage, getattr(response, "usage", None))
-        for item in getattr(response, "output", None) or []:
-            calls.add(item)
-    elif kind in {"response.failed", "response.incomplete", "error"}:
-        raise _response_failure(event, response)
-    return ""
-
-
-def _response_failure(event: Any, response: Any) -> ModelError:
-    error = getattr(response, "error", None) or event
-    message = str(getattr(error, "message", "") or getattr(error, "code", "") or "failed")
-    code = str(getattr(error, "code", "") or "")
-    text = f"response {code}: {message}"[:200]
-    if means_state_lost(f"{code} {message}"):
-        return ProviderStateLost(text)
-    return ModelUnavailable(text) if "server" in code else ModelRejected(text)
-
-
-def _fill_response_usage(usage: Usage, reported: Any) -> None:
-    if not reported:
-        return
-    if isinstance(reported, dict):
-        get = reported.get
-    else:
-
-        def get(name: str, default: Any = None) -> Any:
-            return getattr(reported, name, default)
-
-    usage.prompt_tokens = int(get("input_tokens", 0) or get("prompt_tokens", 0) or 0)
-    usage.completion_tokens = int(get("output_tokens", 0) or get("completion_tokens", 0) or 0)
 
 
 def _fill_usage(usage: Usage, reported: Any) -> None:

@@ -49,7 +49,6 @@ class ToolCall:
     arguments: str
 
 
-
 @dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
