@@ -6,12 +6,24 @@
      │                                 spoken to over a pipe (wire.py)
      └── ScriptedBackend (scripted.py) answers from a script: the offline `echo` model, tests
 
+A streamed call may offer tools (`ModelCall.tools`); the tool calls the model
+asks for come back as `ToolCall` values (tool_calls.py reads them out of either
+API's answer).
+
 The backends share one protocol (backend.py) and the plain values of types.py;
 providers.py is the table of providers that keep conversation state.
 Nothing here imports litellm until a call, count or window needs it.
 """
 
 from gateway.models.facade import Models
-from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, Usage
+from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
 
-__all__ = ["Message", "ModelCall", "ModelSettings", "Models", "ResponseChain", "Usage"]
+__all__ = [
+    "Message",
+    "ModelCall",
+    "ModelSettings",
+    "Models",
+    "ResponseChain",
+    "ToolCall",
+    "Usage",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from gateway.models.types import Message, ModelCall, ResponseChain, Usage
+from gateway.models.types import Message, ModelCall, ResponseChain, ToolCall, Usage
 
 
 class ModelBackend(Protocol):
@@ -22,8 +22,11 @@ class ModelBackend(Protocol):
     async def aclose(self) -> None:
         """Let go of what `start` or a call took up; safe to call when never started."""
 
-    def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
-        """The reply's text in pieces; `usage` is filled in when the stream ends.
+    def stream(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
+    ) -> AsyncIterator[str]:
+        """The reply's text in pieces; `usage` is filled in when the stream ends, and
+        `calls` (when given) with the tool calls the answer asked for.
 
         Failures before the first piece may be retried; after it they end the
         stream with a ModelError, since a half-shown answer cannot be redone.
@@ -31,11 +34,16 @@ class ModelBackend(Protocol):
         ...
 
     def stream_response(
-        self, call: ModelCall, usage: Usage, chain: ResponseChain
+        self,
+        call: ModelCall,
+        usage: Usage,
+        chain: ResponseChain,
+        calls: list[ToolCall] | None = None,
     ) -> AsyncIterator[str]:
         """A turn through the Responses API, continuing `chain.previous_id` when set.
 
-        `chain.response_id` is filled in with the new response's id. A provider
+        `chain.response_id` is filled in with the new response's id, and `calls`
+        (when given) with the function calls it asked for. A provider
         that no longer holds the previous response raises ProviderStateLost.
         """
         ...

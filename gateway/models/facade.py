@@ -16,7 +16,14 @@ from gateway.models.backend import ModelBackend
 from gateway.models.litellm_backend import LitellmBackend, model_window
 from gateway.models.pool import ModelPool
 from gateway.models.scripted import echo
-from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, Usage
+from gateway.models.types import (
+    Message,
+    ModelCall,
+    ModelSettings,
+    ResponseChain,
+    ToolCall,
+    Usage,
+)
 
 
 class Models:
@@ -45,8 +52,14 @@ class Models:
     async def aclose(self) -> None:
         await self.backend.aclose()
 
-    def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+    def stream(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
+    ) -> AsyncIterator[str]:
         """The reply's text in pieces; `usage` is filled in when the stream ends.
+
+        With `call.tools`, the model may ask for tool calls instead of (or after)
+        text: they are added to `calls` when the stream has ended, none when it
+        failed. An answer of tool calls alone streams no text at all.
 
         Failures before the first piece are retried with backoff (429, 5xx,
         timeouts, refused connections); after it, they end the stream with a
@@ -55,21 +68,26 @@ class Models:
         cut off with ModelStalled: retried like a timeout before the first
         piece, the end of the stream after it.
         """
-        return self._serving(call.model).stream(call, usage)
+        return self._serving(call.model).stream(call, usage, calls)
 
     def stream_response(
-        self, call: ModelCall, usage: Usage, chain: ResponseChain
+        self,
+        call: ModelCall,
+        usage: Usage,
+        chain: ResponseChain,
+        calls: list[ToolCall] | None = None,
     ) -> AsyncIterator[str]:
         """A turn through the Responses API, continuing `chain.previous_id` when set.
 
-        `chain.response_id` is filled in with the new response's id. A provider
+        `chain.response_id` is filled in with the new response's id, and `calls`
+        with the function calls it asked for, as `stream` does. A provider
         that no longer holds the previous response raises ProviderStateLost
         (never retried here: the caller resends the turn in full).
         """
-        return self._serving(call.model).stream_response(call, usage, chain)
+        return self._serving(call.model).stream_response(call, usage, chain, calls)
 
     async def complete(self, call: ModelCall) -> tuple[str, Usage]:
-        """One non-streamed answer (side questions, summaries)."""
+        """One non-streamed answer (side questions, summaries); `call.tools` is not sent."""
         usage = Usage()
         text = await self._serving(call.model).complete(call, usage)
         return text, usage

@@ -20,8 +20,15 @@ from typing import Any
 
 from gateway.logs import setup
 from gateway.models.litellm_backend import LitellmBackend, model_window
-from gateway.models.types import ModelSettings, ResponseChain, Usage
-from gateway.models.wire import LINE_LIMIT, call_from, dump, error_fields, usage_fields
+from gateway.models.types import ModelSettings, ResponseChain, ToolCall, Usage
+from gateway.models.wire import (
+    LINE_LIMIT,
+    call_from,
+    calls_fields,
+    dump,
+    error_fields,
+    usage_fields,
+)
 
 STOP_TIMEOUT = 1.0  # at the end of its input, how long a model process gives its calls to end
 
@@ -89,14 +96,15 @@ class Host:
             if message["op"] == "complete":
                 end["text"] = await self.backend.complete(call, usage)
             else:
-                chain = ResponseChain(message.get("previous_id"))
+                chain, calls = ResponseChain(message.get("previous_id")), list[ToolCall]()
                 if message["op"] == "responses":
-                    pieces = self.backend.stream_response(call, usage, chain)
+                    pieces = self.backend.stream_response(call, usage, chain, calls)
                 else:
-                    pieces = self.backend.stream(call, usage)
+                    pieces = self.backend.stream(call, usage, calls)
                 async for piece in pieces:
                     await self.send({"id": request_id, "piece": piece})
                 end["response_id"] = chain.response_id
+                end["calls"] = calls_fields(calls)
         except asyncio.CancelledError:
             return
         except Exception as exc:  # every failure goes back to the worker, as a ModelError

@@ -28,13 +28,21 @@ from gateway.errors import (
     ModelUnavailable,
     ProviderStateLost,
 )
-from gateway.models.providers import base_model, means_state_lost, to_responses_input
-from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, Usage
+from gateway.models.providers import (
+    base_model,
+    means_state_lost,
+    to_responses_input,
+    to_responses_tools,
+)
+from gateway.models.responses_stream import response_event
+from gateway.models.tool_calls import FunctionCalls, ToolCallParts
+from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
 
 log = logging.getLogger(__name__)
 
-# An opened stream: its first text (None: it ended without any) and its iterator.
-Opened = tuple[str | None, Any]
+# An opened stream: its first text (None: it ended without any), its iterator, and the
+# tool calls read from it so far (each attempt has its own, so a retry repeats none).
+Opened = tuple[str | None, Any, ToolCallParts | FunctionCalls]
 CLOSE_TIMEOUT = 5.0  # for closing a stalled stream's connection
 
 # litellm prepares a call in an executor thread, which hands back the coroutine
@@ -98,8 +106,10 @@ class LitellmBackend:
     async def aclose(self) -> None:
         """Nothing to let go of: litellm's clients live as long as the process."""
 
-    async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
-        """The reply's text in pieces; `usage` is filled in when the stream ends.
+    async def stream(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
+    ) -> AsyncIterator[str]:
+        """The reply's text in pieces; `usage` and `calls` are filled in when the stream ends.
 
         Failures before the first piece are retried with backoff (429, 5xx,
         timeouts, refused connections); after it, they end the stream with a
@@ -111,22 +121,29 @@ class LitellmBackend:
         opened = await self._with_retries(lambda: self._open_stream(call, usage))
         async for piece in self._read_stream(opened, call, usage):
             yield piece
+        _hand_over(opened, calls)
 
     async def stream_response(
-        self, call: ModelCall, usage: Usage, chain: ResponseChain
+        self,
+        call: ModelCall,
+        usage: Usage,
+        chain: ResponseChain,
+        calls: list[ToolCall] | None = None,
     ) -> AsyncIterator[str]:
         """A turn through the Responses API, continuing `chain.previous_id` when set.
 
-        `chain.response_id` is filled in with the new response's id. A provider
-        that no longer holds the previous response raises ProviderStateLost
-        (never retried here: the caller resends the turn in full).
+        `chain.response_id` is filled in with the new response's id, `calls` with
+        the function calls it asked for. A provider that no longer holds the
+        previous response raises ProviderStateLost (never retried here: the
+        caller resends the turn in full).
         """
         opened = await self._with_retries(lambda: self._open_response_stream(call, usage, chain))
         async for piece in self._read_response_stream(opened, call, usage, chain):
             yield piece
+        _hand_over(opened, calls)
 
     async def complete(self, call: ModelCall, usage: Usage) -> str:
-        """One non-streamed answer (side questions, summaries)."""
+        """One non-streamed answer (side questions, summaries): offered no tools."""
         response = await self._with_retries(lambda: self._acompletion(call, stream=False))
         choices = getattr(response, "choices", None) or []
         if not choices:
@@ -158,6 +175,8 @@ class LitellmBackend:
         }
         if stream:
             kwargs["stream_options"] = {"include_usage": True}
+            if call.tools:
+                kwargs["tools"] = list(call.tools)
         return await self._send(litellm.acompletion, kwargs, call, "max_tokens")
 
     async def _aresponses(self, call: ModelCall, chain: ResponseChain) -> Any:
@@ -175,6 +194,8 @@ class LitellmBackend:
             kwargs["instructions"] = instructions
         if chain.previous_id:
             kwargs["previous_response_id"] = chain.previous_id
+        if call.tools:
+            kwargs["tools"] = to_responses_tools(call.tools)
         return await self._send(litellm.aresponses, kwargs, call, "max_output_tokens")
 
     async def _send(
@@ -199,37 +220,44 @@ class LitellmBackend:
     ) -> Opened:
         """Open a Responses stream and read it up to its first text (see `_open_stream`)."""
         response = await self._aresponses(call, chain)
-        iterator = response.__aiter__()
-        text = await self._first_text(iterator, call, lambda e: _response_event(e, usage, chain))
-        return text, iterator
+        iterator, calls = response.__aiter__(), FunctionCalls()
+        text = await self._first_text(
+            iterator, call, lambda e: response_event(e, usage, chain, calls)
+        )
+        return text, iterator, calls
 
     async def _read_response_stream(
         self, opened: Opened, call: ModelCall, usage: Usage, chain: ResponseChain
     ) -> AsyncIterator[str]:
-        text, iterator = opened
+        text, iterator, calls = opened
+        assert isinstance(calls, FunctionCalls)
         if text is None:
             return
         yield text
         while (event := await self._next_item(iterator, call)) is not None:
-            if text := _response_event(event, usage, chain):
+            if text := response_event(event, usage, chain, calls):
                 yield text
 
     async def _open_stream(self, call: ModelCall, usage: Usage) -> Opened:
         """Open the stream and read it up to its first text, so that every failure
-        before anything is shown (a stall after the headers included) can retry."""
+        before anything is shown (a stall after the headers, or after a tool call's
+        first fragments, included) can retry. An answer of tool calls alone is read
+        to its end here."""
         response = await self._acompletion(call, stream=True)
-        iterator = response.__aiter__()
-        return await self._first_text(iterator, call, lambda c: _chunk_text(c, usage)), iterator
+        iterator, parts = response.__aiter__(), ToolCallParts()
+        text = await self._first_text(iterator, call, lambda c: _chunk_text(c, usage, parts))
+        return text, iterator, parts
 
     async def _read_stream(
         self, opened: Opened, call: ModelCall, usage: Usage
     ) -> AsyncIterator[str]:
-        text, iterator = opened
+        text, iterator, parts = opened
+        assert isinstance(parts, ToolCallParts)
         if text is None:
             return
         yield text
         while (chunk := await self._next_item(iterator, call)) is not None:
-            if text := _chunk_text(chunk, usage):
+            if text := _chunk_text(chunk, usage, parts):
                 yield text
 
     async def _first_text(
@@ -303,14 +331,23 @@ class LitellmBackend:
         return text.replace(self.api_key, "***") if self.api_key else text
 
 
-def _chunk_text(chunk: Any, usage: Usage) -> str:
-    """The text of one chat stream chunk; records the usage it carries."""
+def _chunk_text(chunk: Any, usage: Usage, parts: ToolCallParts) -> str:
+    """The text of one chat stream chunk; records the usage and tool call fragments it
+    carries."""
     _fill_usage(usage, getattr(chunk, "usage", None))
     choices = getattr(chunk, "choices", None) or []
     if not choices:
         return ""
     delta = getattr(choices[0], "delta", None)
+    parts.add(getattr(delta, "tool_calls", None))
     return str(getattr(delta, "content", None) or "")
+
+
+def _hand_over(opened: Opened, calls: list[ToolCall] | None) -> None:
+    """The ended stream's tool calls, into the caller's list (when it gave one)."""
+    found = opened[2].calls()
+    if calls is not None:
+        calls.extend(found)
 
 
 async def _close(stream: Any) -> None:
@@ -322,45 +359,6 @@ async def _close(stream: Any) -> None:
         await asyncio.wait_for(close(), CLOSE_TIMEOUT)
     except Exception as exc:  # the stream is given up either way; the close is a courtesy
         log.debug("closing a stalled model stream failed: %r", exc)
-
-
-def _response_event(event: Any, usage: Usage, chain: ResponseChain) -> str:
-    """The text of one Responses API stream event; records the id and usage it carries."""
-    kind = str(getattr(getattr(event, "type", ""), "value", getattr(event, "type", "")))
-    response = getattr(event, "response", None)
-    if response is not None and getattr(response, "id", None):
-        chain.response_id = str(response.id)
-    if kind == "response.output_text.delta":
-        return str(getattr(event, "delta", "") or "")
-    if kind == "response.completed":
-        _fill_response_usage(usage, getattr(response, "usage", None))
-    elif kind in {"response.failed", "response.incomplete", "error"}:
-        raise _response_failure(event, response)
-    return ""
-
-
-def _response_failure(event: Any, response: Any) -> ModelError:
-    error = getattr(response, "error", None) or event
-    message = str(getattr(error, "message", "") or getattr(error, "code", "") or "failed")
-    code = str(getattr(error, "code", "") or "")
-    text = f"response {code}: {message}"[:200]
-    if means_state_lost(f"{code} {message}"):
-        return ProviderStateLost(text)
-    return ModelUnavailable(text) if "server" in code else ModelRejected(text)
-
-
-def _fill_response_usage(usage: Usage, reported: Any) -> None:
-    if not reported:
-        return
-    if isinstance(reported, dict):
-        get = reported.get
-    else:
-
-        def get(name: str, default: Any = None) -> Any:
-            return getattr(reported, name, default)
-
-    usage.prompt_tokens = int(get("input_tokens", 0) or get("prompt_tokens", 0) or 0)
-    usage.completion_tokens = int(get("output_tokens", 0) or get("completion_tokens", 0) or 0)
 
 
 def _fill_usage(usage: Usage, reported: Any) -> None:

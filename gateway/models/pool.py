@@ -35,10 +35,11 @@ from typing import Any
 
 from gateway.errors import ModelUnavailable
 from gateway.models import litellm_backend
-from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, Usage
+from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
 from gateway.models.wire import (
     LINE_LIMIT,
     call_fields,
+    calls_from,
     dump,
     error_fields,
     error_from,
@@ -221,25 +222,38 @@ class ModelPool:
         end = await self._end("window", {"model": model})
         return int(end["window"]) if end.get("window") else None
 
-    async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+    async def stream(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
+    ) -> AsyncIterator[str]:
         async for message in self._pick().call("stream", {"call": call_fields(call)}):
             if "piece" in message:
                 yield str(message["piece"])
             else:
-                fill_usage(usage, message["end"])
+                _fill_end(message["end"], usage, calls)
 
     async def stream_response(
-        self, call: ModelCall, usage: Usage, chain: ResponseChain
+        self,
+        call: ModelCall,
+        usage: Usage,
+        chain: ResponseChain,
+        calls: list[ToolCall] | None = None,
     ) -> AsyncIterator[str]:
         body = {"call": call_fields(call), "previous_id": chain.previous_id}
         async for message in self._pick().call("responses", body):
             if "piece" in message:
                 yield str(message["piece"])
             else:
-                fill_usage(usage, message["end"])
+                _fill_end(message["end"], usage, calls)
                 chain.response_id = message["end"].get("response_id")
 
     async def complete(self, call: ModelCall, usage: Usage) -> str:
         end = await self._end("complete", {"call": call_fields(call)})
         fill_usage(usage, end)
         return str(end.get("text", ""))
+
+
+def _fill_end(end: dict[str, Any], usage: Usage, calls: list[ToolCall] | None) -> None:
+    """What a stream's end carries: its usage, and the tool calls the caller asked for."""
+    fill_usage(usage, end)
+    if calls is not None:
+        calls.extend(calls_from(end))

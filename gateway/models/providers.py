@@ -91,6 +91,23 @@ def to_responses_input(messages: Sequence[Message]) -> tuple[str | None, list[Me
     return ("\n\n".join(instructions) or None), items
 
 
+def to_responses_tools(tools: Sequence[Message]) -> list[Message]:
+    """Chat-format function tools in the Responses API's flat shape.
+
+    `{"type": "function", "function": {"name", ...}}` becomes
+    `{"type": "function", "name", "description", "parameters"}`; a tool already
+    flat, or of another type, is sent as it is.
+    """
+    flat: list[Message] = []
+    for tool in tools:
+        function = tool.get("function")
+        if tool.get("type") == "function" and isinstance(function, dict):
+            flat.append({"type": "function", **function})
+        else:
+            flat.append(dict(tool))
+    return flat
+
+
 def _conversation_items(message: Message) -> list[Message]:
     role = str(message.get("role", "user"))
     content = message.get("content")

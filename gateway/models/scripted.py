@@ -8,6 +8,12 @@ network:
     backend = ScriptedBackend("the answer")
     backend.fail_next(ModelUnavailable("down"), after_pieces=2)
     models = Models(backend)
+
+A script may also answer with tool calls (a `ScriptedAnswer`), for turns that
+use tools: its text streams first, its calls are handed over at the end.
+
+    ScriptedBackend(lambda call: ScriptedAnswer(calls=[ToolCall("c1", "search", "{}")])
+                    if call.messages[-1]["role"] == "user" else "done")
 """
 
 from __future__ import annotations
@@ -16,16 +22,27 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
 from gateway.errors import ModelError
-from gateway.models.types import Message, ModelCall, ResponseChain, Usage
+from gateway.models.types import Message, ModelCall, ResponseChain, ToolCall, Usage
 
-Reply = str | Callable[[ModelCall], str]
+
+@dataclass(frozen=True, slots=True)
+class ScriptedAnswer:
+    """An answer with tool calls: `text` streamed first (may be empty), then `calls`."""
+
+    text: str = ""
+    calls: Sequence[ToolCall] = ()
+
+
+Reply = str | ScriptedAnswer | Callable[[ModelCall], str | ScriptedAnswer]
 ECHO_LABEL = "(echo: no model is configured, so I repeat what you wrote; set GATEWAY_MODEL)"
 
 
 class ScriptedBackend:
-    """Answers every call with `reply` (a text, or a function of the call), word by word.
+    """Answers every call with `reply` (a text or a ScriptedAnswer, or a function of the
+    call that gives one), word by word.
 
     The most recent calls are kept in `calls`. A failure queued with
     `fail_next` is raised by the next call, after that many pieces. Tokens are
@@ -49,19 +66,26 @@ class ScriptedBackend:
     async def aclose(self) -> None:
         """Nothing to close."""
 
-    async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
-        async for piece in self._pieces(call, usage):
+    async def stream(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
+    ) -> AsyncIterator[str]:
+        async for piece in self._pieces(call, usage, calls):
             yield piece
 
     async def stream_response(
-        self, call: ModelCall, usage: Usage, chain: ResponseChain
+        self,
+        call: ModelCall,
+        usage: Usage,
+        chain: ResponseChain,
+        calls: list[ToolCall] | None = None,
     ) -> AsyncIterator[str]:
         chain.response_id = f"scripted-{next(self._response_ids)}"
-        async for piece in self._pieces(call, usage):
+        async for piece in self._pieces(call, usage, calls):
             yield piece
 
     async def complete(self, call: ModelCall, usage: Usage) -> str:
-        return "".join([piece async for piece in self._pieces(call, usage)])
+        """The answer's text; a one-shot call offers no tools, so any calls are left out."""
+        return "".join([piece async for piece in self._pieces(call, usage, None)])
 
     def count_tokens(self, model: str, messages: Sequence[Message]) -> int:
         return _characters(messages) // 4 + 1
@@ -72,11 +96,18 @@ class ScriptedBackend:
     async def window(self, model: str) -> int | None:
         return self.input_window
 
-    async def _pieces(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+    def _answer(self, call: ModelCall) -> ScriptedAnswer:
+        reply = self.reply(call) if callable(self.reply) else self.reply
+        return ScriptedAnswer(reply) if isinstance(reply, str) else reply
+
+    async def _pieces(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None
+    ) -> AsyncIterator[str]:
         self.calls.append(call)
         error, after = self._failures.popleft() if self._failures else (None, 0)
-        text = self.reply if isinstance(self.reply, str) else self.reply(call)
-        words = text.split(" ")
+        answer = self._answer(call)
+        # An answer of tool calls alone streams no text (not even an empty piece).
+        words = answer.text.split(" ") if answer.text or not answer.calls else []
         for index, word in enumerate(words):
             if error is not None and index == after:
                 raise error
@@ -85,7 +116,9 @@ class ScriptedBackend:
         if error is not None:
             raise error
         usage.prompt_tokens = _characters(call.messages) // 4
-        usage.completion_tokens = len(words)
+        usage.completion_tokens = len(words) + len(answer.calls)
+        if calls is not None:
+            calls.extend(answer.calls)
 
 
 def echo() -> ScriptedBackend:

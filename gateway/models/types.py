@@ -1,4 +1,5 @@
-"""The values that cross the model boundary: a call, its usage, a provider's chain, settings.
+"""The values that cross the model boundary: a call, its usage, the tool calls it asked
+for, a provider's chain, settings.
 
 Plain data only, with nothing to import but the settings: every side of the
 boundary (the turn, a backend, the model process) shares them.
@@ -17,13 +18,35 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class ModelCall:
-    """One request to a model."""
+    """One request to a model.
+
+    `tools` are OpenAI function tools in the chat format
+    (`{"type": "function", "function": {"name", "description", "parameters"}}`);
+    None or empty sends none. Only streamed calls offer them: a one-shot answer
+    (a side question, a summary) has no loop to run a tool in.
+    """
 
     model: str
     messages: Sequence[Message]
     timeout: float
     max_tokens: int | None = None
     temperature: float | None = None
+    tools: Sequence[Message] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    `id` pairs it with its result (`tool_call_id` of a `tool` message; `call_id`
+    in the Responses API). `arguments` is the JSON text the model wrote, as it
+    wrote it: whoever runs the tool parses it, and tells the model when it cannot.
+    Its fields are those of a history entry's `tool_calls` item (see compiler.py).
+    """
+
+    id: str
+    name: str
+    arguments: str
 
 
 @dataclass(slots=True)

@@ -9,6 +9,8 @@ One JSON object per line.
 - model process -> worker: `{"ready": true}` once, then for a request
   `{"id": n, "piece": "..."}` any number of times and one of
   `{"id": n, "end": {...}}` or `{"id": n, "error": {"kind", "text", "retry_after"}}`.
+  A stream's end carries its usage, its response id and the tool calls it asked
+  for (`"calls": [{"id", "name", "arguments"}, ...]`); a call carries its tools.
 
 An error crosses as the name of its class in the error tree, so the worker
 raises the same ModelError the model process caught.
@@ -21,7 +23,7 @@ from typing import Any
 
 from gateway import errors
 from gateway.errors import ModelError, ModelRateLimited, ModelUnavailable
-from gateway.models.types import ModelCall, Usage
+from gateway.models.types import ModelCall, ToolCall, Usage
 
 LINE_LIMIT = 64 * 1024 * 1024  # a request carries a whole compiled conversation
 
@@ -37,6 +39,7 @@ def call_fields(call: ModelCall) -> dict[str, Any]:
         "timeout": call.timeout,
         "max_tokens": call.max_tokens,
         "temperature": call.temperature,
+        "tools": list(call.tools) if call.tools else None,
     }
 
 
@@ -47,7 +50,19 @@ def call_from(fields: dict[str, Any]) -> ModelCall:
         float(fields["timeout"]),
         max_tokens=fields.get("max_tokens"),
         temperature=fields.get("temperature"),
+        tools=fields.get("tools") or None,
     )
+
+
+def calls_fields(calls: list[ToolCall]) -> list[dict[str, str]]:
+    return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+
+
+def calls_from(end: dict[str, Any]) -> list[ToolCall]:
+    """The tool calls a stream's end carries (none from a model process that sends none)."""
+    return [
+        ToolCall(str(c["id"]), str(c["name"]), str(c["arguments"])) for c in end.get("calls") or []
+    ]
 
 
 def usage_fields(usage: Usage) -> dict[str, Any]:

@@ -9,9 +9,11 @@ litellm talks to it over real HTTP, exactly as it talks to OpenAI:
 
 It serves `POST /v1/chat/completions` and `POST /v1/responses` (streamed as SSE or
 whole), records every JSON body it receives, and can be scripted: the reply text,
-delays before the first token and between tokens, per-model behaviour, failures
-with OpenAI's error body, and requests that hang (before their headers, right after
-them, or after a few tokens). The aiohttp server runs on its
+or an `Answer` that calls tools (tests/fakes/llm_tools.py), for every request or
+queued for the next ones (`answer_next`), delays before the first token and
+between tokens, per-model behaviour, failures with OpenAI's error body, and
+requests that hang (before their headers, right after them, or after a few
+tokens; a tool call's fragments count as tokens). The aiohttp server runs on its
 own event loop in a background thread, so in-process async tests and subprocesses
 can both use it.
 
@@ -51,9 +53,17 @@ from tests.fakes.llm_shapes import (
     split_words,
     write_event,
 )
+from tests.fakes.llm_tools import (
+    Answer,
+    Step,
+    chat_message_calls,
+    chat_tool_deltas,
+    function_call_item,
+    function_call_steps,
+)
 from tests.fakes.server import CallLog, LoopbackServer
 
-Reply = str | Callable[[JSON], str]
+Reply = str | Answer | Callable[[JSON], str | Answer]
 _R = TypeVar("_R", bound=web.StreamResponse)
 
 
@@ -103,12 +113,14 @@ class Behaviour:
     token_delay: float = 0.0
     duration: float | None = None
 
-    def text_for(self, body: JSON) -> str:
+    def answer_for(self, body: JSON) -> Answer:
         if self.reply is None:
-            return default_reply(body)
-        if isinstance(self.reply, str):
-            return self.reply
-        return str(self.reply(body))
+            return Answer(default_reply(body))
+        reply = self.reply(body) if callable(self.reply) else self.reply
+        return reply if isinstance(reply, Answer) else Answer(str(reply))
+
+    def text_for(self, body: JSON) -> str:
+        return self.answer_for(body).text
 
     def gap(self, pieces: int) -> float:
         """The pause between two tokens of a reply cut into `pieces`."""
@@ -125,6 +137,13 @@ class _Failure:
     message: str | None
     code: str | None
     model: str | None
+
+
+@dataclasses.dataclass
+class _Queued:
+    answer: Answer
+    model: str | None
+    times: int = 1
 
 
 @dataclasses.dataclass
@@ -165,6 +184,7 @@ class FakeLLM(LoopbackServer):
         self._requests: CallLog[ReceivedRequest] = CallLog()
         self._failures: list[_Failure] = []
         self._hangs: list[_Hang] = []
+        self._queued: list[_Queued] = []
         self._response_ids: set[str] = set()
         self._release: asyncio.Event | None = None
 
@@ -324,6 +344,19 @@ class FakeLLM(LoopbackServer):
                 )
             )
 
+    def answer_next(self, *answers: str | Answer, model: str | None = None) -> None:
+        """Answer the next requests (for `model`, if given) with `answers`, one each, in
+        order; then the scripted reply again."""
+        bare = None if model is None else _bare_model(model)
+        with self._lock:
+            for answer in answers:
+                value = answer if isinstance(answer, Answer) else Answer(answer)
+                self._queued.append(_Queued(value, bare))
+
+    def _answer(self, received: ReceivedRequest, behaviour: Behaviour) -> Answer:
+        queued: _Queued | None = self._take(self._queued, received.model)
+        return queued.answer if queued is not None else behaviour.answer_for(received)
+
     def release_hangs(self) -> None:
         """Let every hanging request end (the connection is closed without an answer)."""
         if self._loop is not None and self._release is not None:
@@ -412,15 +445,14 @@ class FakeLLM(LoopbackServer):
             await self._hang()
             raise web.HTTPServiceUnavailable()
         behaviour = self.behaviour_for(received.model)
-        text = behaviour.text_for(received)
-        usage = chat_usage(count_words(received.get("messages")), count_words(text))
+        answer = self._answer(received, behaviour)
+        usage = chat_usage(count_words(received.get("messages")), _answer_words(answer))
         completion_id = new_id("chatcmpl")
         if not received.get("stream"):
-            await self._pace_whole(behaviour, text)
-            return self._finish(
-                received,
-                web.json_response(chat_completion(completion_id, received.model, text, usage)),
-            )
+            await self._pace_whole(behaviour, answer.text)
+            calls = chat_message_calls(answer.calls) or None
+            whole = chat_completion(completion_id, received.model, answer.text, usage, calls)
+            return self._finish(received, web.json_response(whole))
         include_usage = bool((received.get("stream_options") or {}).get("include_usage"))
         stream = await self._open_stream(request)
         if hang is not None and hang.after_headers:
@@ -431,7 +463,7 @@ class FakeLLM(LoopbackServer):
                 received.model,
                 completion_id,
                 behaviour,
-                text,
+                answer,
                 hang,
                 usage if include_usage else None,
             )
@@ -443,23 +475,21 @@ class FakeLLM(LoopbackServer):
         model: str,
         completion_id: str,
         behaviour: Behaviour,
-        text: str,
+        answer: Answer,
         hang: _Hang | None,
         usage: JSON | None,
     ) -> None:
-        await write_event(
-            stream, chat_chunk(completion_id, model, {"role": "assistant", "content": ""})
-        )
-        await self._stream_pieces(
-            stream,
-            behaviour,
-            split_words(text),
-            hang,
-            lambda piece: chat_chunk(completion_id, model, {"content": piece}),
-        )
-        await write_event(stream, chat_chunk(completion_id, model, {}, "stop"))
+        def chunk(delta: JSON | None, finish: str | None = None, **extra: Any) -> JSON:
+            return chat_chunk(completion_id, model, delta, finish, **extra)
+
+        body: list[Step] = [(chunk({"content": p}), True) for p in split_words(answer.text)]
+        body += [(chunk(delta), True) for delta in chat_tool_deltas(answer.calls)]
+        body += [(chunk(delta), False) for delta in answer.raw_deltas]
+        closing = [chunk({}, "tool_calls" if answer.calls else "stop")]
         if usage is not None:
-            await write_event(stream, chat_chunk(completion_id, model, None, usage=usage))
+            closing.append(chunk(None, usage=usage))
+        opening = [chunk({"role": "assistant", "content": ""})]
+        await self._write_steps(stream, behaviour, opening, body, closing, hang)
         await stream.write(b"data: [DONE]\n\n")
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
@@ -474,33 +504,39 @@ class FakeLLM(LoopbackServer):
             await self._hang()
             raise web.HTTPServiceUnavailable()
         behaviour = self.behaviour_for(received.model)
-        text = behaviour.text_for(received)
+        answer = self._answer(received, behaviour)
         prompt = count_words([received.get("input"), received.get("instructions")])
-        usage = responses_usage(prompt, count_words(text))
+        usage = responses_usage(prompt, _answer_words(answer))
         response_id, item_id = new_id("resp"), new_id("msg")
+        call_items = [(new_id("fc"), call) for call in answer.calls]
         with self._lock:
             self._response_ids.add(response_id)
+        with_message = bool(answer.text or not answer.calls)
+        output = [output_message(item_id, answer.text)] if with_message else []
+        output += [function_call_item(fc_id, call) for fc_id, call in call_items]
         done = response_object(
-            response_id,
-            received,
-            status="completed",
-            output=[output_message(item_id, text)],
-            usage=usage,
+            response_id, received, status="completed", output=output, usage=usage
         )
         if not received.get("stream"):
-            await self._pace_whole(behaviour, text)
+            await self._pace_whole(behaviour, answer.text)
             return self._finish(received, web.json_response(done))
         stream = await self._open_stream(request)
         if hang is not None and hang.after_headers:
             return await self._silent(received, stream)
-        events = ResponseEvents(stream, item_id)
+        events = ResponseEvents(item_id)
         started = response_object(
             response_id, received, status="in_progress", output=[], usage=None
         )
+        opening, body = events.started(started), list[Step]()
+        if with_message:
+            opening += events.message_opening()
+            body += [(events.delta(piece), True) for piece in split_words(answer.text)]
+            body += [(event, False) for event in events.message_closing(answer.text)]
+        for index, (fc_id, call) in enumerate(call_items, start=int(with_message)):
+            body += function_call_steps(events.event, index, fc_id, call)
+        closing = [events.completed(done)]
         with contextlib.suppress(_Stalled, ConnectionResetError):
-            await events.opening(started)
-            await self._stream_pieces(stream, behaviour, split_words(text), hang, events.delta)
-            await events.closing(text, done)
+            await self._write_steps(stream, behaviour, opening, body, closing, hang)
         return self._finish(received, stream)
 
     def _unknown_previous(self, received: ReceivedRequest) -> web.Response | None:
@@ -560,23 +596,34 @@ class FakeLLM(LoopbackServer):
         pieces = len(split_words(text))
         await asyncio.sleep(behaviour.first_token_delay + behaviour.gap(pieces) * pieces)
 
-    async def _stream_pieces(
+    async def _write_steps(
         self,
         stream: web.StreamResponse,
         behaviour: Behaviour,
-        pieces: list[str],
+        opening: list[JSON],
+        body: list[Step],
+        closing: list[JSON],
         hang: _Hang | None,
-        event: Callable[[str], JSON],
     ) -> None:
+        """The events of a stream: `opening` at once, then the first-token delay, `body`
+        (its paced steps are the tokens: spaced by the gap, where a hang stalls), then
+        `closing`."""
+        for event in opening:
+            await write_event(stream, event)
         await asyncio.sleep(behaviour.first_token_delay)
-        gap = behaviour.gap(len(pieces))
-        for index, piece in enumerate(pieces):
-            if hang is not None and index >= hang.after_tokens:
-                await self._hang()
-                raise _Stalled()
-            if index:
-                await asyncio.sleep(gap)
-            await write_event(stream, event(piece))
+        gap = behaviour.gap(sum(1 for _, paced in body if paced))
+        tokens = 0
+        for event, paced in body:
+            if paced:
+                if hang is not None and tokens >= hang.after_tokens:
+                    await self._hang()
+                    raise _Stalled()
+                if tokens:
+                    await asyncio.sleep(gap)
+                tokens += 1
+            await write_event(stream, event)
+        for event in closing:
+            await write_event(stream, event)
 
     @staticmethod
     async def _open_stream(request: web.Request) -> web.StreamResponse:
@@ -585,6 +632,11 @@ class FakeLLM(LoopbackServer):
         )
         await stream.prepare(request)
         return stream
+
+
+def _answer_words(answer: Answer) -> int:
+    """The answer's output tokens, roughly: its text's words and its calls' arguments'."""
+    return count_words([answer.text, *(call.arguments for call in answer.calls)])
 
 
 def _model_option(text: str) -> tuple[str, float, float | None]:

@@ -103,8 +103,18 @@ def chat_usage(prompt_tokens: int, completion_tokens: int) -> JSON:
     }
 
 
-def chat_completion(completion_id: str, model: str, text: str, usage: JSON) -> JSON:
-    """A whole (non-streamed) chat.completion object."""
+def chat_completion(
+    completion_id: str,
+    model: str,
+    text: str,
+    usage: JSON,
+    tool_calls: list[JSON] | None = None,
+) -> JSON:
+    """A whole (non-streamed) chat.completion object; with `tool_calls`, an answer that
+    calls tools (its content null when it has no text)."""
+    message: JSON = {"role": "assistant", "content": text, "refusal": None}
+    if tool_calls:
+        message.update(content=text or None, tool_calls=tool_calls)
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -115,8 +125,8 @@ def chat_completion(completion_id: str, model: str, text: str, usage: JSON) -> J
             {
                 "index": 0,
                 "logprobs": None,
-                "finish_reason": "stop",
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "message": message,
             }
         ],
         "usage": usage,
@@ -215,19 +225,18 @@ async def write_event(stream: web.StreamResponse, payload: JSON) -> None:
 
 
 class ResponseEvents:
-    """The Responses API stream events around the text deltas, numbered in order."""
+    """The Responses API stream events, numbered in the order they are built.
 
-    def __init__(self, stream: web.StreamResponse, item_id: str) -> None:
-        self.stream = stream
+    Events are built up front and written later, so build them in stream order.
+    """
+
+    def __init__(self, item_id: str) -> None:
         self.item_id = item_id
         self.sequence = 0
 
-    def _event(self, kind: str, **fields: Any) -> JSON:
+    def event(self, kind: str, **fields: Any) -> JSON:
         self.sequence += 1
         return {"type": kind, "sequence_number": self.sequence, **fields}
-
-    async def _send(self, payload: JSON) -> None:
-        await write_event(self.stream, payload)
 
     def _part(self, text: str = "") -> dict[str, Any]:
         return {
@@ -237,20 +246,24 @@ class ResponseEvents:
             "part": {"type": "output_text", "text": text, "annotations": []},
         }
 
-    async def opening(self, started: JSON) -> None:
-        await self._send(self._event("response.created", response=started))
-        await self._send(self._event("response.in_progress", response=started))
-        await self._send(
-            self._event(
+    def started(self, started: JSON) -> list[JSON]:
+        return [
+            self.event("response.created", response=started),
+            self.event("response.in_progress", response=started),
+        ]
+
+    def message_opening(self) -> list[JSON]:
+        return [
+            self.event(
                 "response.output_item.added",
                 output_index=0,
                 item=output_message(self.item_id, "", "in_progress"),
-            )
-        )
-        await self._send(self._event("response.content_part.added", **self._part()))
+            ),
+            self.event("response.content_part.added", **self._part()),
+        ]
 
     def delta(self, piece: str) -> JSON:
-        return self._event(
+        return self.event(
             "response.output_text.delta",
             item_id=self.item_id,
             output_index=0,
@@ -259,21 +272,21 @@ class ResponseEvents:
             logprobs=[],
         )
 
-    async def closing(self, text: str, done: JSON) -> None:
-        await self._send(
-            self._event(
+    def message_closing(self, text: str) -> list[JSON]:
+        return [
+            self.event(
                 "response.output_text.done",
                 item_id=self.item_id,
                 output_index=0,
                 content_index=0,
                 text=text,
                 logprobs=[],
-            )
-        )
-        await self._send(self._event("response.content_part.done", **self._part(text)))
-        await self._send(
-            self._event(
+            ),
+            self.event("response.content_part.done", **self._part(text)),
+            self.event(
                 "response.output_item.done", output_index=0, item=output_message(self.item_id, text)
-            )
-        )
-        await self._send(self._event("response.completed", response=done))
+            ),
+        ]
+
+    def completed(self, done: JSON) -> JSON:
+        return self.event("response.completed", response=done)
