@@ -138,6 +138,7 @@ class SessionStore:
         self._claim = load("claim").bind(redis)
         self._finish = load("finish").bind(redis)
         self._step = load("step").bind(redis)
+        self._enqueue_turn = load("enqueue_turn").bind(redis)
         self._reply_state = load("reply_state").bind(redis)
         self._reset = load("reset").bind(redis)
 
@@ -212,6 +213,18 @@ class SessionStore:
         }
         status, job = await self._enqueue(keys=keys, args=args)
         return ("busy" if int(status) == 2 else "ok"), job or None
+
+    async def enqueue_turn(self, session_key: str, platform: str) -> str | None:
+        """A turn job for the session without a new message (an approval decided,
+        messages left behind a tool loop); None when one is queued already."""
+        keys = {
+            "queued": Keys.queued(session_key),
+            "stream": self.stream(platform),
+            "meta": Keys.meta(session_key),
+            "sessions": Keys.SESSIONS,
+        }
+        job = await self._enqueue_turn(keys=keys, args={"session": session_key, "now": time.time()})
+        return str(job) if job else None
 
     async def claim(self, session_key: str, token: str, ttl: float) -> Claim:
         """Take the lease and, when there is work, read all a turn starts from: one step.

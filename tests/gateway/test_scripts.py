@@ -43,6 +43,7 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "pace_ban",
         "prune",
         "step",
+        "enqueue_turn",
     ):
         script = load(name)
         assert script.keys and script.args, name
@@ -212,3 +213,16 @@ async def test_an_open_loop_keeps_new_messages_in_the_inbox_until_it_is_recorded
     after = await sessions.claim(KEY, "t3", 30)
     assert after.has_work and after.view is not None
     assert after.view.entries[-1]["text"] == "meanwhile"
+
+
+async def test_a_turn_without_a_message_is_enqueued_once_while_its_job_lives(
+    sessions: SessionStore,
+) -> None:
+    first = await sessions.enqueue_turn(KEY, "test")
+    assert first is not None
+    assert await sessions.enqueue_turn(KEY, "test") is None
+    assert await sessions.owed(KEY) == 1
+    await sessions.redis.xdel(sessions.stream("test"), first)  # its job is gone
+    again = await sessions.enqueue_turn(KEY, "test")
+    assert again is not None and again != first
+    assert await sessions.owed(KEY) == 1
