@@ -335,6 +335,7 @@ class ReplyStream:
         self.ids = list(known_ids)
         self.sent: list[str | None] = [None] * len(self.ids)
         self.text = ""
+        self.status = ""
         self._on_ids, self._on_flush, self._may_post = on_ids, on_flush, may_post
         self._ids_unsaved = False
         self._dirty = asyncio.Event()
@@ -352,9 +353,22 @@ class ReplyStream:
         if self.text.strip():
             self._dirty.set()
 
+    def set_status(self, status: str) -> None:
+        """A line shown under the text until it changes (a tool running); "" clears it."""
+        if status != self.status:
+            self.status = status
+            self._dirty.set()
+
+    @property
+    def shown(self) -> str:
+        """What the message shows now: the text, and the status line under it."""
+        if not self.status:
+            return self.text
+        return f"{self.text.rstrip()}\n\n{self.status}" if self.text.strip() else self.status
+
     async def finish(self, text: str) -> list[str]:
         """Deliver the final text, waiting out any rate limit. Returns the message ids."""
-        self.text = text
+        self.text, self.status = text, ""
         await self._stop_tasks()
         await self._flush(final=True)
         await self._thinking(False)
@@ -400,7 +414,7 @@ class ReplyStream:
     async def _flush(self, *, final: bool) -> None:
         if self._ids_unsaved:
             await self._save_ids()
-        pieces = self.channel.split(self.text)
+        pieces = self.channel.split(self.shown)
         for index, piece in enumerate(pieces):
             if index < len(self.ids):
                 if self.sent[index] == piece:

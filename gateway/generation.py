@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from gateway.chains import Chains
@@ -14,7 +14,7 @@ from gateway.delivery import ReplyStream
 from gateway.early import EarlyStart
 from gateway.errors import ModelBadResponse, ModelError, ProviderStateLost
 from gateway.lease import Lease
-from gateway.models import ModelCall, Models, ResponseChain, Usage
+from gateway.models import Message, ModelCall, Models, ResponseChain, ToolCall, Usage
 from gateway.prepare import PreparedTurn
 
 log = logging.getLogger(__name__)
@@ -79,19 +79,46 @@ class Generation:
             result = await generate(self.pieces(prepared.in_full(), usage, chain), stream, running)
         return result, chain
 
+    async def step(
+        self,
+        key: str,
+        messages: Sequence[Message],
+        usage: Usage,
+        stream: ReplyStream,
+        running: RunningTurn,
+        chain: ResponseChain | None,
+        tools: Sequence[Message] | None,
+        calls: list[ToolCall] | None,
+    ) -> TurnResult:
+        """One call of a tool loop: `messages` offered `tools`; `calls` gets what the
+        model asked for (filled in only when the answer ended cleanly)."""
+        pieces = self._stream(messages, usage, chain, tools, calls)
+        return await generate(pieces, stream, running)
+
     def pieces(
         self, prepared: PreparedTurn, usage: Usage, chain: ResponseChain | None
     ) -> AsyncIterator[str]:
         """The reply's pieces, as the model streams them (on `chain` for a stateful one)."""
+        return self._stream(prepared.request.messages, usage, chain, None, None)
+
+    def _stream(
+        self,
+        messages: Sequence[Message],
+        usage: Usage,
+        chain: ResponseChain | None,
+        tools: Sequence[Message] | None,
+        calls: list[ToolCall] | None,
+    ) -> AsyncIterator[str]:
         call = ModelCall(
             self.settings.model,
-            prepared.request.messages,
+            messages,
             self.settings.model_timeout,
             max_tokens=self.settings.max_tokens,
+            tools=tools,
         )
         if chain is None:
-            return self.models.stream(call, usage)
-        return self.models.stream_response(call, usage, chain)
+            return self.models.stream(call, usage, calls)
+        return self.models.stream_response(call, usage, chain, calls)
 
 
 async def generate(

@@ -37,6 +37,8 @@ from gateway.prepare import PreparedTurn, Preparer
 from gateway.reply import Replies, failure_text
 from gateway.session import Claim, Entry, Finish, SessionStore
 from gateway.store import Keys
+from gateway.tool_loop import ToolLoop
+from gateway.tools import ToolServers
 
 __all__ = ["PreparedTurn", "RunningTurn", "Turn", "TurnResult", "TurnRunner", "failure_text"]
 
@@ -71,6 +73,7 @@ class TurnRunner:
         senders: dict[str, Sender],
         budget: SendBudget,
         metrics: Metrics,
+        tools: ToolServers | None = None,
     ) -> None:
         self.sessions, self.queue, self.senders, self.metrics = sessions, queue, senders, metrics
         self.ttl = settings.lease_ttl
@@ -81,6 +84,12 @@ class TurnRunner:
         self.generation = Generation(settings, models, self.chains)
         self.early = EarlyStarts(self.preparer, self.chains, self.generation.pieces)
         self.replies = Replies(sessions, budget, metrics)
+        self.tools = tools
+        self.loop = (
+            ToolLoop(sessions, self.generation, tools, settings.tool_max_steps)
+            if tools is not None
+            else None
+        )
 
     async def run(self, job: Job) -> None:
         """Answer everything the session has past its `answered` mark, under its lease.
@@ -91,7 +100,8 @@ class TurnRunner:
         key = job.session_key
         lease = Lease(self.sessions.redis, Keys.lease(key), self.ttl)
         try:
-            early = self.early.start(job)
+            # A call started early offers no tools: with tools, every turn starts claimed.
+            early = self.early.start(job) if self.loop is None else None
         except Exception as exc:  # a job with a payload of the wrong shape: start as usual
             log.warning("%s: no early start for job %s (%r)", key, job.id, exc)
             early = None
@@ -167,7 +177,8 @@ class TurnRunner:
         address = Address.model_validate(user["reply"])
         new = claim.length - claim.answered
         log.info("turn %s %s started (%d new messages)", key, claim.turn_id, new)
-        context = self.preparer.context(key, view, user, address, list(claim.injections))
+        notes = list(claim.injections) + self._tool_notes()
+        context = self.preparer.context(key, view, user, address, notes)
         sender = self.senders[address.platform]
         stream = self.replies.open(
             key,
@@ -178,14 +189,21 @@ class TurnRunner:
             str(user.get("id") or ""),
             may_post=turn.lease.renew,  # a new message only while the lease is held
         )
-        usage, prepared, chain = Usage(), None, None
+        usage, prepared, chain, length = Usage(), None, None, claim.length
         try:
             try:
                 prepared = await self._prepare(turn, context)
-                early = turn.kept_early
-                usage = early.usage if early is not None else usage
-                call = self.generation.call(key, prepared, usage, stream, turn.running, early)
-                result, chain = await call
+                if self.loop is not None:
+                    token = turn.lease.token
+                    ran = await self.loop.run(
+                        key, token, claim, prepared, usage, stream, turn.running
+                    )
+                    result, chain, length = ran.result, ran.chain, ran.length
+                else:
+                    early = turn.kept_early
+                    usage = early.usage if early is not None else usage
+                    call = self.generation.call(key, prepared, usage, stream, turn.running, early)
+                    result, chain = await call
             except ModelError as exc:  # counting or compressing went through a model that failed
                 result = TurnResult(stream.text, error=exc)
             if turn.running.reason == LEASE_LOST:
@@ -195,7 +213,7 @@ class TurnRunner:
         except BaseException:
             await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
             raise
-        outcome = await self._finish(turn, prepared, chain, result, entry)
+        outcome = await self._finish(turn, prepared, chain, result, entry, length)
         await _report(self.metrics, turn, address, time.monotonic() - started, usage, outcome)
 
     async def _prepare(self, turn: Turn, context: TurnContext) -> PreparedTurn:
@@ -219,28 +237,44 @@ class TurnRunner:
         chain: ResponseChain | None,
         result: TurnResult,
         entry: Entry | None,
+        length: int,
     ) -> str:
-        """Record the turn, and keep what the next one starts from; returns its outcome."""
+        """Record the turn, and keep what the next one starts from; returns its outcome.
+        `length` is the history's as the turn left it (past the claim's after tool steps)."""
         if prepared is None:  # a model failed while counting or compressing: nothing to keep
-            return _outcome(result, await self._record(turn, entry))
+            return _outcome(result, await self._record(turn, entry, length=length))
         key, group = turn.session_key, prepared.context.group
         fields = self.chains.fields(prepared.view, chain, entry, result.whole)
-        recorded = await self._record(turn, entry, fields)
-        self.early.remember(key, turn.claim, prepared.view, entry, fields, recorded)
+        recorded = await self._record(turn, entry, fields, length)
+        if length == turn.claim.length:
+            self.early.remember(key, turn.claim, prepared.view, entry, fields, recorded)
+        else:  # tool steps were recorded: the view misses them, nothing to start from
+            self.early.forget(key)
         if recorded:
             self.compressor.schedule(key, prepared.view, group, entry, self.early.forget)
         return _outcome(result, recorded)
 
     async def _record(
-        self, turn: Turn, entry: Entry | None, fields: dict[str, str] | None = None
+        self,
+        turn: Turn,
+        entry: Entry | None,
+        fields: dict[str, str] | None = None,
+        length: int | None = None,
     ) -> bool:
         """Record the turn; True when recorded, False when a reset or another run of it
         got there first. Raises LeaseLost when it could not record (left for a re-run)."""
         key, claim = turn.session_key, turn.claim
-        outcome = await self.sessions.finish(key, turn.lease.token, claim, entry, fields)
+        outcome = await self.sessions.finish(key, turn.lease.token, claim, entry, fields, length)
         if outcome is Finish.LOST:
             raise LeaseLost(f"{key} turn {claim.turn_id} lost its lease before recording")
         return outcome is Finish.RECORDED
+
+    def _tool_notes(self) -> list[str]:
+        """What the model is told of tool servers it cannot reach now."""
+        down = self.tools.down() if self.tools is not None else []
+        if not down:
+            return []
+        return [f"These tool servers are unavailable right now: {', '.join(down)}."]
 
 
 def _last_user(entries: list[Entry]) -> Entry | None:

@@ -35,6 +35,7 @@ from gateway.ports import Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
+from gateway.tools import ToolServers
 from gateway.transcript import render_transcript
 from gateway.turn import TurnRunner
 
@@ -66,6 +67,9 @@ class Worker:
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
         self.budget = SendBudget(redis)
         self.metrics = Metrics(redis)
+        self.tools = (
+            ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
+        )
         self.turns = TurnRunner(
             settings,
             self.sessions,
@@ -74,6 +78,7 @@ class Worker:
             self.senders,
             self.budget,
             self.metrics,
+            self.tools,
         )
         days = settings.session_retention_days
         self.retention = Retention(redis, days * DAY) if days is not None else None
@@ -94,6 +99,8 @@ class Worker:
         finally:
             await self.drain(timeout=0)
             await self.models.aclose()
+            if self.tools is not None:
+                await self.tools.aclose()
 
     async def _work(self, stop: asyncio.Event, grace: float) -> None:
         await self.queue.ensure_groups()
@@ -104,6 +111,8 @@ class Worker:
             # there and this process never loads it.
             await self.models.start()
         await self.turns.compressor.warm()  # the model window and tokenizer, likewise
+        if self.tools is not None:
+            await self.tools.start()  # each server up, or retried in the background
         loops = [
             asyncio.create_task(self._read_loop(stop)),
             asyncio.create_task(self._reclaim_loop(stop)),

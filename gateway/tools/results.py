@@ -22,8 +22,30 @@ from mcp_types import (
     TextContent,
 )
 
-Outcome = Literal["ok", "error", "timeout", "unavailable", "invalid", "unknown"]
-OUTCOMES: tuple[Outcome, ...] = ("ok", "error", "timeout", "unavailable", "invalid", "unknown")
+# The last three are the tool loop's: stopped by /stop, cut off by a dead worker,
+# not run because the asker declined (or never answered).
+Outcome = Literal[
+    "ok",
+    "error",
+    "timeout",
+    "unavailable",
+    "invalid",
+    "unknown",
+    "cancelled",
+    "interrupted",
+    "declined",
+]
+OUTCOMES: tuple[Outcome, ...] = (
+    "ok",
+    "error",
+    "timeout",
+    "unavailable",
+    "invalid",
+    "unknown",
+    "cancelled",
+    "interrupted",
+    "declined",
+)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ def build(effects: Path | None) -> MCPServer:
 
     @server.tool(annotations=READ_ONLY, description="Look a support ticket up by its id.")
     def lookup_ticket(id: str) -> str:
+        record(f"looked up {id}")
         return lookup_record(id)
 
     @server.tool(annotations=ADDITIVE, description="Add two integers.")
@@ -66,6 +67,7 @@ def build(effects: Path | None) -> MCPServer:
         except anyio.get_cancelled_exc_class():
             record("slow cancelled")
             raise
+        record("slow done")
         return f"slept {seconds}"
 
     @server.tool(annotations=READ_ONLY, description="Always fails.")

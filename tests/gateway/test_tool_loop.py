@@ -1,0 +1,198 @@
+"""The tool loop of a main turn (gateway.tool_loop): a worker, a real MCP server over stdio,
+a real Redis, and the loopback model asking for tool calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.session import new_entry_id
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then_text
+from tests.fakes.mcp_servers import lookup_record
+from tests.gateway.harness import Harness, start_workers, texts
+from tests.gateway.helpers import inbound
+
+
+def write_config(tmp_path: Path, effects: Path) -> Path:
+    config = tmp_path / "mcp.json"
+    server = {
+        "command": sys.executable,
+        "args": ["-m", "tests.fakes.mcp_servers", "--effects", str(effects)],
+    }
+    config.write_text(json.dumps({"mcpServers": {"desk": server}}))
+    return config
+
+
+@pytest.fixture
+def effects(tmp_path: Path) -> Path:
+    path = tmp_path / "effects.txt"
+    path.touch()
+    return path
+
+
+async def tool_workers(
+    redis_url: str, llm: FakeLLM, config: Path, **values: Any
+) -> AsyncIterator[Harness]:
+    async for h in start_workers(redis_url, llm, 1, GATEWAY_MCP_CONFIG=str(config), **values):
+        yield h
+
+
+@pytest.fixture
+async def tooled(
+    redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
+) -> AsyncIterator[Harness]:
+    async for h in tool_workers(redis_url, llm, write_config(tmp_path, effects)):
+        yield h
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+async def test_a_question_a_tool_answers_is_answered_from_its_result(tooled: Harness) -> None:
+    call = FakeToolCall("desk__lookup_ticket", '{"id": "T-17"}')
+    tooled.llm.reply = tools_then_text([call])
+    message = inbound("what is the state of T-17?")
+    await tooled.ingest.receive(message)
+    await tooled.idle(message.session_key)
+    assert texts(tooled.sender) == [f"results: {call.id}={lookup_record('T-17')}"]
+    first, second = tooled.llm.requests
+    assert "desk__lookup_ticket" in {t["function"]["name"] for t in first["tools"]}
+    assert [r.output for r in tool_results(second)] == [lookup_record("T-17")]
+    history = await tooled.history(message.session_key)
+    assert [e["role"] for e in history] == ["user", "assistant", "tool", "assistant"]
+    assert history[1]["tool_calls"][0]["id"] == call.id
+    assert history[2]["tool_call_id"] == call.id
+    assert history[1]["turn_id"] == history[2]["turn_id"]
+
+
+async def test_several_calls_run_at_once_and_all_results_go_back(
+    tooled: Harness, effects: Path
+) -> None:
+    slow = [FakeToolCall("desk__slow", '{"seconds": 0.5}') for _ in range(3)]
+    tooled.llm.reply = tools_then_text(slow)
+    message = inbound("wait three times")
+    await tooled.ingest.receive(message)
+    await tooled.idle(message.session_key)
+    assert len(tool_results(tooled.llm.requests[1])) == 3
+    started = [n for n, line in enumerate(lines(effects)) if line == "slow started"]
+    finished = [n for n, line in enumerate(lines(effects)) if line.startswith("slow done")]
+    assert len(started) == 3 and max(started) < min(finished)  # all three ran together
+
+
+async def test_every_failure_becomes_a_result_and_the_turn_still_answers(tooled: Harness) -> None:
+    calls = [
+        FakeToolCall("desk__lookup_ticket", '{"id": '),  # cut-off JSON
+        FakeToolCall("desk__nothing_here", "{}"),
+        FakeToolCall("desk__fail", "{}"),
+    ]
+    tooled.llm.reply = tools_then_text(calls)
+    message = inbound("try these")
+    await tooled.ingest.receive(message)
+    await tooled.idle(message.session_key)
+    outputs = [r.output for r in tool_results(tooled.llm.requests[1])]
+    assert "was not made" in outputs[0]
+    assert "no tool named" in outputs[1]
+    assert "failed" in outputs[2]
+    assert texts(tooled.sender)[0].startswith("results: ")
+
+
+async def test_the_step_limit_ends_with_an_answer_and_a_note(
+    redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
+) -> None:
+    config = write_config(tmp_path, effects)
+    call = FakeToolCall("desk__lookup_ticket", '{"id": "A"}')
+
+    def always_tools(body: dict[str, Any]) -> str | Answer:
+        return Answer(calls=[call]) if body.get("tools") else "my best answer"
+
+    llm.reply = always_tools
+    async for h in tool_workers(redis_url, llm, config, GATEWAY_TOOL_MAX_STEPS=2):
+        message = inbound("loop forever")
+        await h.ingest.receive(message)
+        await h.idle(message.session_key)
+        assert [bool(r.get("tools")) for r in llm.requests] == [True, True, False]
+        (reply,) = texts(h.sender)
+        assert reply.startswith("my best answer") and "2 tool steps" in reply
+
+
+async def test_stop_during_a_slow_tool_cancels_it_and_the_loop(
+    tooled: Harness, effects: Path
+) -> None:
+    tooled.llm.reply = tools_then_text([FakeToolCall("desk__slow", '{"seconds": 30}')])
+    message = inbound("take your time")
+    await tooled.ingest.receive(message)
+    async with asyncio.timeout(15):
+        while "slow started" not in lines(effects):
+            await asyncio.sleep(0.05)
+    await tooled.ingest.receive(inbound("/stop"))
+    await tooled.idle(message.session_key)
+    async with asyncio.timeout(15):
+        while "slow cancelled" not in lines(effects):
+            await asyncio.sleep(0.05)
+    assert len(tooled.llm.requests) == 1  # the model was not called again
+    history = await tooled.history(message.session_key)
+    assert [e["role"] for e in history[:3]] == ["user", "assistant", "tool"]
+    assert history[2]["outcome"] == "cancelled"
+
+
+async def test_a_resumed_loop_runs_no_recorded_call_again_and_reruns_only_read_only_ones(
+    tooled: Harness, effects: Path
+) -> None:
+    """A run died after recording its calls and one result: the re-run takes up from there."""
+    message = inbound("delete the old one and look up T-9")
+    key = message.session_key
+    sessions = tooled.sessions
+    done = FakeToolCall("desk__add", '{"a": 1, "b": 2}')
+    read_only = FakeToolCall("desk__lookup_ticket", '{"id": "T-9"}')
+    destructive = FakeToolCall("desk__delete_item", '{"name": "old"}')
+    await sessions.append_user(message)
+    claim = await sessions.claim(key, "dead-run", 30)
+    step = {
+        "id": new_entry_id(),
+        "role": "assistant",
+        "text": "",
+        "turn_id": claim.turn_id,
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in (done, read_only, destructive)
+        ],
+    }
+    result = {
+        "id": new_entry_id(),
+        "role": "tool",
+        "tool_call_id": done.id,
+        "text": "3",
+        "turn_id": claim.turn_id,
+    }
+    length = await sessions.record_steps(
+        key, "dead-run", claim, claim.length, [step, result], loop_open=True
+    )
+    assert length == 3
+    await sessions.redis.delete(f"gw:{{{key}}}:lease")  # the run died; its lease ran out
+    tooled.llm.reply = "resumed answer"
+    await sessions.enqueue_turn(key, "test")
+    await tooled.idle(key)
+    assert texts(tooled.sender) == ["resumed answer"]
+    assert "deleted old" not in lines(effects)  # the destructive call did not run again
+    assert lines(effects).count("looked up T-9") == 1
+    outputs = {r.call_id: r.output for r in tool_results(tooled.llm.requests[0])}
+    assert outputs[done.id] == "3"
+    assert outputs[read_only.id] == lookup_record("T-9")  # read-only: run again, once
+    assert "interrupted" in outputs[destructive.id]
+    history = await tooled.history(key)
+    assert [e["role"] for e in history] == [
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "assistant",
+    ]
