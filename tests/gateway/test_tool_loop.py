@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from gateway.session import new_entry_id
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then_text
 from tests.fakes.mcp_servers import lookup_record
+from tests.gateway.cli_runs import ROOT, clean_env, gateway
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound
 
@@ -196,3 +198,29 @@ async def test_a_resumed_loop_runs_no_recorded_call_again_and_reruns_only_read_o
         "tool",
         "assistant",
     ]
+
+
+def test_a_console_user_gets_a_tool_answer_with_the_example_config(
+    tmp_path: Path, llm: FakeLLM
+) -> None:
+    """The README's way to try tools: docs/mcp.example.json, run from the repository."""
+    call = FakeToolCall("demo__lookup_ticket", '{"id": "T-5"}')
+    llm.reply = tools_then_text([call], then=lambda results: f"It says: {results[0].output}")
+    env = clean_env(
+        GATEWAY_MCP_CONFIG=str(ROOT / "docs" / "mcp.example.json"),
+        GATEWAY_MODEL="openai/fake-model",
+        GATEWAY_API_BASE=llm.api_base,
+        GATEWAY_API_KEY="sk-test",
+        GATEWAY_DATA_DIR=str(tmp_path / "data"),
+    )
+    result = subprocess.run(
+        gateway("run", "--console"),
+        input="what is the state of T-5?\n",
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=ROOT,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"bot: It says: {lookup_record('T-5')}" in result.stdout
