@@ -18,6 +18,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then_text
 from tests.fakes.mcp_servers import lookup_record
 from tests.gateway.cli_runs import ROOT, clean_env, gateway
+from tests.gateway.conversation import STATEFUL_MAIN, conversation
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound
 
@@ -224,3 +225,43 @@ def test_a_console_user_gets_a_tool_answer_with_the_example_config(
     )
     assert result.returncode == 0, result.stderr
     assert f"bot: It says: {lookup_record('T-5')}" in result.stdout
+
+
+async def test_on_a_provider_chain_a_tool_step_sends_only_its_results_on_the_response(
+    redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
+) -> None:
+    config = write_config(tmp_path, effects)
+    llm.answer_next(Answer(calls=[FakeToolCall("desk__lookup_ticket", '{"id": "R-2"}')]))
+    values = {"GATEWAY_MCP_CONFIG": str(config), "GATEWAY_MODEL": STATEFUL_MAIN}
+    async with conversation(redis_url, llm, **values) as talk:
+        await talk.say("look up R-2")
+        await talk.say("thanks")
+        asked, answered, after = (r for r in talk.main_requests() if r.path == "/v1/responses")
+        assert "previous_response_id" not in asked
+        assert answered["previous_response_id"]  # the response that asked for the call
+        outputs = [i for i in answered["input"] if i.get("type") == "function_call_output"]
+        assert [o["output"] for o in outputs] == [lookup_record("R-2")]
+        assert not [i for i in answered["input"] if i.get("role") == "user"]
+        history = await talk.history()
+        roles = ["user", "assistant", "tool", "assistant", "user", "assistant"]
+        assert [e["role"] for e in history] == roles
+        assert after["previous_response_id"]  # the chain goes on past the tool step
+        assert (await talk.meta())["cursor"] == history[-1]["id"]
+
+
+async def test_btw_during_a_tool_run_sees_the_call_and_offers_the_side_model_no_tools(
+    tooled: Harness, effects: Path
+) -> None:
+    tooled.llm.reply = tools_then_text([FakeToolCall("desk__slow", '{"seconds": 3}')])
+    message = inbound("wait a bit")
+    await tooled.ingest.receive(message)
+    async with asyncio.timeout(15):
+        while "slow started" not in lines(effects):
+            await asyncio.sleep(0.05)
+    await tooled.ingest.receive(inbound("/btw what is it doing?"))
+    await tooled.idle(message.session_key)
+    side = [r for r in tooled.llm.requests if r["model"] == "side-model"]
+    assert len(side) == 1 and "tools" not in side[0]
+    transcript = json.dumps(side[0]["messages"])
+    assert "called tools: desk__slow" in transcript
+    assert len(await tooled.history(message.session_key)) == 4  # the side answer is not in it
