@@ -360,6 +360,8 @@ class Worker:
             f"This conversation: {messages} messages; the next request carries about "
             f"{tokens:,} tokens of it; {queued} queued; {running}."
         )
+        if self.tools is not None:
+            text += "\n" + tools_line(self.tools)
         await self._send(Address.model_validate(job.payload["address"]), text)
 
     async def _send(self, address: Address, text: str) -> None:
@@ -369,6 +371,13 @@ class Worker:
         except PlatformError as exc:
             log.error("could not send to %s: %s", address.chat_key, exc)
             await self.metrics.count("errors", "delivery")
+
+
+def tools_line(tools: ToolServers) -> str:
+    """The tools the model may call here, and the servers it cannot reach now."""
+    names = ", ".join(f"`{spec.name}`" for spec in tools.tools()) or "none"
+    down = tools.down()
+    return f"Tools: {names}" + (f" (unavailable now: {', '.join(down)})" if down else "")
 
 
 def _address_of(job: Job) -> Address | None:

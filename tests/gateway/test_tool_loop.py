@@ -265,3 +265,11 @@ async def test_btw_during_a_tool_run_sees_the_call_and_offers_the_side_model_no_
     transcript = json.dumps(side[0]["messages"])
     assert "called tools: desk__slow" in transcript
     assert len(await tooled.history(message.session_key)) == 4  # the side answer is not in it
+
+
+async def test_status_lists_the_tools(tooled: Harness) -> None:
+    message = inbound("/status")
+    await tooled.ingest.receive(message)
+    await tooled.idle(message.session_key)
+    (status,) = texts(tooled.sender)
+    assert "`desk__lookup_ticket`" in status and "`desk__delete_item`" in status
