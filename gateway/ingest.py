@@ -30,6 +30,19 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 REFUSAL_WINDOW = 3600
 
 
+class Verdict(StrEnum):
+    """What became of a click on an approval request (`Ingest.decide`)."""
+
+    APPROVED = "approved"  # the turn goes on and runs the tool
+    DECLINED = "declined"  # the turn goes on without it
+    NOT_YOURS = "not yours"  # someone other than the asker clicked: refuse them, briefly
+    CLOSED = "closed"  # decided already, timed out, reset, or unknown: nothing changes
+
+
+NOT_YOURS_TEXT = "Only the person who asked can approve or decline this."
+CLOSED_TEXT = "This request is no longer open."
+
+
 class Outcome(StrEnum):
     QUEUED = "queued"
     DUPLICATE = "duplicate"
