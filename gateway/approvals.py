@@ -157,6 +157,16 @@ class ApprovalStore:
             address=Address.model_validate_json(record["address"]),
         )
 
+    async def pending(self, session_key: str) -> list[str]:
+        """The ids of the session's approvals still waiting, oldest request first."""
+        fields = cast(dict[str, str], await self.redis.hgetall(Keys.approvals(session_key)))
+        waiting = [
+            (float(json.loads(fields[name.removesuffix(":status")])["deadline"]), name)
+            for name, value in fields.items()
+            if name.endswith(":status") and value == Status.PENDING
+        ]
+        return [name.removesuffix(":status") for _, name in sorted(waiting)]
+
     async def session_of(self, approval_id: str) -> str | None:
         """The session a click's approval id belongs to (None once it is long gone)."""
         found = await self.redis.get(Keys.approval_session(approval_id))
