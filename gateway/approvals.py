@@ -33,7 +33,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from gateway.model import Address, Decision
-from gateway.scripts import load
+from gateway.scripts import Arg, load
 from gateway.session import SessionStore
 from gateway.store import DEDUPE_TTL, Keys
 
@@ -116,7 +116,7 @@ class ApprovalStore:
             "due": Keys.APPROVALS_DUE,
             "lookup": Keys.approval_session(approval_id),
         }
-        args = {
+        args: dict[str, Arg] = {
             "pointer": _pointer(turn_id, call_id),
             "approval_id": approval_id,
             "record": json.dumps(record, ensure_ascii=False),
@@ -138,7 +138,8 @@ class ApprovalStore:
 
     async def by_id(self, session_key: str, approval_id: str) -> Approval | None:
         fields = (approval_id, f"{approval_id}:status", f"{approval_id}:message")
-        raw, status, message_id = await self.redis.hmget(Keys.approvals(session_key), fields)
+        found = await self.redis.hmget(Keys.approvals(session_key), fields)
+        raw, status, message_id = cast(list[str | None], found)
         if raw is None or status is None:
             return None
         record = json.loads(raw)
@@ -229,7 +230,7 @@ class ApprovalStore:
             "meta": Keys.meta(session_key),
             "sessions": Keys.SESSIONS,
         }
-        args = {
+        args: dict[str, Arg] = {
             "approval_id": approval_id,
             "platform": platform,
             "user": decision.user_id if decision else "",
