@@ -15,10 +15,10 @@ fields do not fit, with one log line that names the field but never its value
     if invalid(PLATFORM, fields):
         return None
 
-And the small translations the three adapters would otherwise each write: a
-Retry-After value in seconds, a file as an `Attachment`, the text without the
-bot's mentions, an SDK's chatty loggers kept quiet, and how often a
-connection's health report is renewed.
+And the small translations the three adapters would otherwise each write: an
+approval button's payload, a Retry-After value in seconds, a file as an
+`Attachment`, the text without the bot's mentions, an SDK's chatty loggers kept
+quiet, and how often a connection's health report is renewed.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 
 from gateway.health import REPORT_TTL
+from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Verdict
 from gateway.model import Attachment
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,36 @@ def invalid(platform: str, fields: Iterable[Field]) -> bool:
         "%s: event dropped, its %s is missing or not of the platform's form", platform, name
     )
     return True
+
+
+APPROVE_LABEL, DECLINE_LABEL = "Approve", "Decline"
+# `a:<approval id>:y|n`: 20 bytes, within Telegram's 64-byte callback_data and Discord's
+# 100-character custom_id. The approval id is url-safe base64 (gateway/approvals.py).
+APPROVAL_ID = pattern(r"[A-Za-z0-9_-]{8,43}")
+_APPROVAL_PAYLOAD = re.compile(r"a:([A-Za-z0-9_-]{8,43}):([yn])", re.ASCII)
+
+
+def approval_payload(approval_id: str, approve: bool) -> str:
+    """What an Approve or Decline button carries back when clicked."""
+    return f"a:{approval_id}:{'y' if approve else 'n'}"
+
+
+def is_approval_payload(value: object) -> bool:
+    """Whether `value` looks like our button's payload at all (its `a:` prefix)."""
+    return isinstance(value, str) and value.startswith("a:")
+
+
+def parse_approval_payload(value: object) -> tuple[str, bool] | None:
+    """(approval id, approve) from a button's payload; None when it is not of our form."""
+    if not isinstance(value, str):
+        return None
+    found = _APPROVAL_PAYLOAD.fullmatch(value)
+    return (found[1], found[2] == "y") if found else None
+
+
+def refusal_text(verdict: Verdict) -> str | None:
+    """What the clicker is told, briefly and to them alone; None when the click counted."""
+    return {Verdict.NOT_YOURS: NOT_YOURS_TEXT, Verdict.CLOSED: CLOSED_TEXT}.get(verdict)
 
 
 def retry_after_seconds(value: object, default: float = 1.0) -> float:

@@ -1,9 +1,11 @@
 """The console: one local user on standard input, replies on standard output.
 
-A main reply is printed once, complete, as `bot: ...`; a side answer as
-`btw: ...`. At the end of input the console waits for the replies this run
-still owes: the jobs left on its own stream (`gateway run` gives each run one),
-not whatever an earlier run left owed in the session.
+A main reply is printed once, complete, as `bot: ...`; a side answer as `btw:
+...`. An approval request is printed with `approve? [y/n]`; while one is
+pending, an input line that is y or n (yes, no) is the console user's click on
+it, and any other line a message as usual. At the end of input the console waits
+for the replies this run still owes: the jobs left on its own stream (`gateway
+run` gives each run one), not whatever an earlier run left owed in the session.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import TextIO
 
 from gateway.ingest import Ingest
-from gateway.model import Address, Inbound, Speaker
+from gateway.model import Address, Decision, Inbound, Speaker
 from gateway.ports import Limits
 
 PLATFORM = "console"
 _ADDRESS = Address(platform=PLATFORM, workspace="local", channel="console")
+SESSION_KEY = "console:local:console"
+USER_ID = "local"  # the one console user, who asked for every tool the console runs
+PROMPT = "approve? [y/n]"
+_ANSWERS = {"y": True, "yes": True, "n": False, "no": False}
 
 
 class ConsoleSender:
@@ -55,6 +61,14 @@ class ConsoleSender:
     async def thinking(self, address: Address, on: bool) -> None:
         return None
 
+    async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
+        """The request, then a line asking for y or n (the next such input line decides)."""
+        self._print(address, f"{markdown}\n{PROMPT}")
+        return str(next(self._ids))
+
+    async def settle_approval(self, address: Address, message_id: str, markdown: str) -> None:
+        self._print(address, markdown)
+
     async def aclose(self) -> None:
         return None
 
@@ -71,7 +85,7 @@ def to_inbound(line: str, number: int, user: str) -> Inbound:
         channel="console",
         message_id=str(number),
         event_id=uuid.uuid4().hex,
-        speaker=Speaker(id="local", name=user),
+        speaker=Speaker(id=USER_ID, name=user),
         text=line,
         is_dm=True,
         reply=_ADDRESS.model_copy(update={"reply_to": str(number)}),
@@ -86,11 +100,36 @@ async def run(ingest: Ingest, stdin: int | None = None, poll: float = 0.05) -> N
     number = 0
     async for line in _lines(sys.stdin.fileno() if stdin is None else stdin):
         number += 1
-        if line.strip():
+        if line.strip() and not await _answered(ingest, line):
             await ingest.receive(to_inbound(line, number, user))
     stream = ingest.sessions.stream(PLATFORM)
     while await ingest.redis.xlen(stream) > 0:  # a job leaves its stream as it completes
         await asyncio.sleep(poll)
+
+
+def answer(line: str) -> bool | None:
+    """True for y/yes, False for n/no (any case, spaces around), None for anything else."""
+    return _ANSWERS.get(line.strip().lower())
+
+
+async def _answered(ingest: Ingest, line: str) -> bool:
+    """Whether `line` was a y/n answer to a pending approval request (and is settled)."""
+    approve = answer(line)
+    if approve is None:
+        return False
+    pending = await ingest.approvals.pending(SESSION_KEY)
+    if not pending:
+        return False
+    decision = Decision(
+        platform=PLATFORM,
+        approval_id=pending[0],
+        user_id=USER_ID,
+        approve=approve,
+        event_id=uuid.uuid4().hex,
+        address=_ADDRESS,
+    )
+    await ingest.decide(decision)
+    return True
 
 
 async def _lines(fd: int) -> AsyncIterator[str]:

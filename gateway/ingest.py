@@ -16,9 +16,10 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway import commands
+from gateway.approvals import ApprovalStore
 from gateway.commands import Command
 from gateway.config import Settings
-from gateway.model import Address, Inbound
+from gateway.model import Address, Decision, Inbound
 from gateway.session import SessionStore
 from gateway.store import Keys
 
@@ -28,6 +29,19 @@ OPEN_PLATFORMS = frozenset({"slack", "console"})
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 REFUSAL_WINDOW = 3600
+
+
+class Verdict(StrEnum):
+    """What became of a click on an approval request (`Ingest.decide`)."""
+
+    APPROVED = "approved"  # the turn goes on and runs the tool
+    DECLINED = "declined"  # the turn goes on without it
+    NOT_YOURS = "not yours"  # someone other than the asker clicked: refuse them, briefly
+    CLOSED = "closed"  # decided already, timed out, reset, or unknown: nothing changes
+
+
+NOT_YOURS_TEXT = "Only the person who asked can approve or decline this."
+CLOSED_TEXT = "This request is no longer open."
 
 
 class Outcome(StrEnum):
@@ -53,6 +67,7 @@ class Ingest:
         self.settings = settings
         self.redis = redis
         self.sessions = SessionStore(redis, streams)
+        self.approvals = ApprovalStore(redis, self.sessions)
 
     async def receive(self, inbound: Inbound) -> Outcome:
         if inbound.speaker.is_bot:
@@ -70,6 +85,23 @@ class Ingest:
         assert command is not None
         return await self._command(inbound, command)
 
+    async def decide(self, decision: Decision) -> Verdict:
+        """A click on an approval request's button: settle it when its asker clicked.
+
+        The session comes from the approval id (a button's payload carries nothing
+        else). A stranger, who may not use the bot here, is told "not yours" like
+        anyone else who is not the asker, and nothing changes.
+        """
+        if not self._may_use(decision.platform, decision.user_id):
+            log.info("approval click by a stranger refused: %s", decision.approval_id)
+            return Verdict.NOT_YOURS
+        session_key = await self.approvals.session_of(decision.approval_id)
+        if session_key is None:
+            return Verdict.CLOSED
+        verdict = Verdict(await self.approvals.decide(decision, session_key))
+        log.info("approval %s in %s: %s", decision.approval_id, session_key, verdict)
+        return verdict
+
     async def latest_session(self, channel_key: str) -> str | None:
         """The most recently active session in a channel (Slack's `/btw` applies to it)."""
         return await self.sessions.latest_in_channel(channel_key)
@@ -82,11 +114,15 @@ class Ingest:
         channels and Connect DMs otherwise open the bot to strangers. Everyone else may
         on Slack and the console, and on an open network only with its allow-all switch.
         """
-        if inbound.user_key in self.settings.allowed_user_set:
-            return True
-        if inbound.speaker.external:
+        if inbound.speaker.external and inbound.user_key not in self.settings.allowed_user_set:
             return self._external_allowed(inbound.platform)
-        return inbound.platform in OPEN_PLATFORMS or self._allow_all(inbound.platform)
+        return self._may_use(inbound.platform, inbound.speaker.id)
+
+    def _may_use(self, platform: str, user_id: str) -> bool:
+        """The access rule for someone known only by platform and id (no external flag)."""
+        if f"{platform}:{user_id}" in self.settings.allowed_user_set:
+            return True
+        return platform in OPEN_PLATFORMS or self._allow_all(platform)
 
     def _external_allowed(self, platform: str) -> bool:
         return {"slack": self.settings.slack_allow_external}.get(platform, False)

@@ -105,3 +105,20 @@ class Inbound(_Frozen):
     def user_key(self) -> str:
         """`platform:user_id`, the form `GATEWAY_ALLOWED_USERS` uses."""
         return f"{self.platform}:{self.speaker.id}"
+
+
+class Decision(_Frozen):
+    """A click on an approval request's button, as every adapter reports it.
+
+    `user_id` is the clicker's platform id: only the person whose message led
+    to the tool call may decide. `address` is where a refusal goes (the
+    platform's ephemeral form where it has one). `event_id` dedupes a retried
+    delivery of the same click.
+    """
+
+    platform: str
+    approval_id: str
+    user_id: str
+    approve: bool
+    event_id: str
+    address: Address

@@ -71,6 +71,16 @@ class Sender(Protocol):
         """Show (or clear) that the bot is working: typing, a reaction, a status."""
         ...
 
+    async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
+        """Post `markdown` (the tool and its arguments) with two buttons, Approve and
+        Decline, whose clicks come back as a `Decision` for `approval_id`; returns
+        the message's platform id."""
+        ...
+
+    async def settle_approval(self, address: Address, message_id: str, markdown: str) -> None:
+        """Edit an approval request to its outcome, without its buttons."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

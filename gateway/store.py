@@ -96,6 +96,12 @@ class Keys:
     def seen(session_key: str, event_id: str) -> str:
         return Keys.session(session_key, f"seen:{event_id}")
 
+    @staticmethod
+    def approvals(session_key: str) -> str:
+        """A hash of the session's approval requests (`gateway/approvals.py` names its
+        fields): one key per session, so a reset and retention remove them by name."""
+        return Keys.session(session_key, "approvals")
+
     # The parts of a session that a reset removes, by the names the reset script takes.
     _PARTS: ClassVar[dict[str, str]] = {
         "meta": "meta",
@@ -107,6 +113,7 @@ class Keys:
         "turn_injections": "injections:turn",
         "segments": "segments",
         "compressing": "compressing",
+        "approvals": "approvals",
     }
 
     @staticmethod
@@ -129,6 +136,17 @@ class Keys:
     CANCEL_CHANNEL = f"{PREFIX}:cancel"
     METRICS = f"{PREFIX}:metrics"
     HEALTH = f"{PREFIX}:health"  # a hash: component -> its latest report
+    # Pending approvals of every session, member `<session key> <approval id>`, scored
+    # by deadline: where `ApprovalStore.expire_due` finds the ones that timed out.
+    APPROVALS_DUE = f"{PREFIX}:approvals"
+
+    @staticmethod
+    def approval_session(approval_id: str) -> str:
+        """approval id -> its session key. Outside any session's hash tag on purpose: a
+        click carries only the approval id (a Telegram button holds 64 bytes, a session
+        key may not fit), and this is how the click finds its session. Expires after
+        the approval's deadline."""
+        return f"{PREFIX}:approval_session:{approval_id}"
 
     @staticmethod
     def channel_sessions(channel_key: str) -> str:

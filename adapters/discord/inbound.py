@@ -17,6 +17,7 @@ ids and text they read and drop an event whose do not fit, with one log line
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -31,10 +32,13 @@ from adapters.common import (
     is_mapping,
     is_text,
     optional,
+    parse_approval_payload,
     snowflake,
     strip_mentions,
 )
-from gateway.model import Address, Attachment, Inbound, Speaker
+from gateway.model import Address, Attachment, Decision, Inbound, Speaker
+
+log = logging.getLogger(__name__)
 
 PLATFORM = "discord"
 DM_WORKSPACE = "dm"
@@ -213,6 +217,41 @@ def interaction_inbound(
         mentions_bot=True,
         reply=address,
         side_reply=address.model_copy(update={"side": True}),
+    )
+
+
+def click_decision(
+    *,
+    interaction_id: str,
+    custom_id: object,
+    channel_id: str,
+    guild_id: str | None,
+    user: Mapping[str, Any],
+) -> Decision | None:
+    """A click on an approval button (custom_id `a:<id>:y|n`); None when its ids or
+    payload are malformed, or a bot clicked (one log line either way)."""
+    fields: list[Field] = [
+        ("id", interaction_id, snowflake),
+        ("channel_id", channel_id, snowflake),
+        ("guild_id", guild_id, optional(snowflake)),
+        ("user.id", user.get("id"), snowflake),
+        ("data.custom_id", custom_id, lambda v: parse_approval_payload(v) is not None),
+    ]
+    if invalid(PLATFORM, fields):
+        return None
+    if user.get("bot"):
+        log.info("discord: an approval click by a bot dropped")
+        return None
+    parsed = parse_approval_payload(custom_id)
+    assert parsed is not None
+    workspace = guild_id or DM_WORKSPACE
+    return Decision(
+        platform=PLATFORM,
+        approval_id=parsed[0],
+        user_id=str(user["id"]),
+        approve=parsed[1],
+        event_id=f"interaction:{interaction_id}",
+        address=Address(platform=PLATFORM, workspace=workspace, channel=channel_id),
     )
 
 

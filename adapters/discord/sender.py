@@ -25,7 +25,13 @@ import aiohttp
 import discord
 from discord.http import HTTPClient, handle_message_parameters
 
-from adapters.common import quiet_loggers, retry_after_seconds
+from adapters.common import (
+    APPROVE_LABEL,
+    DECLINE_LABEL,
+    approval_payload,
+    quiet_loggers,
+    retry_after_seconds,
+)
 from adapters.discord.render import render
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
@@ -105,6 +111,26 @@ class DiscordSender:
         )
         await _call(http.edit_message(address.channel, message_id, params=params))
 
+    async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
+        """Posted in the channel with the bot's token even where the turn answers an
+        interaction: a follow-up through the interaction's webhook cannot carry buttons
+        whose clicks come back to the bot."""
+        http = await self.client()
+        params = handle_message_parameters(
+            content=render(markdown),
+            allowed_mentions=_mentions(False),
+            view=approval_view(approval_id),
+        )
+        message: dict[str, Any] = await _call(http.send_message(address.channel, params=params))
+        return str(message["id"])
+
+    async def settle_approval(self, address: Address, message_id: str, markdown: str) -> None:
+        http = await self.client()
+        params = handle_message_parameters(
+            content=render(markdown), allowed_mentions=_mentions(False), view=None
+        )
+        await _call(http.edit_message(address.channel, message_id, params=params))
+
     async def thinking(self, address: Address, on: bool) -> None:
         """Typing in the channel. An interaction's deferral already shows "thinking", and
         Discord has no call to stop typing: it ends with the next message or after 10 s."""
@@ -149,6 +175,19 @@ class DiscordSender:
         if self._webhooks is not None:
             await self._webhooks.close()
             self._webhooks = None
+
+
+def approval_view(approval_id: str) -> discord.ui.View:
+    """Approve and Decline buttons; their custom_id fits the 100 characters allowed. The
+    view is only serialised here: clicks arrive as interactions at the gateway client."""
+    view = discord.ui.View(timeout=None)
+    for label, style, approve in (
+        (APPROVE_LABEL, discord.ButtonStyle.success, True),
+        (DECLINE_LABEL, discord.ButtonStyle.danger, False),
+    ):
+        custom_id = approval_payload(approval_id, approve)
+        view.add_item(discord.ui.Button(label=label, style=style, custom_id=custom_id))
+    return view
 
 
 def _mentions(reply: bool) -> discord.AllowedMentions:

@@ -16,6 +16,9 @@ installation is the envelope's first `authorizations` entry (team and Grid
 org) and the bot's own team from auth.test. Sharing any id with it means the
 same workspace or the same Grid organisation.
 
+A click on an approval request's button (a `block_actions` payload) becomes a
+`Decision`; its value is the approval id, its `action_ts` names the click.
+
 Before anything else, the ids and texts of a message event are checked against
 the forms Slack gives them (`1710000000.000100` timestamps, `C…`/`D…`/`G…`
 channels, `U…`/`W…`/`B…` users, `T…` teams and `E…` Grid organisations); an
@@ -24,12 +27,14 @@ event with one that does not fit is dropped, with one log line (`adapters.common
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from adapters.common import (
+    APPROVAL_ID,
     Field,
     attachment,
     first_invalid,
@@ -40,9 +45,12 @@ from adapters.common import (
     pattern,
     strip_mentions,
 )
-from gateway.model import Address, Attachment, Inbound, Speaker
+from gateway.model import Address, Attachment, Decision, Inbound, Speaker
+
+log = logging.getLogger(__name__)
 
 PLATFORM = "slack"
+APPROVE_ACTION, DECLINE_ACTION = "gw_approve", "gw_decline"
 MESSAGE_EVENTS = ("app_mention", "message")
 # Slack's id forms: a prefix letter, then capitals and digits (of no promised length).
 TS = pattern(r"[0-9]{1,12}\.[0-9]{1,9}")
@@ -162,6 +170,51 @@ def event_fields(body: Mapping[str, Any]) -> list[Field]:
         ("event.team", event.get("team"), optional(TEAM_ID)),
         ("event.user_team", event.get("user_team"), optional(TEAM_ID)),
         ("event.text", event.get("text"), optional(is_text)),
+    ]
+
+
+def to_decision(body: Mapping[str, Any]) -> Decision | None:
+    """A click on an approval button (`block_actions`); None when malformed or a bot's."""
+    if invalid(PLATFORM, _click_shape(body)) or invalid(PLATFORM, _click_fields(body)):
+        return None
+    user, action = str(body["user"]["id"]), body["actions"][0]
+    if user.startswith("B"):
+        log.info("slack: an approval click by a bot dropped")
+        return None
+    channel = str(body["channel"]["id"])
+    container = body.get("container") or {}
+    team = (body.get("team") or {}).get("id") or ""
+    return Decision(
+        platform=PLATFORM,
+        approval_id=str(action["value"]),
+        user_id=user,
+        approve=action.get("action_id") == APPROVE_ACTION,
+        event_id=f"{user}:{action['action_ts']}",
+        address=_address(str(team), channel, container.get("thread_ts")),
+    )
+
+
+def _click_shape(body: Mapping[str, Any]) -> list[Field]:
+    actions = body.get("actions")
+    return [
+        ("user", body.get("user"), is_mapping),
+        ("channel", body.get("channel"), is_mapping),
+        ("team", body.get("team"), optional(is_mapping)),
+        ("container", body.get("container"), optional(is_mapping)),
+        ("actions", actions, lambda v: isinstance(v, list) and len(v) == 1),
+        ("actions[0]", actions[0] if isinstance(actions, list) and actions else None, is_mapping),
+    ]
+
+
+def _click_fields(body: Mapping[str, Any]) -> list[Field]:
+    action, container = body["actions"][0], body.get("container") or {}
+    return [
+        ("user.id", body["user"].get("id"), USER_ID),
+        ("channel.id", body["channel"].get("id"), CHANNEL_ID),
+        ("team.id", (body.get("team") or {}).get("id"), optional(TEAM_ID)),
+        ("container.thread_ts", container.get("thread_ts"), optional(TS)),
+        ("actions.value", action.get("value"), APPROVAL_ID),
+        ("actions.action_ts", action.get("action_ts"), TS),
     ]
 
 

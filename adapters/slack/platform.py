@@ -28,15 +28,25 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.routing import BaseRoute
 
-from adapters.common import SHAPE_ERRORS, invalid
+from adapters.common import SHAPE_ERRORS, invalid, refusal_text
 from adapters.slack.connection import Backoff, SocketSupervisor, Timing
 from adapters.slack.http import events_route
-from adapters.slack.inbound import PLATFORM, BotIdentity, btw_inbound, command_fields, to_inbound
+from adapters.slack.inbound import (
+    APPROVE_ACTION,
+    DECLINE_ACTION,
+    PLATFORM,
+    BotIdentity,
+    btw_inbound,
+    command_fields,
+    to_decision,
+    to_inbound,
+)
 from adapters.slack.names import UserNames
 from adapters.slack.render import escape
 from adapters.slack.sender import SlackSender, platform_error, web_client
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.http_limits import one_line
+from gateway.model import Address
 from gateway.ports import Mode, Platform
 
 if TYPE_CHECKING:
@@ -119,6 +129,27 @@ class Listeners:
         outcome = await self.ingest.receive(inbound)
         log.debug("slack /btw %s -> %s", inbound.event_id, outcome)
 
+    async def on_approval(self, ack: Ack, body: dict[str, Any]) -> None:
+        """A click on an approval request's button: acknowledged, then decided; a click
+        that does not count is answered to the clicker alone."""
+        await ack()
+        decision = to_decision(body)
+        if decision is None:
+            return
+        refusal = refusal_text(await self.ingest.decide(decision))
+        if refusal is not None:
+            await self._tell(decision.user_id, decision.address, refusal)
+
+    async def _tell(self, user: str, address: Address, text: str) -> None:
+        """An ephemeral message through the Web API (the client every reply uses, so its
+        errors and rate limits read alike) rather than the payload's response_url."""
+        try:
+            await self.client.chat_postEphemeral(
+                channel=address.channel, user=user, thread_ts=address.thread, text=text
+            )
+        except SlackApiError as exc:
+            log.warning("slack: could not tell %s: %s", user, platform_error(exc, "postEphemeral"))
+
     async def _post_quote(self, channel: str, user: str, question: str) -> str:
         quoted = "\n".join(f"> {escape(line)}" for line in question.splitlines())
         try:
@@ -160,6 +191,8 @@ def build_app(
     app.event("app_mention")(listeners.on_message)
     app.event("message")(listeners.on_message)
     app.command("/btw")(listeners.on_btw)
+    app.action(APPROVE_ACTION)(listeners.on_approval)
+    app.action(DECLINE_ACTION)(listeners.on_approval)
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.
     app.event(re.compile(".*"))(_ignore)
     app.action(re.compile(".*"))(_ack_only)

@@ -14,7 +14,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.common import retry_after_seconds
+from adapters.common import APPROVE_LABEL, DECLINE_LABEL, retry_after_seconds
+from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 # Slack accepts 40,000 characters but renders long messages badly past about
 # 4,000 (and truncates blocks there); the core splits below this.
 MAX_LENGTH = 3900
+SECTION_MAX = 3000  # a section block's text limit
 THINKING_REACTION = "eyes"
 THINKING_STATUS = "is thinking…"
 _REJECTED = frozenset(
@@ -52,6 +54,32 @@ def web_client(token: str, base_url: str) -> AsyncWebClient:
 
 def _with_slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
+
+
+def approval_blocks(mrkdwn: str, approval_id: str | None) -> list[dict[str, Any]]:
+    """The request as a section, and (while it is open) its two buttons; each button's
+    value is the approval id, which is all a click needs to find its session."""
+    text = mrkdwn if len(mrkdwn) <= SECTION_MAX else mrkdwn[: SECTION_MAX - 1] + "…"
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text or " "}}
+    ]
+    if approval_id is not None:
+        buttons = [
+            _button(APPROVE_ACTION, APPROVE_LABEL, "primary", approval_id),
+            _button(DECLINE_ACTION, DECLINE_LABEL, "danger", approval_id),
+        ]
+        blocks.append({"type": "actions", "block_id": "gw_approval", "elements": buttons})
+    return blocks
+
+
+def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "action_id": action_id,
+        "text": {"type": "plain_text", "text": label},
+        "style": style,
+        "value": value,
+    }
 
 
 def platform_error(exc: SlackApiError, method: str) -> PlatformError:
@@ -100,6 +128,30 @@ class SlackSender:
             channel=address.channel,
             ts=message_id,
             text=to_mrkdwn(markdown) or " ",
+        )
+
+    async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
+        text = to_mrkdwn(markdown)
+        result = await self._call(
+            "chat.postMessage",
+            self.client.chat_postMessage,
+            channel=address.channel,
+            thread_ts=address.thread,
+            text=text or " ",  # what notifications and screen readers show
+            blocks=approval_blocks(text, approval_id),
+            unfurl_links=False,
+        )
+        return str(result["ts"])
+
+    async def settle_approval(self, address: Address, message_id: str, markdown: str) -> None:
+        text = to_mrkdwn(markdown)
+        await self._call(
+            "chat.update",
+            self.client.chat_update,
+            channel=address.channel,
+            ts=message_id,
+            text=text or " ",
+            blocks=approval_blocks(text, None),
         )
 
     async def thinking(self, address: Address, on: bool) -> None:

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
 
+from adapters.telegram.clicks import Clicks
 from adapters.telegram.sender import retry_after_seconds
 from gateway.errors import GatewayError, PlatformError
 from gateway.model import Inbound
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT = 20  # seconds Telegram holds a getUpdates open; below the health report TTL
-ALLOWED_UPDATES = ("message",)  # edits, reactions, ... are ignored anyway
+ALLOWED_UPDATES = ("message", "callback_query")  # edits, reactions, ... are ignored anyway
 MAX_BACKOFF = 30.0
 
 
@@ -47,9 +48,11 @@ class Poller:
         ingest: Ingest,
         health: Health,
         convert: Callable[[Update], Inbound | None],
+        clicks: Clicks,
         poll_timeout: int = POLL_TIMEOUT,
     ) -> None:
         self.bot, self.ingest, self.health, self.convert = bot, ingest, health, convert
+        self.clicks = clicks
         self.poll_timeout = poll_timeout
         self.offset: int | None = None
         self._failures = 0
@@ -109,15 +112,21 @@ class Poller:
 
     async def _deliver(self, updates: Sequence[Update]) -> None:
         for update in updates:
-            inbound = self.convert(update)
-            if inbound is not None:
-                try:
-                    await self.ingest.receive(inbound)
-                except (GatewayError, RedisError) as exc:
-                    # Not confirmed: the next getUpdates returns it again.
-                    await self._wait(self._backoff(), f"ingest failed: {exc}")
-                    return
+            try:
+                await self._take(update)
+            except (GatewayError, RedisError) as exc:
+                # Not confirmed: the next getUpdates returns it again.
+                await self._wait(self._backoff(), f"ingest failed: {exc}")
+                return
             self.offset = update.update_id + 1
+
+    async def _take(self, update: Update) -> None:
+        if update.callback_query is not None:
+            await self.clicks.handle(update)
+            return
+        inbound = self.convert(update)
+        if inbound is not None:
+            await self.ingest.receive(inbound)
 
     async def _confirm(self) -> None:
         """Tell Telegram which updates are done, so a restart does not fetch them again."""

@@ -9,8 +9,9 @@ updates back while it does. So an update that carries the right secret but is
 malformed (not UTF-8 JSON, nested deeper than any real update, an object of
 the wrong type where a message belongs) is acknowledged with 200 and dropped,
 with one short log line: a retry would bring the same bytes back. A well-formed
-update is converted and handed to ingest; a failure there is a 503, so
-Telegram delivers it again later (ingest dedupes on `update_id`).
+update is converted and handed to ingest (a callback query, a click on an
+approval button, to `Clicks`); a failure there is a 503, so Telegram delivers
+it again later (ingest dedupes on `update_id`, a click on its query id).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from starlette.routing import Route
 from telegram import Update
 
 from adapters.common import SHAPE_ERRORS
+from adapters.telegram.clicks import Clicks
 from gateway.errors import GatewayError, MalformedRequest
 from gateway.http_limits import json_body, one_line
 from gateway.model import Inbound
@@ -42,23 +44,32 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 Convert = Callable[[Update], Inbound | None]
 
 
-def webhook_route(secret: str, ingest: Ingest, convert: Callable[[], Convert | None]) -> Route:
-    """The route; `convert()` gives the update converter once startup learned the bot's ids."""
+def webhook_route(
+    secret: str,
+    ingest: Ingest,
+    convert: Callable[[], Convert | None],
+    clicks: Callable[[], Clicks | None],
+) -> Route:
+    """The route; `convert()` and `clicks()` give the update converter and the click
+    handler once startup learned the bot's ids."""
     expected = secret.encode()
 
     async def endpoint(request: Request) -> Response:
         given = request.headers.get(SECRET_HEADER, "").encode("latin-1")
         if not hmac.compare_digest(given, expected):
             return PlainTextResponse("unauthorized", status_code=401)
-        converter = convert()
-        if converter is None:
+        converter, on_click = convert(), clicks()
+        if converter is None or on_click is None:
             return PlainTextResponse("starting", status_code=503)
         media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
             log.warning("telegram webhook: body of type %r refused with 415", media_type[:40])
             return PlainTextResponse("expected application/json", status_code=415)
         try:
-            inbound = _convert(await request.body(), converter)
+            update = _update(await request.body())
+            if update.callback_query is not None:
+                return await _click(on_click, update)
+            inbound = _convert(update, converter)
         except MalformedRequest as exc:
             log.warning("telegram webhook: malformed update acknowledged and dropped (%s)", exc)
             return JSONResponse({"ok": True})
@@ -67,16 +78,36 @@ def webhook_route(secret: str, ingest: Ingest, convert: Callable[[], Convert | N
     return Route(PATH, endpoint, methods=["POST"])
 
 
-def _convert(body: bytes, converter: Convert) -> Inbound | None:
-    """The Inbound of `body` (None when the update is not a message for the bot)."""
+def _update(body: bytes) -> Update:
     data: Any = json_body(body)
     update_id = data.get("update_id") if isinstance(data, dict) else None
     if type(update_id) is not int:  # bool is an int to isinstance()
         raise MalformedRequest("no integer update_id")
     try:
-        return converter(Update.de_json(data, None))
+        return Update.de_json(data, None)
     except SHAPE_ERRORS as exc:
         raise MalformedRequest(f"update {update_id}: {one_line(exc)}") from None
+
+
+def _convert(update: Update, converter: Convert) -> Inbound | None:
+    """The Inbound of `update` (None when the update is not a message for the bot)."""
+    try:
+        return converter(update)
+    except SHAPE_ERRORS as exc:
+        raise MalformedRequest(f"update {update.update_id}: {one_line(exc)}") from None
+
+
+async def _click(clicks: Clicks, update: Update) -> Response:
+    try:
+        await clicks.handle(update)
+    except (GatewayError, RedisError) as exc:
+        log.warning(
+            "telegram webhook: click %s not stored (%s), answered 503", update.update_id, exc
+        )
+        return PlainTextResponse("try again", status_code=503)
+    except SHAPE_ERRORS as exc:
+        raise MalformedRequest(f"update {update.update_id}: {one_line(exc)}") from None
+    return JSONResponse({"ok": True})
 
 
 async def _receive(ingest: Ingest, inbound: Inbound | None) -> Response:

@@ -10,6 +10,10 @@ bot (`/cmd@otherbot`). An update whose ids or texts are not of the types the
 Bot API documents (python-telegram-bot reads JSON without checking them) is
 dropped too, with one log line (`adapters.common`).
 
+A click on an approval request's button arrives as a callback query whose data
+is `a:<approval id>:y|n`; `to_decision` makes it a `Decision`, after the same
+checks of its ids.
+
 Sessions: one per chat, one per forum topic (`thread` = `message_thread_id`
 when the message is a topic message). The session's workspace is the bot's id:
 update ids, message ids and chats are all seen through one bot.
@@ -17,19 +21,34 @@ update ids, message ids and chats are all seen through one bot.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from telegram import Message, MessageEntity, Update
+from telegram import CallbackQuery, Message, MessageEntity, Update
 
-from adapters.common import INT64_MAX, INT64_MIN, Field, integer, invalid, is_text, one_of, optional
+from adapters.common import (
+    INT64_MAX,
+    INT64_MIN,
+    Field,
+    integer,
+    invalid,
+    is_text,
+    one_of,
+    optional,
+    parse_approval_payload,
+    pattern,
+)
 from gateway import commands
-from gateway.model import Address, Inbound, Speaker
+from gateway.model import Address, Decision, Inbound, Speaker
+
+log = logging.getLogger(__name__)
 
 PLATFORM = "telegram"
 # The Bot API's ids are integers of up to 64 bits; only a chat's may be negative (groups).
 _UPDATE_ID = integer(0, INT64_MAX)
 _POSITIVE_ID = integer(1, INT64_MAX)
 _CHAT_ID = integer(INT64_MIN, INT64_MAX)
+_QUERY_ID = pattern(r"[0-9]{1,32}")  # a callback query's id: digits, sent as a string
 _CHAT_TYPE = one_of("private", "group", "supergroup", "channel")
 
 
@@ -133,6 +152,47 @@ def _fields(update: Update, message: Message) -> list[Field]:
     if replied is not None:
         fields.append(("message.reply_to_message.message_id", replied.message_id, _POSITIVE_ID))
     return fields
+
+
+def to_decision(update: Update, bot_id: int) -> Decision | None:
+    """A click on an approval button; None when malformed or a bot's (one log line)."""
+    query = update.callback_query
+    if query is None or invalid(PLATFORM, _click_fields(update, query)):
+        return None
+    if query.from_user.is_bot:
+        log.info("telegram: an approval click by a bot dropped")
+        return None
+    parsed = parse_approval_payload(query.data)
+    message = query.message
+    assert parsed is not None and message is not None  # checked by _click_fields
+    thread = getattr(message, "message_thread_id", None)
+    return Decision(
+        platform=PLATFORM,
+        approval_id=parsed[0],
+        user_id=str(query.from_user.id),
+        approve=parsed[1],
+        event_id=f"callback:{query.id}",
+        address=Address(
+            platform=PLATFORM,
+            workspace=str(bot_id),
+            channel=str(message.chat.id),
+            thread=str(thread) if thread else None,
+        ),
+    )
+
+
+def _click_fields(update: Update, query: CallbackQuery) -> list[Field]:
+    message = query.message
+    return [
+        ("update_id", update.update_id, _UPDATE_ID),
+        ("callback_query.id", query.id, _QUERY_ID),
+        ("callback_query.from.id", getattr(query.from_user, "id", None), _POSITIVE_ID),
+        ("callback_query.data", query.data, lambda v: parse_approval_payload(v) is not None),
+        ("callback_query.message.chat.id", getattr(getattr(message, "chat", None), "id", None),
+         _CHAT_ID),
+        ("callback_query.message.message_thread_id",
+         getattr(message, "message_thread_id", None), optional(_POSITIVE_ID)),
+    ]  # fmt: skip
 
 
 def _from_a_person(message: Message) -> bool:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from telegram import BotCommand, Update
 from telegram.error import InvalidToken, TelegramError
 
+from adapters.telegram.clicks import Clicks
 from adapters.telegram.client import BotClient
 from adapters.telegram.connection import Poller
 from adapters.telegram.http import Convert, webhook_route
@@ -44,6 +45,7 @@ class TelegramPlatform(Platform):
         super().__init__(settings, redis)
         self._client: BotClient | None = None
         self._convert: Convert | None = None
+        self._bot_id: int | None = None
 
     def validate(self, mode: Mode) -> None:
         require(self.settings, "telegram_bot_token", because="for Telegram")
@@ -71,13 +73,26 @@ class TelegramPlatform(Platform):
         secret = self.settings.telegram_webhook_secret
         if secret is None:
             return ()
-        return (webhook_route(secret.get_secret_value(), ingest, lambda: self._convert),)
+        return (
+            webhook_route(
+                secret.get_secret_value(),
+                ingest,
+                lambda: self._convert,
+                lambda: self._clicks(ingest),
+            ),
+        )
+
+    def _clicks(self, ingest: Ingest) -> Clicks | None:
+        if self._client is None or self._bot_id is None:
+            return None  # not started yet
+        return Clicks(self._client.bot, ingest, self._bot_id)
 
     async def startup(self) -> None:
         """Learn the bot's id and username (to see mentions) and register the commands."""
         self._client = self._client or self._build()
         me = await _get_me(self._client)
         self._convert = partial(_convert, bot_id=me.id, bot_username=me.username or "")
+        self._bot_id = me.id
         try:
             await self._client.bot.set_my_commands(MENU)
         except TelegramError as exc:
@@ -95,7 +110,9 @@ class TelegramPlatform(Platform):
         if self._client is None or self._convert is None:
             await self.startup()
         assert self._client is not None and self._convert is not None
-        await Poller(self._client.bot, ingest, health, self._convert).run()
+        clicks = self._clicks(ingest)
+        assert clicks is not None
+        await Poller(self._client.bot, ingest, health, self._convert, clicks).run()
 
     async def doctor(self) -> str:
         client = self._build()

@@ -14,12 +14,13 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from telegram import LinkPreviewOptions, ReplyParameters
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
 from adapters import common
+from adapters.common import APPROVE_LABEL, DECLINE_LABEL, approval_payload
 from adapters.telegram.client import BotClient
 from adapters.telegram.render import render, utf16_length, visible_length, visible_text
 from gateway.errors import MessageRejected, PlatformError, RateLimited
@@ -77,7 +78,14 @@ class TelegramSender:
     def measure(self, markdown: str) -> int:
         return visible_length(render(markdown))
 
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+    async def send(
+        self,
+        address: Address,
+        markdown: str,
+        *,
+        final: bool,
+        keyboard: InlineKeyboardMarkup | None = None,
+    ) -> str:
         reply = (
             ReplyParameters(message_id=int(address.reply_to), allow_sending_without_reply=True)
             if address.reply_to
@@ -93,6 +101,7 @@ class TelegramSender:
                 message_thread_id=thread,
                 reply_parameters=reply,
                 link_preview_options=_NO_PREVIEW,
+                reply_markup=keyboard,
             )
             return str(message.message_id)
 
@@ -113,6 +122,15 @@ class TelegramSender:
         except MessageRejected as exc:
             if "message is not modified" not in str(exc).lower():
                 raise
+
+    async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
+        return await self.send(
+            address, markdown, final=True, keyboard=approval_keyboard(approval_id)
+        )
+
+    async def settle_approval(self, address: Address, message_id: str, markdown: str) -> None:
+        # An edit without reply_markup takes the inline keyboard away.
+        await self.edit(address, message_id, markdown, final=True)
 
     async def thinking(self, address: Address, on: bool) -> None:
         # Typing ends by itself after 5 s or when the bot sends: there is nothing to clear.
@@ -146,6 +164,15 @@ class TelegramSender:
             return await call(_plain(markdown, rendered), None)
         except TelegramError as exc:
             raise _mapped(exc) from None
+
+
+def approval_keyboard(approval_id: str) -> InlineKeyboardMarkup:
+    """Approve and Decline side by side; their callback_data fits the 64 bytes allowed."""
+    buttons = [
+        InlineKeyboardButton(APPROVE_LABEL, callback_data=approval_payload(approval_id, True)),
+        InlineKeyboardButton(DECLINE_LABEL, callback_data=approval_payload(approval_id, False)),
+    ]
+    return InlineKeyboardMarkup([buttons])
 
 
 def _plain(markdown: str, rendered: str) -> str:

@@ -164,3 +164,51 @@ def gateway(
 ) -> contextlib.AbstractAsyncContextManager[Processes]:
     """Start `gateway <command>` for each command; SIGTERM them all on exit."""
     return processes.gateway(workdir, env, *commands, kind=Processes)
+
+
+def block_actions(
+    approval_id: str,
+    *,
+    approve: bool = True,
+    user: str = "U1",
+    channel: str = "C1",
+    message_ts: str = "1700000000.000001",
+    thread_ts: str | None = None,
+    action_ts: str | None = None,
+) -> dict[str, Any]:
+    """The interactivity payload of a click on an approval request's button."""
+    container: dict[str, Any] = {
+        "type": "message",
+        "message_ts": message_ts,
+        "channel_id": channel,
+        "is_ephemeral": False,
+    }
+    if thread_ts:
+        container["thread_ts"] = thread_ts
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": "ada", "name": "ada", "team_id": TEAM_ID},
+        "api_app_id": "A0001",
+        "token": "legacy",
+        "container": container,
+        "trigger_id": f"trig.{next(_event_ids)}",
+        "team": {"id": TEAM_ID, "domain": "test"},
+        "channel": {"id": channel, "name": "general"},
+        "message": {"type": "message", "ts": message_ts, "text": "approve?"},
+        "response_url": "http://127.0.0.1:9/actions/unused",
+        "actions": [
+            {
+                "type": "button",
+                "action_id": "gw_approve" if approve else "gw_decline",
+                "block_id": "gw_approval",
+                "text": {"type": "plain_text", "text": "Approve" if approve else "Decline"},
+                "value": approval_id,
+                "action_ts": action_ts or new_ts(),
+            }
+        ],
+    }
+
+
+def interaction_bytes(payload: dict[str, Any]) -> bytes:
+    """An interactivity delivery: a form whose `payload` field is the JSON."""
+    return urlencode({"payload": json.dumps(payload)}).encode()

@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.telegram import PLATFORM, TelegramPlatform
+from adapters.telegram.clicks import Clicks
 from adapters.telegram.client import BotClient
 from adapters.telegram.connection import Poller
 from adapters.telegram.inbound import to_inbound
@@ -152,11 +153,13 @@ async def test_an_update_is_not_confirmed_while_ingest_fails(
     client = BotClient.build(fake.token, fake.base_url)
     dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
     convert = partial(to_inbound, bot_id=fake.bot_id, bot_username=fake.username)
+    ingest = Ingest(settings, dead)
     poller = Poller(
         client.bot,
-        Ingest(settings, dead),
+        ingest,
         Health(redis_client, "telegram-polling"),
         convert,
+        Clicks(client.bot, ingest, fake.bot_id),
         poll_timeout=1,
     )
     update_id = fake.queue_update(private_message(9, "kept for later"))

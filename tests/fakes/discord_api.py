@@ -4,7 +4,9 @@ The real discord.py client connects to it (REST base `api_url`, gateway
 `gateway_url`). Every REST call is recorded in `calls`; every message the bot
 posts or edits is kept in `messages`, and, as Discord does, its creation is
 dispatched back over the gateway as MESSAGE_CREATE. Tests script the far end:
-`dispatch()` user messages and interactions, `rate_limit()` a route with 429s,
+`dispatch()` user messages and interactions (`interaction()` builds `/btw`,
+`click()` a click on a button of a bot's message; `callbacks` holds the
+answers, by interaction token), `rate_limit()` a route with 429s,
 `message_content_enabled=False` to have IDENTIFY refused with close code 4014,
 `forbid_threads` to answer thread creation with 403.
 """
@@ -284,6 +286,17 @@ class FakeDiscord(LoopbackServer):
             payload["channel"] = {"id": channel_id, "type": 1, "recipients": [user]}
             payload["user"] = user
         self._interactions[payload["token"]] = payload
+        return payload
+
+    def click(
+        self, message_id: str, custom_id: str, user: dict[str, Any], *, guild_id: str | None = None
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload for a click on a button of the bot's message."""
+        message = _public(self.messages[message_id])
+        payload = self.interaction(message["channel_id"], "", user, guild_id=guild_id)
+        payload["type"] = 3  # MESSAGE_COMPONENT
+        payload["data"] = {"custom_id": custom_id, "component_type": 2}
+        payload["message"] = message
         return payload
 
     def add_thread(self, guild_id: str, parent_id: str, *, owner_id: str = "42") -> str:
@@ -615,6 +628,7 @@ class FakeDiscord(LoopbackServer):
         if body.get("message_reference"):
             message["message_reference"] = body["message_reference"]
         message["type"] = 19 if body.get("message_reference") else 0
+        message["components"] = list(body.get("components") or [])
         message["edits"] = 0
         self.messages[message["id"]] = message
         return message
@@ -636,6 +650,8 @@ class FakeDiscord(LoopbackServer):
             return _too_long()
         if content is not None:
             message["content"] = content
+        if "components" in (body or {}):  # an empty list takes the buttons away
+            message["components"] = list(body["components"])
         message["edits"] += 1
         message["allowed_mentions"] = (body or {}).get("allowed_mentions")
         return _json(_public(message))
@@ -681,9 +697,11 @@ class FakeDiscord(LoopbackServer):
             {
                 "interaction": {
                     "id": interaction_id,
-                    "type": 2,
+                    "type": interaction["type"],
                     "response_message_loading": body.get("type") == 5,
-                    "response_message_ephemeral": False,
+                    "response_message_ephemeral": bool(
+                        int((body.get("data") or {}).get("flags") or 0) & 64
+                    ),
                 },
                 "resource": {"type": body.get("type")},
             }

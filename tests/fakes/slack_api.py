@@ -55,6 +55,7 @@ class Message:
     text: str
     thread_ts: str | None = None
     edits: int = 0
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class FakeSlack(LoopbackServer):
         self.refuse_connections = False
         self.black_hole = False
         self.acks: list[dict[str, Any]] = []
+        self.ephemeral: list[dict[str, Any]] = []  # chat.postEphemeral's arguments
         self.connections_opened = 0
         self._failures: dict[str, list[_Failure]] = {}
         self._ts = itertools.count(1)
@@ -290,7 +292,7 @@ class FakeSlack(LoopbackServer):
         ts = self._new_ts()
         thread = args.get("thread_ts") or None
         with self._lock:
-            self.messages[ts] = Message(channel, ts, text, thread)
+            self.messages[ts] = Message(channel, ts, text, thread, blocks=_blocks(args))
         return {"channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
 
     def _chat_update(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
@@ -302,11 +304,15 @@ class FakeSlack(LoopbackServer):
             return "msg_too_long"
         with self._lock:
             message.text, message.edits = text, message.edits + 1
+            if "blocks" in args:
+                message.blocks = _blocks(args)
         return {"channel": message.channel, "ts": message.ts, "text": text}
 
     def _chat_postEphemeral(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         if not args.get("user") or not args.get("channel"):
             return "user_not_in_channel"
+        with self._lock:
+            self.ephemeral.append(dict(args))
         return {"message_ts": self._new_ts()}
 
     def _users_info(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
@@ -353,3 +359,9 @@ class FakeSlack(LoopbackServer):
             return "internal_error"
         self.connections_opened += 1
         return {"url": f"ws://{self.host}:{self.port}/link/?ticket={self.connections_opened}"}
+
+
+def _blocks(args: dict[str, Any]) -> list[dict[str, Any]]:
+    """The blocks of a call: a JSON body holds a list, a form a JSON string."""
+    blocks = args.get("blocks") or []
+    return list(json.loads(blocks) if isinstance(blocks, str) else blocks)

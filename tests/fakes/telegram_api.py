@@ -2,12 +2,15 @@
 
 It serves `POST /bot<token>/<method>` on 127.0.0.1 for the methods the gateway
 uses (getMe, sendMessage, editMessageText, sendChatAction, setMyCommands,
-setWebhook, deleteWebhook, getUpdates), records every call (answered or
+setWebhook, deleteWebhook, getUpdates, answerCallbackQuery), records every call (answered or
 refused) with its time, and behaves like Telegram where the gateway depends on
 it: HTML is validated the way Telegram's parser refuses it ("can't parse
 entities"), the rendered length is counted in UTF-16 code units, editing to the
 same content is "message is not modified", getUpdates long-polls, confirms
-updates by offset and refuses to run while a webhook is set. Failures are
+updates by offset, delivers only the kinds of update `allowed_updates` names
+and refuses to run while a webhook is set. A message keeps its inline keyboard
+(`reply_markup`) until an edit without one removes it; the answers to callback
+queries are kept in `callback_answers`. Failures are
 scripted: `fail_next` answers a method with an error (a 429 carries
 `parameters.retry_after`), `ban` refuses every call into a chat until a
 deadline, the way a flood ban does.
@@ -30,7 +33,9 @@ from aiohttp import web
 
 from tests.fakes.server import CallLog, LoopbackServer
 
-STRING_FIELDS = frozenset({"text", "parse_mode", "secret_token", "url", "action", "caption"})
+STRING_FIELDS = frozenset(
+    {"text", "parse_mode", "secret_token", "url", "action", "caption", "callback_query_id"}
+)
 ALLOWED_TAGS = frozenset(
     {
         "b",
@@ -130,6 +135,7 @@ class Message:
     thread_id: int | None
     reply_to: int | None
     history: list[str] = field(default_factory=list)
+    reply_markup: dict[str, Any] | None = None
 
 
 @dataclass
@@ -158,6 +164,8 @@ class FakeTelegram(LoopbackServer):
         self.commands: list[dict[str, str]] = []
         self.webhook_url: str | None = None
         self.webhook_secret: str | None = None
+        self.callback_answers: list[dict[str, Any]] = []
+        self._allowed_updates: list[str] | None = None
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(5000)
@@ -327,6 +335,7 @@ class FakeTelegram(LoopbackServer):
             "setMyCommands": self._set_my_commands,
             "setWebhook": self._set_webhook,
             "deleteWebhook": self._delete_webhook,
+            "answerCallbackQuery": self._answer_callback_query,
         }.get(method)
         if method == "getUpdates":
             return await self._get_updates(params)
@@ -362,6 +371,7 @@ class FakeTelegram(LoopbackServer):
             thread_id=params.get("message_thread_id"),
             reply_to=reply.get("message_id") or params.get("reply_to_message_id"),
             history=[visible],
+            reply_markup=params.get("reply_markup"),
         )
         self.messages[(chat_id, message.message_id)] = message
         return self._message_json(message)
@@ -380,6 +390,7 @@ class FakeTelegram(LoopbackServer):
                 "content and reply markup of the message",
             )
         message.text, message.html, message.parse_mode = visible, raw, params.get("parse_mode")
+        message.reply_markup = params.get("reply_markup")  # an edit without one removes it
         message.history.append(visible)
         return self._message_json(message)
 
@@ -396,6 +407,10 @@ class FakeTelegram(LoopbackServer):
             body["message_thread_id"] = message.thread_id
             body["is_topic_message"] = True
         return body
+
+    def _answer_callback_query(self, params: dict[str, Any]) -> bool:
+        self.callback_answers.append(dict(params))
+        return True
 
     def _set_my_commands(self, params: dict[str, Any]) -> bool:
         self.commands = list(params.get("commands") or [])
@@ -419,19 +434,32 @@ class FakeTelegram(LoopbackServer):
                 "Conflict: can't use getUpdates method while webhook is "
                 "active; use deleteWebhook to delete the webhook first",
             )
+        if isinstance(params.get("allowed_updates"), list):
+            self._allowed_updates = list(params["allowed_updates"])
         offset = params.get("offset")
         if isinstance(offset, int) and offset > 0:
             # Telegram forgets every update below the offset: they count as confirmed.
             self._updates = [u for u in self._updates if u["update_id"] >= offset]
         deadline = time.monotonic() + float(params.get("timeout") or 0)
-        while not self._updates and not self._stopping and time.monotonic() < deadline:
+        while not self._deliverable() and not self._stopping and time.monotonic() < deadline:
             async with self._changed:
                 try:
                     await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
                 except TimeoutError:
                     break
         limit = int(params.get("limit") or 100)
-        return list(self._updates[:limit])
+        return list(self._deliverable()[:limit])
+
+    def _deliverable(self) -> list[dict[str, Any]]:
+        """The held updates, less those of a kind not allowed (Telegram never sends them)."""
+        self._updates = [u for u in self._updates if self._allowed(u)]
+        return self._updates
+
+    def _allowed(self, update: dict[str, Any]) -> bool:
+        """Whether the update is of a kind the last `allowed_updates` asked for (the
+        setting persists, as Telegram keeps it; an empty list means the default)."""
+        kinds = [kind for kind in update if kind != "update_id"]
+        return not self._allowed_updates or any(k in self._allowed_updates for k in kinds)
 
 
 async def _read_params(request: web.Request) -> dict[str, Any]:

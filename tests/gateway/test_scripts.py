@@ -44,6 +44,8 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "prune",
         "step",
         "enqueue_turn",
+        "approval_open",
+        "decide",
     ):
         script = load(name)
         assert script.keys and script.args, name

@@ -1,0 +1,48 @@
+"""Clicks on approval buttons (callback queries): decided by the core, then answered.
+
+Every callback query is answered, refused or not: until it is, the clicker's
+app shows a spinner on the button. A click that does not count (someone else's,
+or on a request no longer open) is answered with the refusal as its `text`,
+which Telegram shows to the clicker alone. Used by both ways updates arrive:
+the webhook (`http.py`) and long polling (`connection.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from telegram import Bot, Update
+from telegram.error import TelegramError
+
+from adapters.common import refusal_text
+from adapters.telegram.inbound import to_decision
+
+if TYPE_CHECKING:
+    from gateway.ingest import Ingest
+
+log = logging.getLogger(__name__)
+
+
+class Clicks:
+    """Hands a callback query's Decision to the core and answers the query."""
+
+    def __init__(self, bot: Bot, ingest: Ingest, bot_id: int) -> None:
+        self.bot, self.ingest, self.bot_id = bot, ingest, bot_id
+
+    async def handle(self, update: Update) -> None:
+        """Raises what `Ingest.decide` raises (the update is then delivered again)."""
+        query = update.callback_query
+        if query is None:
+            return
+        decision = to_decision(update, self.bot_id)
+        refusal = refusal_text(await self.ingest.decide(decision)) if decision else None
+        if isinstance(query.id, str):
+            await self._answer(query.id, refusal)
+
+    async def _answer(self, query_id: str, text: str | None) -> None:
+        try:
+            await self.bot.answer_callback_query(query_id, text=text)
+        except TelegramError as exc:
+            # The decision stands; the button's spinner times out by itself.
+            log.warning("telegram: answerCallbackQuery failed: %s", exc.message)
