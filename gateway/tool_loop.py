@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.compiler import NO_RESULT
+from gateway.confirmations import Asker, Confirmations
 from gateway.delivery import ReplyStream
 from gateway.errors import LeaseLost
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
 from gateway.models import Message, ResponseChain, ToolCall, Usage
+from gateway.ports import Sender
 from gateway.prepare import PreparedTurn
 from gateway.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult, ToolServers
@@ -54,17 +56,21 @@ class LoopState:
     length: int
     messages: list[Message]
     chain: ResponseChain | None
+    asker: Asker
+    sender: Sender
     steps: int = 0
     system: list[Message] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class LoopResult:
-    """The turn's answer, the chain it ended on, and the history's length after its steps."""
+    """The turn's answer, the chain it ended on, and the history's length after its steps;
+    `waiting` when a call waits for its approval (the turn ends unrecorded)."""
 
     result: TurnResult
     chain: ResponseChain | None
     length: int
+    waiting: bool = False
 
 
 class ToolLoop:
@@ -76,9 +82,10 @@ class ToolLoop:
         generation: Generation,
         servers: ToolServers,
         max_steps: int,
+        confirmations: Confirmations | None = None,
     ) -> None:
         self.sessions, self.generation, self.servers = sessions, generation, servers
-        self.max_steps = max_steps
+        self.max_steps, self.confirmations = max_steps, confirmations
 
     async def run(
         self,
@@ -89,17 +96,21 @@ class ToolLoop:
         usage: Usage,
         stream: ReplyStream,
         running: RunningTurn,
+        asker: Asker,
+        sender: Sender,
     ) -> LoopResult:
         """Answer the turn, calling tools as the model asks, from where a dead run left off."""
-        state = self._state(key, token, claim, prepared)
-        await self._resume(state, prepared.view.entries, stream, running)
+        state = self._state(key, token, claim, prepared, asker, sender)
+        if await self._resume(state, prepared.view.entries, stream, running):
+            return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
         while state.steps < self.max_steps:
             calls: list[ToolCall] = []
             tools = self.servers.openai_tools()
             result = await self._step(state, usage, stream, running, tools, calls)
             if not calls or not result.whole:
                 return LoopResult(result, state.chain, state.length)
-            await self._run_step(state, calls, result.text, stream, running)
+            if await self._run_step(state, calls, result.text, stream, running):
+                return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
             if running.stop.is_set():
                 return LoopResult(TurnResult(stream.text, stopped=True), state.chain, state.length)
         result = await self._step(state, usage, stream, running, None, None)
@@ -108,11 +119,21 @@ class ToolLoop:
             result = TurnResult(f"{result.text.rstrip()}\n\n{note}")
         return LoopResult(result, state.chain, state.length)
 
-    def _state(self, key: str, token: str, claim: Claim, prepared: PreparedTurn) -> LoopState:
+    def _state(
+        self,
+        key: str,
+        token: str,
+        claim: Claim,
+        prepared: PreparedTurn,
+        asker: Asker,
+        sender: Sender,
+    ) -> LoopState:
         messages = [dict(m) for m in prepared.request.messages]  # placeholders get filled in
         system = [m for m in messages if m.get("role") == "system"]
         chain = self.generation.chains.start(prepared.request, prepared.view)
-        return LoopState(key, token, claim, claim.length, messages, chain, system=system)
+        return LoopState(
+            key, token, claim, claim.length, messages, chain, asker, sender, system=system
+        )
 
     async def _step(
         self,
@@ -141,14 +162,65 @@ class ToolLoop:
         text: str,
         stream: ReplyStream,
         running: RunningTurn,
-    ) -> None:
-        """Record the model's calls, run them at once, record and send back their results."""
+    ) -> bool:
+        """Record the model's calls, run them, record and send back their results;
+        True when a call waits for its approval."""
         step = _step_entry(state.claim.turn_id, text, calls)
         await self._record(state, [step])
         state.steps += 1
         state.messages.append(_assistant_message(text, calls))
-        results = await self._run_calls(state, calls, stream, running)
-        self._answer(state, calls, results)
+        results, waiting = await self._execute(state, calls, stream, running, resumed=False)
+        if not waiting:
+            self._answer(state, calls, results)
+        return waiting
+
+    async def _execute(
+        self,
+        state: LoopState,
+        calls: Sequence[ToolCall],
+        stream: ReplyStream,
+        running: RunningTurn,
+        *,
+        resumed: bool,
+    ) -> tuple[dict[str, ToolResult], bool]:
+        """Run what may run now. Calls that need the asker's approval go through the
+        gate; in a resumed run, a call without a result that may have had an effect
+        is not run again. Returns the results and whether an approval is awaited."""
+        gated = [c for c in calls if self._needs_confirmation(c.name)]
+        free = [c for c in calls if c not in gated]
+        again = [c for c in free if not resumed or self._read_only(c.name)]
+        results = await self._run_calls(state, again, stream, running) if again else {}
+        for call in free:
+            if call.id not in results:
+                interrupted = ToolResult(INTERRUPTED.format(name=call.name), "interrupted")
+                await self._settle(state, call, interrupted, results)
+        if not gated or running.stop.is_set():
+            return results, False
+        assert self.confirmations is not None  # `_needs_confirmation` says so
+        gate = await self.confirmations.gate(
+            state.session_key, state.claim.turn_id, gated, state.asker, state.sender
+        )
+        for call in gated:
+            if call.id in gate.settled:
+                await self._settle(state, call, gate.settled[call.id], results)
+        ran = await self._run_calls(state, gate.to_run, stream, running) if gate.to_run else {}
+        for call in gate.to_run:
+            results[call.id] = ran[call.id]
+            await self.confirmations.settle(
+                state.session_key, state.claim.turn_id, call, ran[call.id], state.sender
+            )
+        return results, gate.waiting
+
+    async def _settle(
+        self, state: LoopState, call: ToolCall, result: ToolResult, results: dict[str, ToolResult]
+    ) -> None:
+        """A result the call did not produce itself (refused, interrupted): recorded."""
+        results[call.id] = result
+        await self._record(state, [_result_entry(state, call, result)])
+        if self.confirmations is not None and self._needs_confirmation(call.name):
+            await self.confirmations.settle(
+                state.session_key, state.claim.turn_id, call, result, state.sender
+            )
 
     async def _run_calls(
         self,
@@ -204,13 +276,14 @@ class ToolLoop:
         entries: Sequence[Entry],
         stream: ReplyStream,
         running: RunningTurn,
-    ) -> None:
-        """Take up the steps a dead run of this turn recorded: count them, and give
-        each call it left without a result one (read-only calls are run again)."""
+    ) -> bool:
+        """Take up the steps an earlier run of this turn recorded: count them, and give
+        each call it left without a result one (`_execute`, as resumed). True when a
+        call still waits for its approval."""
         mine = [e for e in entries if e.get("turn_id") == state.claim.turn_id]
         steps = [e for e in mine if e.get("role") == "assistant" and e.get("tool_calls")]
         if not steps:
-            return
+            return False
         state.steps = len(steps)
         answered = {e.get("tool_call_id") for e in mine if e.get("role") == "tool"}
         open_calls = [
@@ -219,19 +292,19 @@ class ToolLoop:
             if c.get("id") not in answered
         ]
         if not open_calls:
-            return
+            return False
         log.info("%s: resuming a tool loop with %d open calls", state.session_key, len(open_calls))
-        again = [c for c in open_calls if self._read_only(c.name)]
-        results = await self._run_calls(state, again, stream, running) if again else {}
-        for call in open_calls:
-            if call.id not in results:
-                results[call.id] = ToolResult(INTERRUPTED.format(name=call.name), "interrupted")
-                await self._record(state, [_result_entry(state, call, results[call.id])])
+        results, waiting = await self._execute(state, open_calls, stream, running, resumed=True)
         _fill_placeholders(state.messages, results)
+        return waiting
 
     def _read_only(self, name: str) -> bool:
         spec = self.servers.spec(name)
         return spec is not None and spec.read_only
+
+    def _needs_confirmation(self, name: str) -> bool:
+        spec = self.servers.spec(name)
+        return self.confirmations is not None and spec is not None and spec.needs_confirmation
 
     async def _record(self, state: LoopState, entries: list[Entry]) -> None:
         length = await self.sessions.record_steps(

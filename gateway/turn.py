@@ -22,7 +22,8 @@ from gateway.chains import Chains
 from gateway.compiler import TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
-from gateway.delivery import SendBudget
+from gateway.confirmations import Asker, Confirmations
+from gateway.delivery import ReplyStream, SendBudget
 from gateway.early import EarlyStart, EarlyStarts
 from gateway.errors import LeaseLost, ModelError
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
@@ -43,6 +44,8 @@ from gateway.tools import ToolServers
 __all__ = ["PreparedTurn", "RunningTurn", "Turn", "TurnResult", "TurnRunner", "failure_text"]
 
 log = logging.getLogger(__name__)
+
+WAITING_NOTE = "_(waiting for approval)_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ class TurnRunner:
         budget: SendBudget,
         metrics: Metrics,
         tools: ToolServers | None = None,
+        confirmations: Confirmations | None = None,
     ) -> None:
         self.sessions, self.queue, self.senders, self.metrics = sessions, queue, senders, metrics
         self.ttl = settings.lease_ttl
@@ -86,7 +90,7 @@ class TurnRunner:
         self.replies = Replies(sessions, budget, metrics)
         self.tools = tools
         self.loop = (
-            ToolLoop(sessions, self.generation, tools, settings.tool_max_steps)
+            ToolLoop(sessions, self.generation, tools, settings.tool_max_steps, confirmations)
             if tools is not None
             else None
         )
@@ -194,10 +198,21 @@ class TurnRunner:
             try:
                 prepared = await self._prepare(turn, context)
                 if self.loop is not None:
-                    token = turn.lease.token
+                    asker = Asker(str(user["speaker"]["id"]), _speaker_name(user), address)
                     ran = await self.loop.run(
-                        key, token, claim, prepared, usage, stream, turn.running
+                        key,
+                        turn.lease.token,
+                        claim,
+                        prepared,
+                        usage,
+                        stream,
+                        turn.running,
+                        asker,
+                        sender,
                     )
+                    if ran.waiting:
+                        await self._wait_for_approval(turn, stream)
+                        return
                     result, chain, length = ran.result, ran.chain, ran.length
                 else:
                     early = turn.kept_early
@@ -214,7 +229,17 @@ class TurnRunner:
             await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
             raise
         outcome = await self._finish(turn, prepared, chain, result, entry, length)
+        if length != claim.length and outcome != "superseded":
+            # Messages that came while the loop was open stayed in the inbox: their turn.
+            await self.sessions.enqueue_turn(key, address.platform)
         await _report(self.metrics, turn, address, time.monotonic() - started, usage, outcome)
+
+    async def _wait_for_approval(self, turn: Turn, stream: ReplyStream) -> None:
+        """A call waits for its approval: the reply says so, and the turn lets go of its
+        lease unrecorded. The click, or the deadline, enqueues it again."""
+        await stream.finish(f"{stream.text.rstrip()}\n\n{WAITING_NOTE}".strip())
+        await turn.lease.release()
+        log.info("turn %s %s waits for an approval", turn.session_key, turn.claim.turn_id)
 
     async def _prepare(self, turn: Turn, context: TurnContext) -> PreparedTurn:
         """Compile the turn; compress first (blocking) only when it would exceed the budget.
@@ -275,6 +300,11 @@ class TurnRunner:
         if not down:
             return []
         return [f"These tool servers are unavailable right now: {', '.join(down)}."]
+
+
+def _speaker_name(user: Entry) -> str:
+    speaker = user.get("speaker") or {}
+    return str(speaker.get("name") or speaker.get("id") or "")
 
 
 def _last_user(entries: list[Entry]) -> Entry | None:

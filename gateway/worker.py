@@ -23,8 +23,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway import side_question
+from gateway.approvals import ApprovalStore
 from gateway.compiler import split_view
 from gateway.config import ECHO_MODEL, Settings
+from gateway.confirmations import Confirmations
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.jobs import Job, JobQueue
@@ -40,6 +42,8 @@ from gateway.transcript import render_transcript
 from gateway.turn import TurnRunner
 
 log = logging.getLogger(__name__)
+
+APPROVAL_CHECK_PERIOD = 2.0  # seconds between looks for approvals past their deadline
 
 GIVE_UP_TEXT = (
     "⚠️ Sorry, something went wrong on my side and I could not answer that. Please ask again."
@@ -70,6 +74,8 @@ class Worker:
         self.tools = (
             ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
         )
+        self.approvals = ApprovalStore(redis, self.sessions)
+        confirmations = Confirmations(self.approvals, settings.confirm_timeout)
         self.turns = TurnRunner(
             settings,
             self.sessions,
@@ -79,6 +85,7 @@ class Worker:
             self.budget,
             self.metrics,
             self.tools,
+            confirmations,
         )
         days = settings.session_retention_days
         self.retention = Retention(redis, days * DAY) if days is not None else None
@@ -120,6 +127,8 @@ class Worker:
         ]
         if self.retention is not None:
             loops.append(asyncio.create_task(self.retention.keep_pruning()))
+        if self.tools is not None:
+            loops.append(asyncio.create_task(self._approval_deadlines()))
         self.ready.set()
         log.info("worker %s reading %s", self.queue.consumer, ", ".join(self.queue.streams))
         try:
@@ -129,6 +138,17 @@ class Worker:
                 loop.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
         await self.drain(timeout=grace)
+
+    async def _approval_deadlines(self) -> None:
+        """Approvals nobody answered in time count as declined: their turns go on."""
+        while True:
+            try:
+                expired = await self.approvals.expire_due(time.time())
+                if expired:
+                    log.info("approvals timed out in %s", ", ".join(expired))
+            except RedisError as exc:
+                log.warning("approval deadlines not checked: %s", exc)
+            await asyncio.sleep(APPROVAL_CHECK_PERIOD)
 
     def _calls_models(self) -> bool:
         names = (self.settings.model, self.settings.side_model, self.settings.compression_model)
