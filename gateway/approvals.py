@@ -49,6 +49,7 @@ class Status(StrEnum):
     APPROVED = "approved"
     DECLINED = "declined"
     TIMEOUT = "timeout"
+    RUNNING = "running"  # approved, and its call started: a run that dies must not repeat it
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,11 @@ class ApprovalStore:
         if touched:
             log.info("approvals timed out in %d session(s)", len(touched))
         return touched
+
+    async def mark_running(self, session_key: str, approval_id: str) -> None:
+        """An approved call is about to run. A re-run that finds it so, with no result
+        recorded, reports it interrupted instead of running it again."""
+        await self.redis.hset(Keys.approvals(session_key), f"{approval_id}:status", Status.RUNNING)
 
     async def close(self, session_key: str, approval_id: str) -> None:
         """Remove a settled approval once its turn has recorded the outcome."""

@@ -37,6 +37,9 @@ class RecordingSender:
     messages: dict[str, str] = field(default_factory=dict)
     thinking_calls: list[bool] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # Approval requests apart from replies: approval id -> message id, message id -> text.
+    asked: dict[str, str] = field(default_factory=dict)
+    approval_texts: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._ids = itertools.count(1)
@@ -59,6 +62,19 @@ class RecordingSender:
 
     async def thinking(self, address: Address, on: bool) -> None:
         self.thinking_calls.append(on)
+
+    async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
+        message_id = str(next(self._ids))
+        self.asked[approval_id] = message_id
+        self.approval_texts[message_id] = markdown
+        self.calls.append(Call("ask", message_id, markdown, True, time.monotonic(), address))
+        self.changed.set()
+        return message_id
+
+    async def settle_approval(self, address: Address, message_id: str, markdown: str) -> None:
+        self.approval_texts[message_id] = markdown
+        self.calls.append(Call("settle", message_id, markdown, True, time.monotonic(), address))
+        self.changed.set()
 
     async def aclose(self) -> None:
         return None
