@@ -190,3 +190,21 @@ async def test_messages_while_waiting_are_answered_after_the_approved_turn(
     assert history[4]["text"] == "meanwhile, hello"
     assert texts(desk.sender)[-1] == "answer to meanwhile"
     assert await desk.sessions.redis.exists(Keys.approvals(first.session_key)) == 0
+
+
+async def test_an_approved_call_a_dead_run_left_running_is_reported_not_repeated(
+    desk: Harness, effects: Path
+) -> None:
+    desk.llm.reply = tools_then_text([DELETE])
+    message = inbound("delete the old one")
+    await desk.ingest.receive(message)
+    approval_id = await asked(desk)
+    await waiting(desk, message.session_key)
+    key = message.session_key
+    # The run that took the approval over marked the call running, then died.
+    await desk.ingest.approvals.mark_running(key, approval_id)
+    await desk.sessions.enqueue_turn(key, "test")
+    await desk.idle(key)
+    assert lines(effects) == []
+    (result,) = tool_results(desk.llm.requests[-1])
+    assert "interrupted" in result.output

@@ -28,6 +28,7 @@ def write_config(tmp_path: Path, effects: Path) -> Path:
     server = {
         "command": sys.executable,
         "args": ["-m", "tests.fakes.mcp_servers", "--effects", str(effects)],
+        "confirm": "never",  # approvals have tests of their own (test_confirmations.py)
     }
     config.write_text(json.dumps({"mcpServers": {"desk": server}}))
     return config
