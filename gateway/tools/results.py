@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from mcp_types import (
     AudioContent,
@@ -35,17 +35,7 @@ Outcome = Literal[
     "interrupted",
     "declined",
 ]
-OUTCOMES: tuple[Outcome, ...] = (
-    "ok",
-    "error",
-    "timeout",
-    "unavailable",
-    "invalid",
-    "unknown",
-    "cancelled",
-    "interrupted",
-    "declined",
-)
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,26 +17,15 @@ from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, tool_results, tools_then_text
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound
+from tests.gateway.tool_servers import lines, new_effects, write_config
 
 _clicks = itertools.count(1)
 DELETE = FakeToolCall("desk__delete_item", '{"name": "old"}')
 
 
-def write_config(tmp_path: Path, effects: Path) -> Path:
-    config = tmp_path / "mcp.json"
-    server = {
-        "command": sys.executable,
-        "args": ["-m", "tests.fakes.mcp_servers", "--effects", str(effects)],
-    }
-    config.write_text(json.dumps({"mcpServers": {"desk": server}}))
-    return config
-
-
 @pytest.fixture
 def effects(tmp_path: Path) -> Path:
-    path = tmp_path / "effects.txt"
-    path.touch()
-    return path
+    return new_effects(tmp_path)
 
 
 async def confirming(
@@ -55,10 +42,6 @@ async def desk(
 ) -> AsyncIterator[Harness]:
     async for h in confirming(redis_url, llm, tmp_path, effects):
         yield h
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines()
 
 
 def click(approval_id: str, user: str, approve: bool) -> Decision:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,24 +20,12 @@ from tests.gateway.cli_runs import ROOT, clean_env, gateway
 from tests.gateway.conversation import STATEFUL_MAIN, conversation
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound
-
-
-def write_config(tmp_path: Path, effects: Path) -> Path:
-    config = tmp_path / "mcp.json"
-    server = {
-        "command": sys.executable,
-        "args": ["-m", "tests.fakes.mcp_servers", "--effects", str(effects)],
-        "confirm": "never",  # approvals have tests of their own (test_confirmations.py)
-    }
-    config.write_text(json.dumps({"mcpServers": {"desk": server}}))
-    return config
+from tests.gateway.tool_servers import lines, new_effects, write_config
 
 
 @pytest.fixture
 def effects(tmp_path: Path) -> Path:
-    path = tmp_path / "effects.txt"
-    path.touch()
-    return path
+    return new_effects(tmp_path)
 
 
 async def tool_workers(
@@ -52,12 +39,8 @@ async def tool_workers(
 async def tooled(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
 ) -> AsyncIterator[Harness]:
-    async for h in tool_workers(redis_url, llm, write_config(tmp_path, effects)):
+    async for h in tool_workers(redis_url, llm, write_config(tmp_path, effects, confirm="never")):
         yield h
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines()
 
 
 async def test_a_question_a_tool_answers_is_answered_from_its_result(tooled: Harness) -> None:
@@ -111,7 +94,7 @@ async def test_every_failure_becomes_a_result_and_the_turn_still_answers(tooled:
 async def test_the_step_limit_ends_with_an_answer_and_a_note(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
 ) -> None:
-    config = write_config(tmp_path, effects)
+    config = write_config(tmp_path, effects, confirm="never")
     call = FakeToolCall("desk__lookup_ticket", '{"id": "A"}')
 
     def always_tools(body: dict[str, Any]) -> str | Answer:
@@ -231,7 +214,7 @@ def test_a_console_user_gets_a_tool_answer_with_the_example_config(
 async def test_on_a_provider_chain_a_tool_step_sends_only_its_results_on_the_response(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
 ) -> None:
-    config = write_config(tmp_path, effects)
+    config = write_config(tmp_path, effects, confirm="never")
     llm.answer_next(Answer(calls=[FakeToolCall("desk__lookup_ticket", '{"id": "R-2"}')]))
     values = {"GATEWAY_MCP_CONFIG": str(config), "GATEWAY_MODEL": STATEFUL_MAIN}
     async with conversation(redis_url, llm, **values) as talk:
