@@ -25,9 +25,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from redis.asyncio import Redis  # noqa: E402
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
 
+from gateway.embedded_redis import find_redis_server  # noqa: E402
 from gateway.model import Address, Inbound, Speaker  # noqa: E402
 from gateway.ports import Limits  # noqa: E402
-from gateway.store import find_redis_server  # noqa: E402
 
 PLATFORM = "console"  # open to everyone, so no allow-list is needed
 

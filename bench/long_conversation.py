@@ -39,11 +39,12 @@ import redis.asyncio as aioredis
 from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
+from gateway.embedded_redis import find_redis_server
 from gateway.model import Address, Inbound, Speaker
 from gateway.models import Models
 from gateway.models.litellm_backend import load_litellm
 from gateway.session import SessionStore, assistant_entry, user_entry
-from gateway.store import Keys, find_redis_server
+from gateway.store import Keys
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import MAIN, STATEFUL_MAIN, conversation, make_settings

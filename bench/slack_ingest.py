@@ -33,7 +33,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.store import find_redis_server  # noqa: E402
+from gateway.embedded_redis import find_redis_server  # noqa: E402
 from tests.adapters.slack_helpers import (  # noqa: E402
     BOT_TOKEN,
     SIGNING_SECRET,

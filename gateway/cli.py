@@ -20,7 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway import logs, shutdown, store
+from gateway import embedded_redis, logs, shutdown, store
 from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
@@ -110,7 +110,7 @@ async def _redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
     embedded = None
     url = settings.redis_url
     if url is None:
-        embedded = store.EmbeddedRedis(settings.data_dir)
+        embedded = embedded_redis.EmbeddedRedis(settings.data_dir)
         url = embedded.start()
     client = store.connect(url)
     try:
@@ -371,7 +371,7 @@ def _connect_command(
 async def cmd_redis(settings: Settings, args: argparse.Namespace) -> int:
     if settings.redis_url is not None:
         raise ConfigError("REDIS_URL is set: `gateway redis` starts only the embedded server")
-    embedded = store.EmbeddedRedis(settings.data_dir)
+    embedded = embedded_redis.EmbeddedRedis(settings.data_dir)
     url = embedded.start()
     if not embedded.owner:
         print(url, flush=True)

@@ -14,7 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from gateway.store import find_redis_server
+from gateway.embedded_redis import find_redis_server
 
 pytest_plugins = ["tests.fakes.fixtures"]
 

@@ -24,7 +24,7 @@ import uvicorn
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from gateway import store
+from gateway import embedded_redis, store
 from gateway.config import load_settings
 from gateway.health import REPORT_TTL, Health, read_all
 from gateway.http_limits import MAX_BODY
@@ -58,7 +58,7 @@ def own_redis() -> Iterator[OwnRedis]:
     port = free_port()
     process = subprocess.Popen(
         [
-            store.find_redis_server(),
+            embedded_redis.find_redis_server(),
             "--port",
             str(port),
             "--bind",
