@@ -6,6 +6,9 @@ multi-key scripts run on one node of a Redis Cluster.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import ClassVar
 
 import redis.asyncio as aioredis
@@ -14,6 +17,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.embedded_redis import EmbeddedRedis
 from gateway.errors import StoreUnavailable
 
 PREFIX = "gw"
@@ -149,6 +153,25 @@ def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
         socket_connect_timeout=2.0,
     )
     return aioredis.Redis.from_pool(pool)
+
+
+@asynccontextmanager
+async def open_redis(url: str | None, data_dir: Path) -> AsyncIterator[aioredis.Redis]:
+    """Redis at `url` (REDIS_URL), or the embedded server under `data_dir` when it is
+    None (stopped again on exit, if this process started it). Fails with
+    StoreUnavailable when nothing answers."""
+    embedded = None
+    if url is None:
+        embedded = EmbeddedRedis(data_dir)
+        url = embedded.start()
+    client = connect(url)
+    try:
+        await ping(client, url)
+        yield client
+    finally:
+        await client.aclose()
+        if embedded is not None:
+            embedded.stop()
 
 
 async def ping(client: aioredis.Redis, url_for_errors: str) -> None:
