@@ -6,11 +6,9 @@ import asyncio
 import itertools
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -27,7 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E4
 
 from gateway.model import Address, Inbound, Speaker  # noqa: E402
 from gateway.ports import Limits  # noqa: E402
-from gateway.store import find_redis_server  # noqa: E402
+from tests.conftest import free_port, start_redis  # noqa: E402, F401  (the benchmarks' too)
 
 PLATFORM = "console"  # open to everyone, so no allow-list is needed
 
@@ -77,35 +75,6 @@ def inbound(channel: str, text: str, number: int) -> Inbound:
         reply=reply,
         side_reply=reply.model_copy(update={"side": True}),
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_redis() -> tuple[subprocess.Popen[bytes], str]:
-    """A private redis-server (no persistence) and its URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            find_redis_server(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            tempfile.mkdtemp(prefix="bench-redis-"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return process, f"redis://127.0.0.1:{port}/0"
 
 
 async def wait_redis(url: str) -> None:

@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import inbound, percentile  # noqa: E402
 from gateway.config import Settings  # noqa: E402
+from gateway.embedded_redis import FSYNC_POLICIES, EmbeddedRedis  # noqa: E402
 from gateway.ingest import Ingest, Outcome  # noqa: E402
-from gateway.store import FSYNC_POLICIES, EmbeddedRedis, connect  # noqa: E402
+from gateway.store import connect  # noqa: E402
 
 BASELINE = "everysec"
 

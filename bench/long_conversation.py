@@ -25,15 +25,13 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import tempfile
 import time
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import common  # noqa: F401  first: it puts the project and the fakes on sys.path
+import common  # first: it puts the project and the fakes on sys.path
 import redis.asyncio as aioredis
 
 from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext
@@ -43,8 +41,7 @@ from gateway.model import Address, Inbound, Speaker
 from gateway.models import Models
 from gateway.models.litellm_backend import load_litellm
 from gateway.session import SessionStore, assistant_entry, user_entry
-from gateway.store import Keys, find_redis_server
-from tests.conftest import free_port
+from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import MAIN, STATEFUL_MAIN, conversation, make_settings
 
@@ -85,40 +82,11 @@ def inbound(number: int) -> Inbound:
 
 @asynccontextmanager
 async def redis_server() -> AsyncIterator[str]:
-    workdir = tempfile.mkdtemp(prefix="gw-bench-")
-    port = free_port()
-    process = subprocess.Popen(  # noqa: ASYNC220 (started once, before any timing)
-        [
-            find_redis_server(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            workdir,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = aioredis.Redis.from_url(url)
+    process, url = common.start_redis(prefix="gw-bench-")  # started once, before any timing
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                await client.ping()
-                break
-            except (ConnectionError, aioredis.ConnectionError):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.02)
+        await common.wait_redis(url)
         yield url
     finally:
-        await client.aclose()
         process.terminate()
         process.wait(timeout=10)
 

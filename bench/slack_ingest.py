@@ -22,7 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.store import find_redis_server  # noqa: E402
 from tests.adapters.slack_helpers import (  # noqa: E402
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -42,7 +40,7 @@ from tests.adapters.slack_helpers import (  # noqa: E402
     mention,
     signed_headers,
 )
-from tests.conftest import free_port  # noqa: E402
+from tests.conftest import free_port, start_redis  # noqa: E402
 from tests.fakes.slack_api import FakeSlack  # noqa: E402
 
 USERS = [f"U{n:04d}" for n in range(20)]
@@ -145,27 +143,9 @@ async def closed_loop(url: str, connections: int, seconds: float) -> Round:
 
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    process = subprocess.Popen(
-        [
-            find_redis_server(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            workdir,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process, url = start_redis(prefix="bench-redis-")
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        yield url
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -22,7 +22,7 @@ import common  # noqa: F401  first: it puts the project and the fakes on sys.pat
 
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
-from gateway import store
+from gateway import embedded_redis, store
 from gateway.delivery import ReplyStream, SendBudget
 from gateway.model import Address
 from tests.fakes.telegram_api import FakeTelegram, running
@@ -67,7 +67,7 @@ def report(fake: FakeTelegram, name: str, chat_id: int, elapsed: float, interval
 
 async def main(seconds: float, rate: float, private: float, group: float) -> None:
     data = Path(tempfile.mkdtemp(prefix="gw-bench-"))
-    embedded = store.EmbeddedRedis(data)
+    embedded = embedded_redis.EmbeddedRedis(data)
     redis = store.connect(embedded.start())
     try:
         async with running() as fake:

@@ -17,8 +17,9 @@ One Redis lock per session (`SET NX PX` with a token) keeps two workers from
 compressing the same session at once; the segment is written only while the
 lock is still ours and the session was not reset meanwhile.
 
-Whether a request fits its budget is `gateway.tokens`' to tell; the text the
-summariser reads is rendered by `gateway.transcript`.
+Whether a request fits its budget is `gateway.tokens`' to tell; which range a
+segment covers is `gateway.segments`'; what the summariser is asked (and the
+fallback's text) is `gateway.summary`'s.
 """
 
 from __future__ import annotations
@@ -26,46 +27,30 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.compiler import split_view
 from gateway.config import Settings
 from gateway.errors import ModelError
 from gateway.lease import Lease
 from gateway.models import ModelCall, Models
 from gateway.scripts import load
+from gateway.segments import Plan, Segment, plan_segment
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.store import Keys
+from gateway.summary import fallback_summary, summary_request
 from gateway.tokens import RequestShape, TokenCounter, token_budget, window_share
-from gateway.transcript import render_transcript
 
 log = logging.getLogger(__name__)
 
 THRESHOLD_SHARE = 0.8  # after a turn, compress once the view passes this share of the budget
-KEEP_MIN = 5  # newest entries that always stay verbatim
-KEEP_SHARE = 0.2  # ... or this share of the view's entries, whichever is more
 SUMMARY_MAX_TOKENS = 1024
 MAX_ROUNDS = 8  # compressions in a row before a turn goes ahead anyway
 LOCK_WAIT = 30.0  # seconds a turn waits for another worker's compression
-
-SUMMARY_INSTRUCTIONS = """\
-You compress the older part of a chat conversation into a summary that an \
-assistant will read in its place. Write the updated summary of everything so \
-far: the summary you are given (if any) plus the new part of the conversation.
-
-Keep, exactly as written: the names of people, projects, files and things; \
-every decision and who made it; numbers, amounts, dates, versions and ids; \
-open questions and requests not yet answered; errors and failures and what \
-was done about them. Drop greetings, small talk and repetition. Do not \
-invent anything and do not answer anyone. Write short Markdown bullet points, \
-grouped by topic, in the conversation's language."""
 
 
 class Outcome(StrEnum):
@@ -76,68 +61,6 @@ class Outcome(StrEnum):
     NOTHING = "nothing"  # nothing left to compress (or it already fits)
     BUSY = "busy"  # another worker holds the lock
     LOST = "lost"  # the lock expired or the session was reset meanwhile
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A summarised range of the history, stored as JSON in Keys.segments."""
-
-    first_id: str
-    last_id: str
-    first_index: int
-    last_index: int
-    summary: str
-    created_at: float
-    model: str
-    fallback: bool
-    messages: int  # entries of this segment's own range
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The range the next segment covers, and the segments it builds on."""
-
-    entries: list[Entry]
-    first_index: int
-    previous: dict[str, Any] | None  # the segment whose summary the new one extends
-    replaces: dict[str, Any] | None  # a fallback segment the new one takes the place of
-
-    @property
-    def last_index(self) -> int:
-        return self.first_index + len(self.entries) - 1
-
-
-def plan_segment(view: HistoryView, limit: int) -> Plan | None:
-    """The next range to compress: the view's oldest entries beyond the newest kept verbatim.
-
-    At least KEEP_MIN (or KEEP_SHARE of the view) newest entries stay; only
-    entries before index `limit` are taken; the boundary never separates an
-    assistant's tool call from its results. A fallback segment at the end is
-    planned over again, so its messages get summarised after all.
-    """
-    _, entries = split_view(view.entries, view.segments)
-    first_index = view.start + len(view.entries) - len(entries)
-    keep = max(KEEP_MIN, math.ceil(len(entries) * KEEP_SHARE))
-    cut = min(len(entries) - keep, limit - first_index)
-    while cut > 0 and _splits_tool_call(entries, cut):
-        cut -= 1
-    if cut <= 0:
-        return None
-    last = view.segments[-1] if view.segments else None
-    if last is not None and last.get("fallback"):
-        previous = view.segments[-2] if len(view.segments) > 1 else None
-        return Plan(list(entries[:cut]), first_index, previous, last)
-    return Plan(list(entries[:cut]), first_index, last, None)
-
-
-def _splits_tool_call(entries: Sequence[Entry], cut: int) -> bool:
-    """True when a boundary before `entries[cut]` would part a tool call from its result."""
-    if cut < len(entries) and entries[cut].get("role") == "tool":
-        return True
-    return bool(entries[cut - 1].get("role") == "assistant" and entries[cut - 1].get("tool_calls"))
 
 
 class Compressor:
@@ -377,33 +300,6 @@ class Compressor:
                 changed(session_key)
 
         task.add_done_callback(done)
-
-
-def summary_request(
-    previous: dict[str, Any] | None, entries: Sequence[Entry], budget: int = 48_000
-) -> list[dict[str, str]]:
-    """The summariser's messages: the instructions, the summary so far, the new part.
-
-    The transcript keeps within `budget` characters (its newest part, with a
-    marker for what was left out), so the request fits the summariser.
-    """
-    transcript = render_transcript(entries, message_cap=4000, budget=budget)
-    earlier = str(previous.get("summary", "")).strip() if previous else ""
-    body = (
-        f"Summary so far:\n{earlier or '(none: this is the start of the conversation)'}\n\n"
-        f"New part of the conversation:\n{transcript}\n\nWrite the updated summary."
-    )
-    return [{"role": "system", "content": SUMMARY_INSTRUCTIONS}, {"role": "user", "content": body}]
-
-
-def fallback_summary(previous: dict[str, Any] | None, dropped: int) -> str:
-    """The text of a fallback segment: the last good summary, and what was left out."""
-    note = (
-        f"({dropped} earlier messages of this conversation were left out to stay within "
-        "the model's context window; they could not be summarised.)"
-    )
-    earlier = str(previous.get("summary", "")).strip() if previous else ""
-    return f"{earlier}\n\n{note}" if earlier else note
 
 
 def _json(value: dict[str, Any]) -> str:

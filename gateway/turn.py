@@ -1,8 +1,9 @@
 """One main turn: take the lease, compile, stream the model's reply, record it once.
 
-    run(job) -> early start -> _claim -> _answer: _prepare -> call -> deliver -> _finish
+    run(job) -> early start -> claim -> _answer: _prepare -> call -> deliver -> _finish
 
-The parts it tells the story over: `early` (the call started before the claim),
+The parts it tells the story over: `claims` (the lease taken, held and recorded
+under; the turns running here), `early` (the call started before the claim),
 `prepare` (the request, compressed first when it must), `chains` (what a stateful
 provider holds), `generation` (the model call), `reply` (the platform message),
 and `Compressor.schedule` (compression after the turn).
@@ -10,25 +11,20 @@ and `Compressor.schedule` (compression after the turn).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from dataclasses import dataclass
-
-from redis.exceptions import RedisError
 
 from gateway.chains import Chains
+from gateway.claims import Claims, Turn, last_user
 from gateway.compiler import TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.confirmations import Asker, Confirmations
 from gateway.delivery import ReplyStream, SendBudget
-from gateway.early import EarlyStart, EarlyStarts
+from gateway.early import EarlyStarts
 from gateway.errors import LeaseLost, ModelError
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
 from gateway.jobs import Job, JobQueue
-from gateway.lease import Lease
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.models import Models, ResponseChain, Usage
@@ -36,8 +32,7 @@ from gateway.models.providers import is_stateful
 from gateway.ports import Sender
 from gateway.prepare import PreparedTurn, Preparer
 from gateway.reply import Replies, failure_text
-from gateway.session import Claim, Entry, Finish, SessionStore
-from gateway.store import Keys
+from gateway.session import Entry, SessionStore
 from gateway.tool_loop import ToolLoop
 from gateway.tools import ToolServers
 
@@ -46,22 +41,6 @@ __all__ = ["PreparedTurn", "RunningTurn", "Turn", "TurnResult", "TurnRunner", "f
 log = logging.getLogger(__name__)
 
 WAITING_NOTE = "_(waiting for approval)_"
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One run of a session's turn, under its lease: what its steps pass each other."""
-
-    session_key: str
-    lease: Lease
-    claim: Claim
-    running: RunningTurn
-    early: EarlyStart | None = None
-
-    @property
-    def kept_early(self) -> EarlyStart | None:
-        """The early call, while the turn goes on with it."""
-        return self.early if self.early is not None and self.early.kept else None
 
 
 class TurnRunner:
@@ -80,13 +59,12 @@ class TurnRunner:
         confirmations: Confirmations | None = None,
     ) -> None:
         self.sessions, self.queue, self.senders, self.metrics = sessions, queue, senders, metrics
-        self.ttl = settings.lease_ttl
-        self.running: dict[str, RunningTurn] = {}  # by session, for /stop
         self.compressor = Compressor(settings, sessions.redis, models)
         self.chains = Chains(is_stateful(settings.model))
         self.preparer = Preparer(settings, sessions, self.compressor, self.chains)
         self.generation = Generation(settings, models, self.chains)
         self.early = EarlyStarts(self.preparer, self.chains, self.generation.pieces)
+        self.claims = Claims(sessions, settings.lease_ttl, self.early)
         self.replies = Replies(sessions, budget, metrics)
         self.tools = tools
         self.loop = (
@@ -102,7 +80,7 @@ class TurnRunner:
         when it could not record, so the job is left pending for a re-run.
         """
         key = job.session_key
-        lease = Lease(self.sessions.redis, Keys.lease(key), self.ttl)
+        lease = self.claims.lease(key)
         try:
             # A call started early offers no tools: with tools, every turn starts claimed.
             early = self.early.start(job) if self.loop is None else None
@@ -110,73 +88,23 @@ class TurnRunner:
             log.warning("%s: no early start for job %s (%r)", key, job.id, exc)
             early = None
         try:
-            claim = await self._claim(job, lease, early)
+            claim = await self.claims.claim(job, lease, early)
             if not claim.has_work:
                 await lease.release()
                 return
-            running = self.running[key] = RunningTurn(key, lease)
-            try:
-                # The finishing script releases the lease as it records; any other
-                # exit gives it up here, so a re-run need not wait out its TTL.
-                async with lease.kept(release=False):
-                    await self._answer(Turn(key, lease, claim, running, early))
-            except BaseException:
-                with contextlib.suppress(RedisError):
-                    await lease.release()
-                raise
-            finally:
-                if self.running.get(key) is running:
-                    del self.running[key]
-                running.done.set()
+            async with self.claims.holding(key, lease) as running:
+                await self._answer(Turn(key, lease, claim, running, early))
         finally:
             if early is not None:
                 await early.call.cancel()
-
-    async def give_up(self, job: Job) -> Address | None:
-        """Mark what the session's turn had to answer as answered, recording no reply
-        (a turn that failed on every delivery). Returns where to tell the user."""
-        key = job.session_key
-        lease = Lease(self.sessions.redis, Keys.lease(key), self.ttl)
-        claim = await self._claim(job, lease)
-        if not claim.has_work or claim.view is None:
-            await lease.release()
-            return None
-        user = _last_user(claim.view.entries[max(0, claim.answered - claim.view.start) :])
-        recorded = await self._record(Turn(key, lease, claim, RunningTurn(key, lease)), None)
-        self.early.forget(key)
-        return Address.model_validate(user["reply"]) if recorded and user else None
-
-    async def _claim(self, job: Job, lease: Lease, early: EarlyStart | None = None) -> Claim:
-        """Take the session's lease, waiting while another turn holds it.
-
-        When the holder runs in this process, its end wakes the waiter at once;
-        a holder elsewhere is polled, quickly at first. An early call does not
-        wait with it: another turn's reply comes first. (The job is touched
-        meanwhile by its owner, `JobQueue.owned`.)
-        """
-        delay = 0.005
-        while True:
-            claim = await self.sessions.claim(job.session_key, lease.token, self.ttl)
-            if claim.ok:
-                return claim
-            if early is not None and not early.call.cancelled:
-                log.info("%s is busy; cancelled its early model call", job.session_key)
-                await early.call.cancel()
-            local = self.running.get(job.session_key)
-            if local is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(local.done.wait(), self.ttl / 3)
-                continue
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
 
     async def _answer(self, turn: Turn) -> None:
         started, key, claim = time.monotonic(), turn.session_key, turn.claim
         view = claim.view
         assert view is not None  # a claim with work carries its snapshot
-        user = _last_user(view.entries[max(0, claim.answered - view.start) :])
+        user = last_user(view.entries[max(0, claim.answered - view.start) :])
         if user is None:
-            await self._record(turn, None)
+            await self.claims.record(turn, None)
             return
         address = Address.model_validate(user["reply"])
         new = claim.length - claim.answered
@@ -241,6 +169,13 @@ class TurnRunner:
         await turn.lease.release()
         log.info("turn %s %s waits for an approval", turn.session_key, turn.claim.turn_id)
 
+    def _tool_notes(self) -> list[str]:
+        """What the model is told of tool servers it cannot reach now."""
+        down = self.tools.down() if self.tools is not None else []
+        if not down:
+            return []
+        return [f"These tool servers are unavailable right now: {', '.join(down)}."]
+
     async def _prepare(self, turn: Turn, context: TurnContext) -> PreparedTurn:
         """Compile the turn; compress first (blocking) only when it would exceed the budget.
 
@@ -267,10 +202,10 @@ class TurnRunner:
         """Record the turn, and keep what the next one starts from; returns its outcome.
         `length` is the history's as the turn left it (past the claim's after tool steps)."""
         if prepared is None:  # a model failed while counting or compressing: nothing to keep
-            return _outcome(result, await self._record(turn, entry, length=length))
+            return _outcome(result, await self.claims.record(turn, entry, length=length))
         key, group = turn.session_key, prepared.context.group
         fields = self.chains.fields(prepared.view, chain, entry, result.whole)
-        recorded = await self._record(turn, entry, fields, length)
+        recorded = await self.claims.record(turn, entry, fields, length)
         if length == turn.claim.length:
             self.early.remember(key, turn.claim, prepared.view, entry, fields, recorded)
         else:  # tool steps were recorded: the view misses them, nothing to start from
@@ -279,36 +214,10 @@ class TurnRunner:
             self.compressor.schedule(key, prepared.view, group, entry, self.early.forget)
         return _outcome(result, recorded)
 
-    async def _record(
-        self,
-        turn: Turn,
-        entry: Entry | None,
-        fields: dict[str, str] | None = None,
-        length: int | None = None,
-    ) -> bool:
-        """Record the turn; True when recorded, False when a reset or another run of it
-        got there first. Raises LeaseLost when it could not record (left for a re-run)."""
-        key, claim = turn.session_key, turn.claim
-        outcome = await self.sessions.finish(key, turn.lease.token, claim, entry, fields, length)
-        if outcome is Finish.LOST:
-            raise LeaseLost(f"{key} turn {claim.turn_id} lost its lease before recording")
-        return outcome is Finish.RECORDED
-
-    def _tool_notes(self) -> list[str]:
-        """What the model is told of tool servers it cannot reach now."""
-        down = self.tools.down() if self.tools is not None else []
-        if not down:
-            return []
-        return [f"These tool servers are unavailable right now: {', '.join(down)}."]
-
 
 def _speaker_name(user: Entry) -> str:
     speaker = user.get("speaker") or {}
     return str(speaker.get("name") or speaker.get("id") or "")
-
-
-def _last_user(entries: list[Entry]) -> Entry | None:
-    return next((e for e in reversed(entries) if e.get("role") == "user" and e.get("reply")), None)
 
 
 async def _report(

@@ -239,10 +239,7 @@ class Worker:
                 await asyncio.sleep(0.5)
 
     def _stop_turn(self, session_key: str) -> None:
-        turn = self.turns.running.get(session_key)
-        if turn is not None:
-            log.info("stop requested for %s", session_key)
-            turn.request_stop("stopped by user")
+        self.turns.claims.stop(session_key)
 
     def _start(self, job: Job, *, slot_taken: bool) -> None:
         if job.id in self.running_jobs:
@@ -312,7 +309,7 @@ class Worker:
             job.deliveries - 1,
         )
         await self.metrics.count("errors", "job_given_up")
-        address = await self.turns.give_up(job) if job.kind == "turn" else _address_of(job)
+        address = await self.turns.claims.give_up(job) if job.kind == "turn" else _address_of(job)
         if address is not None and job.kind != "notice":
             await self._send(address, GIVE_UP_TEXT)
 

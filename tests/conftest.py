@@ -8,13 +8,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-from gateway.store import find_redis_server
+from gateway.embedded_redis import find_redis_server
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -25,45 +24,50 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_redis(*extra: str, prefix: str = "gw-redis-") -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server on a free loopback port, without persistence, its files in a new
+    temporary directory: its process and base URL. It may not answer yet."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            find_redis_server(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            tempfile.mkdtemp(prefix=prefix),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return process, f"redis://127.0.0.1:{port}"
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
     """A real redis-server on a loopback port, for the whole run; yields its base URL."""
-    workdir = Path(tempfile.mkdtemp(prefix="gw-redis-"))
     for _ in range(5):  # a free port can be taken by another process before Redis binds it
-        port = free_port()
-        process = subprocess.Popen(
-            [
-                find_redis_server(),
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(workdir),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--databases",
-                "64",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        if _answers(process, port):
+        process, url = start_redis("--databases", "64")
+        if _answers(process, url):
             break
         process.kill()
         process.wait()
     else:
         raise RuntimeError("could not start the test redis-server")
-    yield f"redis://127.0.0.1:{port}"
+    yield url
     process.terminate()
     process.wait(timeout=10)
 
 
-def _answers(process: subprocess.Popen[bytes], port: int) -> bool:
-    """True once this process's server answers PING on the port."""
-    client = redis.Redis(port=port)
+def _answers(process: subprocess.Popen[bytes], url: str) -> bool:
+    """True once this process's server answers PING at `url`."""
+    client = redis.Redis.from_url(url)
     deadline = time.monotonic() + 10
     try:
         while process.poll() is None and time.monotonic() < deadline:

@@ -105,6 +105,13 @@ def _build(
     # reader sees which of several people the bot answers; in a private chat
     # there is only one person and a quote would be noise.
     main_reply_to = None if is_dm else message_id
+    reply = Address(
+        platform=PLATFORM,
+        workspace=workspace,
+        channel=channel,
+        thread=thread,
+        reply_to=main_reply_to,
+    )
     return Inbound(
         platform=PLATFORM,
         workspace=workspace,
@@ -118,21 +125,8 @@ def _build(
         mentions_bot=mentions_bot,
         reply_to=reply_to,
         replies_to_bot=replies_to_bot,
-        reply=Address(
-            platform=PLATFORM,
-            workspace=workspace,
-            channel=channel,
-            thread=thread,
-            reply_to=main_reply_to,
-        ),
-        side_reply=Address(
-            platform=PLATFORM,
-            workspace=workspace,
-            channel=channel,
-            thread=thread,
-            reply_to=message_id,
-            side=True,
-        ),
+        reply=reply,
+        side_reply=reply.model_copy(update={"reply_to": message_id, "side": True}),
     )
 
 

@@ -6,14 +6,22 @@ import contextlib
 import itertools
 import json
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx
+from redis.asyncio import Redis
 from slack_sdk.signature import SignatureVerifier
 
+from adapters.slack import SlackPlatform
+from gateway.config import load_settings
+from gateway.ingest import Ingest
+from gateway.web import create_app
 from tests import processes
-from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID
+from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID, FakeSlack
 from tests.processes import request_text as request_text
 
 SIGNING_SECRET = "test-signing-secret-0123456789"
@@ -212,3 +220,39 @@ def block_actions(
 def interaction_bytes(payload: dict[str, Any]) -> bytes:
     """An interactivity delivery: a form whose `payload` field is the JSON."""
     return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+@dataclass
+class EventsApp:
+    """`gateway web`'s app in-process, serving Slack's events: a client of it, its Redis
+    and the ingest behind it."""
+
+    http: httpx.AsyncClient
+    redis: Redis
+    ingest: Ingest
+
+
+@contextlib.asynccontextmanager
+async def events_app(slack: FakeSlack, redis_url: str) -> AsyncIterator[EventsApp]:
+    """The Slack platform on the fake Web API, validated for HTTP and started, behind
+    `POST /slack/events`; shut down and its Redis closed on exit."""
+    settings = load_settings(
+        _env_file=None,
+        REDIS_URL=redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+    )
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    platform = SlackPlatform(settings, redis)
+    platform.validate("http")
+    ingest = Ingest(settings, redis)
+    app = create_app(redis, ingest, [platform], ["slack"])
+    await platform.startup()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+            yield EventsApp(http, redis, ingest)
+    finally:
+        await platform.shutdown()
+        await redis.aclose()

@@ -1,13 +1,22 @@
-"""Helpers of the Telegram end-to-end tests: gateway subprocesses and update builders."""
+"""Helpers of the Telegram tests: gateway subprocesses, update builders, the webhook in-process."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import redis.asyncio as aioredis
+
+from adapters.telegram import PLATFORM, TelegramPlatform
+from gateway.config import load_settings
+from gateway.ingest import Ingest
+from gateway.web import create_app
 from tests import processes
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
@@ -89,3 +98,48 @@ def mention_entities(text: str, username: str) -> list[dict[str, Any]]:
 
 def command_entities(text: str) -> list[dict[str, Any]]:
     return [{"type": "bot_command", "offset": 0, "length": len(text.split(" ")[0])}]
+
+
+@contextlib.asynccontextmanager
+async def webhook_platform(
+    fake: FakeTelegram, redis: aioredis.Redis, secret: str
+) -> AsyncIterator[TelegramPlatform]:
+    """The Telegram platform on the fake Bot API, started, open to everyone."""
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=fake.token,
+        TELEGRAM_WEBHOOK_SECRET=secret,
+        TELEGRAM_API_URL=fake.base_url,
+        TELEGRAM_ALLOW_ALL=True,
+    )
+    telegram = PLATFORM(settings, redis)
+    await telegram.startup()
+    try:
+        yield telegram
+    finally:
+        await telegram.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def webhook_client(
+    platform: TelegramPlatform, redis: aioredis.Redis
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of `gateway web`'s app, in-process, serving `platform`'s webhook."""
+    app = create_app(redis, Ingest(platform.settings, redis), [platform], ["telegram"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        yield http
+
+
+def post_update(
+    client: httpx.AsyncClient,
+    body: bytes | dict[str, Any],
+    *,
+    secret: str | None,
+    content_type: str = "application/json",
+) -> Any:
+    """POST /telegram/webhook with the secret-token header (none when `secret` is None)."""
+    headers = {"content-type": content_type}
+    if secret is not None:
+        headers["X-Telegram-Bot-Api-Secret-Token"] = secret
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post("/telegram/webhook", content=content, headers=headers)

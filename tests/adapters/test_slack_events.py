@@ -18,18 +18,15 @@ import pytest
 from redis.asyncio import Redis
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from adapters.slack import SlackPlatform
 from adapters.slack.platform import CANNOT_POST, NO_SESSION
-from gateway.config import load_settings
 from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest
 from gateway.store import Keys
-from gateway.web import create_app
 from tests.adapters.slack_helpers import (
-    BOT_TOKEN,
     SIGNING_SECRET,
     command_bytes,
     event_body,
+    events_app,
     json_bytes,
     mention,
     message,
@@ -89,23 +86,8 @@ class Web:
 
 @pytest.fixture
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
-    settings = load_settings(
-        _env_file=None,
-        REDIS_URL=redis_url,
-        SLACK_BOT_TOKEN=BOT_TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=slack.api_url,
-    )
-    redis = Redis.from_url(redis_url, decode_responses=True)
-    platform = SlackPlatform(settings, redis)
-    platform.validate("http")
-    ingest = Ingest(settings, redis)
-    app = create_app(redis, ingest, [platform], ["slack"])
-    await platform.startup()
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-        yield Web(http, redis, ingest)
-    await redis.aclose()
+    async with events_app(slack, redis_url) as app:
+        yield Web(app.http, app.redis, app.ingest)
 
 
 def test_the_official_example_verifies_with_the_clock_at_its_timestamp() -> None:

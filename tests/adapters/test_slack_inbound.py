@@ -22,6 +22,7 @@ from tests.adapters.slack_helpers import (
     BOT_TOKEN,
     SIGNING_SECRET,
     event_body,
+    events_app,
     json_bytes,
     signed_headers,
 )
@@ -307,21 +308,8 @@ class Web:
 @pytest.fixture
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
     slack.add_user(GUEST, "Eve")
-    settings = load_settings(
-        _env_file=None,
-        REDIS_URL=redis_url,
-        SLACK_BOT_TOKEN=BOT_TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=slack.api_url,
-    )
-    redis = Redis.from_url(redis_url, decode_responses=True)
-    platform = SlackPlatform(settings, redis)
-    app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
-    await platform.startup()
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-        yield Web(http, redis)
-    await redis.aclose()
+    async with events_app(slack, redis_url) as app:
+        yield Web(app.http, app.redis)
 
 
 async def session_texts(redis: Redis) -> list[str]:

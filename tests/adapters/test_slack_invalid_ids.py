@@ -17,16 +17,12 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from adapters.slack import SlackPlatform
-from gateway.config import load_settings
-from gateway.ingest import Ingest
 from gateway.store import Keys
-from gateway.web import create_app
 from tests.adapters.slack_helpers import (
-    BOT_TOKEN,
     SIGNING_SECRET,
     command_bytes,
     event_body,
+    events_app,
     json_bytes,
     mention,
     message,
@@ -128,22 +124,8 @@ class Web:
 
 @pytest.fixture
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
-    settings = load_settings(
-        _env_file=None,
-        REDIS_URL=redis_url,
-        SLACK_BOT_TOKEN=BOT_TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=slack.api_url,
-    )
-    redis = Redis.from_url(redis_url, decode_responses=True)
-    platform = SlackPlatform(settings, redis)
-    app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
-    await platform.startup()
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-        yield Web(http, redis)
-    await platform.shutdown()
-    await redis.aclose()
+    async with events_app(slack, redis_url) as app:
+        yield Web(app.http, app.redis)
 
 
 async def test_events_and_commands_with_malformed_ids_are_dropped_with_one_line_each(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +17,7 @@ from gateway.errors import ConfigError
 from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
-from gateway.web import create_app
+from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
 from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running
 
@@ -55,27 +54,15 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 async def platform(
     fake: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramPlatform]:
-    settings = load_settings(
-        TELEGRAM_BOT_TOKEN=fake.token,
-        TELEGRAM_WEBHOOK_SECRET=SECRET,
-        TELEGRAM_API_URL=fake.base_url,
-        TELEGRAM_ALLOW_ALL=True,
-    )
-    telegram = PLATFORM(settings, redis_client)
-    await telegram.startup()
-    yield telegram
-    await telegram.shutdown()
+    async with webhook_platform(fake, redis_client, SECRET) as telegram:
+        yield telegram
 
 
 @pytest.fixture
 async def client(
     platform: TelegramPlatform, redis_client: aioredis.Redis
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        redis_client, Ingest(platform.settings, redis_client), [platform], ["telegram"]
-    )
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+    async with webhook_client(platform, redis_client) as http:
         yield http
 
 
@@ -86,11 +73,7 @@ def post(
     secret: str | None = SECRET,
     content_type: str = "application/json",
 ) -> Any:
-    headers = {"content-type": content_type}
-    if secret is not None:
-        headers["X-Telegram-Bot-Api-Secret-Token"] = secret
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return client.post("/telegram/webhook", content=content, headers=headers)
+    return post_update(client, body, secret=secret, content_type=content_type)
 
 
 async def test_startup_registers_the_commands(

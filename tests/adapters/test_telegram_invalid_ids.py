@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,12 +18,11 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from adapters.telegram import PLATFORM, TelegramPlatform
-from gateway.config import load_settings
+from adapters.telegram import TelegramPlatform
 from gateway.health import Health
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
-from gateway.web import create_app
+from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
 from tests.fakes.telegram_api import FakeTelegram, running
 
 SECRET = "s3cret_Token-1"
@@ -123,27 +121,15 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 async def platform(
     fake: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramPlatform]:
-    settings = load_settings(
-        TELEGRAM_BOT_TOKEN=fake.token,
-        TELEGRAM_WEBHOOK_SECRET=SECRET,
-        TELEGRAM_API_URL=fake.base_url,
-        TELEGRAM_ALLOW_ALL=True,
-    )
-    telegram = PLATFORM(settings, redis_client)
-    await telegram.startup()
-    yield telegram
-    await telegram.shutdown()
+    async with webhook_platform(fake, redis_client, SECRET) as telegram:
+        yield telegram
 
 
 @pytest.fixture
 async def client(
     platform: TelegramPlatform, redis_client: aioredis.Redis
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        redis_client, Ingest(platform.settings, redis_client), [platform], ["telegram"]
-    )
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+    async with webhook_client(platform, redis_client) as http:
         yield http
 
 
@@ -154,8 +140,7 @@ async def stored_texts(redis: aioredis.Redis) -> list[str]:
 
 
 def post(client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-    headers = {"content-type": "application/json", "X-Telegram-Bot-Api-Secret-Token": SECRET}
-    return client.post("/telegram/webhook", content=json.dumps(body).encode(), headers=headers)
+    return post_update(client, body, secret=SECRET)
 
 
 async def test_webhook_updates_with_malformed_ids_are_dropped_with_one_line_each(

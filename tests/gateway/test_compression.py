@@ -10,13 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.compiler import SUMMARY_HEADER
-from gateway.compression import (
-    KEEP_MIN,
-    Compressor,
-    Outcome,
-    plan_segment,
-)
+from gateway.compression import Compressor, Outcome
 from gateway.models import Models
+from gateway.segments import KEEP_MIN, plan_segment
 from gateway.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import (

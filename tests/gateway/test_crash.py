@@ -15,9 +15,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.telegram.inbound import to_inbound
+from gateway.embedded_redis import find_redis_server
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
-from gateway.store import GROUP, Keys, find_redis_server
+from gateway.store import GROUP, Keys
 from tests.adapters.telegram_helpers import Gateway, environment, gateway, message
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM

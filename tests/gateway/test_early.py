@@ -124,7 +124,7 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
 ) -> None:
     """The lease is taken between the job's enqueue and its claim: the early call is
     cancelled at once, nothing reaches the chat, and the turn runs once the lease is free."""
-    caplog.set_level(logging.INFO, logger="gateway.turn")
+    caplog.set_level(logging.INFO, logger="gateway.claims")
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     worker, sender = await unstarted_worker(client, redis_url, llm)
     config = worker.settings

@@ -21,7 +21,8 @@ from typing import IO
 import pytest
 import redis
 
-from gateway.store import Keys, ServerRecord
+from gateway.embedded_redis import ServerRecord
+from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.cli_runs import clean_env, gateway, run_console
 

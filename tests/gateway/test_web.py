@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from gateway.health import REPORT_TTL, Health, read_all
 from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest
 from gateway.web import create_app
-from tests.conftest import free_port
+from tests.conftest import free_port, start_redis
 
 CHUNK = 64 * 1024
 
@@ -54,26 +53,8 @@ class OwnRedis:
 
 @pytest.fixture
 def own_redis() -> Iterator[OwnRedis]:
-    workdir = tempfile.mkdtemp(prefix="gw-web-redis-")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            store.find_redis_server(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            workdir,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    server = OwnRedis(f"redis://127.0.0.1:{port}", process)
+    process, url = start_redis(prefix="gw-web-redis-")
+    server = OwnRedis(url, process)
     _wait_until_it_answers(server)
     yield server
     if process.poll() is None:
