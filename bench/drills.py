@@ -1,7 +1,8 @@
 """Drills: real processes under faults, showing in figures that the gateway's promises hold.
 
 The promises: every message is answered exactly once; a crash or a restart
-loses nothing and duplicates nothing; strangers never reach the model; model
+loses nothing and duplicates nothing, and a tool call it cuts off is run again
+only when it is read-only; strangers never reach the model; model
 output cannot harm the chat it lands in; one session cannot stall the others.
 
 Each drill starts its own `redis-server`, `gateway web` and two or more
@@ -47,6 +48,7 @@ from drill_stack import (
     stuck_sessions,
     tagged_reply,
 )
+from drill_tools import tool_crash
 from drill_traffic import (
     CONNECTION_FAILED,
     Row,
@@ -498,6 +500,7 @@ DRILLS: dict[str, Drill] = {
     "fuzz": fuzz,
     "strangers": strangers,
     "slow-side": slow_side_drill,
+    "tool-crash": tool_crash,
     "markdown": markdown_flood,
     "soak": soak,
 }

@@ -8,7 +8,9 @@
 The effects file is how a test sees the server's side of a call: `delete_item`
 appends `deleted NAME` (so a test counts how often a destructive call really
 ran), `slow` appends `slow started` and, when the client's cancel reaches it,
-`slow cancelled`. `pid` answers the server's process id, so a test can kill it.
+`slow cancelled`. `slow_delete` is a destructive call slow enough to be caught in
+flight: `delete started NAME`, then after its seconds `deleted NAME` (or `delete
+cancelled NAME`). `pid` answers the server's process id, so a test can kill it.
 """
 
 from __future__ import annotations
@@ -84,6 +86,19 @@ def build(effects: Path | None) -> MCPServer:
 
     @server.tool(annotations=DESTRUCTIVE, description="Delete an item for good.")
     def delete_item(name: str) -> str:
+        record(f"deleted {name}")
+        return f"deleted {name}"
+
+    @server.tool(
+        annotations=DESTRUCTIVE, description="Delete an item for good, taking this many seconds."
+    )
+    async def slow_delete(name: str, seconds: float) -> str:
+        record(f"delete started {name}")
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            record(f"delete cancelled {name}")
+            raise
         record(f"deleted {name}")
         return f"deleted {name}"
 
