@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from gateway import embedded_redis, logs, shutdown, store
 from gateway.cli_sessions import cmd_sessions, positive_days
 from gateway.cli_tasks import first, raise_first_failure, serve_web, stop_event, stop_run, task
+from gateway.cli_tools import cmd_tools, doctor_tools
 from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
@@ -77,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
         "(default: GATEWAY_SESSION_RETENTION_DAYS)",
     )
     sessions.set_defaults(handler=cmd_sessions)
+    tools = commands.add_parser("tools", help="the MCP servers and the tools each offers")
+    tools.add_argument("action", choices=["list"])
+    tools.add_argument("--json", action="store_true")
+    tools.set_defaults(handler=cmd_tools)
     return parser
 
 
@@ -306,6 +311,7 @@ async def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
     except GatewayError as exc:
         results.append(("model", False, f"{settings.model}: {exc}"))
     results.extend(await _doctor_platforms(settings))
+    results.extend(await doctor_tools(settings))
     for name, ok, detail in results:
         print(f"{'ok  ' if ok else 'FAIL'}  {name:<9} {detail}")
     return 0 if all(ok for _, ok, _ in results) else 1

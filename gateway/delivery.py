@@ -166,6 +166,7 @@ class ReplyStream:
         self._closing = asyncio.Event()
         self._last_flush = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        self._flushing = asyncio.Lock()  # the pump, `posted` and `finish` never overlap
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._keep_thinking()))
@@ -197,6 +198,19 @@ class ReplyStream:
         await self._flush(final=True)
         await self._thinking(False)
         return self.ids
+
+    async def posted(self) -> None:
+        """Post what is shown now and store its message's id, when nothing is posted yet.
+
+        Called before something a crash can cut off (a tool call): a run that takes
+        the turn over then edits that message instead of posting a second one.
+        """
+        if self.ids or not self.shown.strip():
+            return
+        try:
+            await self._flush(final=False)
+        except PlatformError as exc:
+            log.warning("could not post to %s: %s", self.address.chat_key, exc)
 
     async def abandon(self) -> None:
         await self._stop_tasks()
@@ -236,6 +250,10 @@ class ReplyStream:
             self._last_flush = time.monotonic()
 
     async def _flush(self, *, final: bool) -> None:
+        async with self._flushing:
+            await self._flush_now(final=final)
+
+    async def _flush_now(self, *, final: bool) -> None:
         if self._ids_unsaved:
             await self._save_ids()
         pieces = self.channel.split(self.shown)

@@ -232,9 +232,12 @@ class ToolLoop:
         """Run `calls` concurrently, each result recorded as it arrives; on /stop the
         calls still running are cancelled and recorded as such."""
         results: dict[str, ToolResult] = {}
-        tasks = {asyncio.create_task(self.servers.call(c.name, c.arguments)): c for c in calls}
+        tasks: dict[asyncio.Task[ToolResult], ToolCall] = {}
         status = asyncio.create_task(_show_status(stream, [c.name for c in calls]))
         try:
+            await asyncio.sleep(0)  # the status line is set
+            await stream.posted()  # on screen, its id stored, before any call takes effect
+            tasks = {asyncio.create_task(self.servers.call(c.name, c.arguments)): c for c in calls}
             pending = set(tasks)
             while pending:
                 done, pending = await _next_done(pending, running)
