@@ -93,6 +93,11 @@ class Keys:
         return Keys.session(session_key, "compressing")
 
     @staticmethod
+    def media(session_key: str) -> str:
+        """The session's processed attachments (a hash, `gateway.media.store`)."""
+        return Keys.session(session_key, "media")
+
+    @staticmethod
     def seen(session_key: str, event_id: str) -> str:
         return Keys.session(session_key, f"seen:{event_id}")
 
@@ -107,6 +112,7 @@ class Keys:
         "turn_injections": "injections:turn",
         "segments": "segments",
         "compressing": "compressing",
+        "media": "media",
     }
 
     @staticmethod
