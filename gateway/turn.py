@@ -24,10 +24,11 @@ from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.delivery import SendBudget
 from gateway.early import EarlyStart, EarlyStarts
-from gateway.errors import LeaseLost, ModelError
+from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
 from gateway.jobs import Job, JobQueue
 from gateway.lease import Lease
+from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.models import Models, ResponseChain, Usage
@@ -74,13 +75,14 @@ class TurnRunner:
         budget: SendBudget,
         metrics: Metrics,
         tools: ToolServers | None = None,
+        media: MediaPipeline | None = None,
     ) -> None:
         self.sessions, self.queue, self.senders, self.metrics = sessions, queue, senders, metrics
         self.ttl = settings.lease_ttl
         self.running: dict[str, RunningTurn] = {}  # by session, for /stop
         self.compressor = Compressor(settings, sessions.redis, models)
         self.chains = Chains(is_stateful(settings.model))
-        self.preparer = Preparer(settings, sessions, self.compressor, self.chains)
+        self.preparer = Preparer(settings, sessions, self.compressor, self.chains, media)
         self.generation = Generation(settings, models, self.chains)
         self.early = EarlyStarts(self.preparer, self.chains, self.generation.pieces)
         self.replies = Replies(sessions, budget, metrics)
@@ -180,6 +182,9 @@ class TurnRunner:
         notes = list(claim.injections) + self._tool_notes()
         context = self.preparer.context(key, view, user, address, notes)
         sender = self.senders[address.platform]
+        unanswered = view.entries[max(0, claim.answered - view.start) :]
+        context, notices = await self.preparer.with_media(context, unanswered)
+        await _tell(sender, address, notices)
         stream = self.replies.open(
             key,
             turn.lease.token,
@@ -275,6 +280,17 @@ class TurnRunner:
         if not down:
             return []
         return [f"These tool servers are unavailable right now: {', '.join(down)}."]
+
+
+async def _tell(sender: Sender, address: Address, notices: tuple[str, ...]) -> None:
+    """The files of the message that could not be used, one line each, in one message
+    before the answer; a failure to send it does not stop the turn."""
+    if not notices:
+        return
+    try:
+        await sender.send(address, "\n".join(f"⚠️ {line}" for line in notices), final=True)
+    except PlatformError as exc:
+        log.warning("%s: the notice about its files was not sent (%s)", address.chat_key, exc)
 
 
 def _last_user(entries: list[Entry]) -> Entry | None:

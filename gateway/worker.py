@@ -28,10 +28,11 @@ from gateway.config import ECHO_MODEL, Settings
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.jobs import Job, JobQueue
+from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.models import ModelCall, Models
-from gateway.ports import Sender
+from gateway.ports import FileSource, Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
@@ -58,7 +59,10 @@ class Worker:
         *,
         concurrency: int | None = None,
         streams: Mapping[str, str] | None = None,
+        sources: Mapping[str, FileSource] | None = None,
     ) -> None:
+        """`sources` say how each platform's files are fetched (a platform without one has
+        its attachments' URLs fetched as they are)."""
         self.settings = settings
         self.redis = redis
         self.senders = dict(senders)
@@ -70,6 +74,7 @@ class Worker:
         self.tools = (
             ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
         )
+        self.media = MediaPipeline(settings, redis, self.models, self.metrics, sources)
         self.turns = TurnRunner(
             settings,
             self.sessions,
@@ -79,6 +84,7 @@ class Worker:
             self.budget,
             self.metrics,
             self.tools,
+            self.media,
         )
         days = settings.session_retention_days
         self.retention = Retention(redis, days * DAY) if days is not None else None
@@ -98,6 +104,7 @@ class Worker:
             await self._work(stop, self.settings.lease_ttl if grace is None else grace)
         finally:
             await self.drain(timeout=0)
+            await self.media.aclose()
             await self.models.aclose()
             if self.tools is not None:
                 await self.tools.aclose()

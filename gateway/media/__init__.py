@@ -8,10 +8,6 @@
 
 Each module is one step: `download.py` (HTTP, streamed, limits while reading),
 `images.py` (Pillow), `documents.py` (text and PDFs), `audio.py` (transcription),
-`items.py` (what a processed attachment is), `store.py` (Redis), `pipeline.py`.
+`items.py` (what a processed attachment is), `store.py` (Redis), `pipeline.py`,
+and `parts.py` (how the compiler shows them to the model).
 """
-
-from gateway.media.items import MediaItem
-from gateway.media.pipeline import MediaPipeline, PreparedMedia
-
-__all__ = ["MediaItem", "MediaPipeline", "PreparedMedia"]

@@ -80,7 +80,7 @@ class MediaPipeline:
         metrics: Metrics,
         sources: Mapping[str, FileSource] | None = None,
     ) -> None:
-        self.settings, self.metrics = settings, metrics
+        self.settings, self.models, self.metrics = settings, models, metrics
         self.sources = dict(sources or {})
         self.store = MediaStore(redis, settings.media_ttl, settings.media_session_bytes)
         self.downloader = Downloader(settings.download_timeout, settings.download_deadline)
@@ -112,6 +112,10 @@ class MediaPipeline:
             await self._load_images(session_key, entries, stored)
         notices, notes = await self._tell(session_key, list(fresh.values()), vision)
         return PreparedMedia(_by_entry(stored), tuple(notices), tuple(notes))
+
+    async def sees(self) -> bool:
+        """Whether the main model reads images (litellm's model map, asked once)."""
+        return await self.models.vision(self.settings.model)
 
     async def aclose(self) -> None:
         await self.downloader.aclose()
