@@ -59,7 +59,7 @@ def read_document(
         text = _decoded(data)
         if text is not None:
             return Document(cut(text, max_chars))
-    return Document(None, f"a {mime or suffix.lstrip('.') or 'binary'} file, not read")
+    return Document(None, f"not read ({mime or suffix.lstrip('.') or 'binary'})")
 
 
 def cut(text: str, max_chars: int) -> str:
