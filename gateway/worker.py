@@ -330,12 +330,14 @@ class Worker:
         segment, entries = split_view(view.entries, view.segments)
         inbox = await self.sessions.inbox(key)
         live = await self.sessions.live(key) if await self.sessions.is_running(key) else None
+        media = await self.media.stored(key, [*entries, *inbox])
         transcript = render_transcript(
             [*entries, *inbox],
             message_cap=self.settings.side_message_cap,
             budget=self.settings.side_transcript_budget,
             live_reply=live,
             summary=str(segment.get("summary", "")) if segment is not None else None,
+            media=media,
         )
         call = ModelCall(
             self.settings.side_model,

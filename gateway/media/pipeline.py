@@ -113,6 +113,14 @@ class MediaPipeline:
         notices, notes = await self._tell(session_key, list(fresh.values()), vision)
         return PreparedMedia(_by_entry(stored), tuple(notices), tuple(notes))
 
+    async def stored(
+        self, session_key: str, entries: Sequence[Entry]
+    ) -> dict[str, dict[int, MediaItem]]:
+        """The processed attachments of `entries` as stored (no image bytes, nothing new)."""
+        with_files = [e for e in entries if e.get("role") == "user" and _attachments(e)]
+        fields = [item_field(str(e["id"]), i) for e in with_files for i in _indexes(e)]
+        return _by_entry(await self.store.items(session_key, fields))
+
     async def sees(self) -> bool:
         """Whether the main model reads images (litellm's model map, asked once)."""
         return await self.models.vision(self.settings.model)

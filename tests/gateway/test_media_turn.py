@@ -74,7 +74,7 @@ async def test_an_image_from_an_older_turn_is_sent_by_name(
     requests = vision.llm.requests_for("gpt-4o")
     assert len(vision.llm.image_parts(requests[1])) == 1  # within the last two user turns
     assert vision.llm.image_parts(requests[2]) == []
-    first = [m for m in requests[2]["messages"] if m["role"] == "user"][0]
+    first = next(m for m in requests[2]["messages"] if m["role"] == "user")
     assert first["content"] == "look\n[image: old.png]"
     assert len(files.requests) == 1  # downloaded once, read from Redis after
 
@@ -162,3 +162,22 @@ async def test_reset_removes_the_sessions_stored_files(harness: Harness, files: 
     assert 0 < await redis.ttl(Keys.media(KEY)) <= 7 * 86_400
     await harness.sessions.reset(KEY)
     assert not await redis.exists(Keys.media(KEY))
+
+
+async def test_btw_reads_images_and_documents_by_name_and_a_voice_note_by_its_words(
+    voice: Harness, files: FakeFiles
+) -> None:
+    voice.llm.transcript = "the budget is due friday"
+    attachments = (
+        image(files.add("chart.png", png(), content_type="image/png"), "chart.png"),
+        Attachment(kind="file", url=files.add("plan.md", b"# secret plan"), name="plan.md"),
+        Attachment(kind="voice", url=files.add("v.ogg", b"OggS1234"), name="v.ogg"),
+    )
+    await voice.ingest.receive(inbound("context", attachments=attachments))
+    await voice.idle(KEY)
+    await voice.ingest.receive(inbound("/btw what did I send?"))
+    [side] = await voice.llm.await_requests(1, model="side-model")
+    prompt = str(side["messages"])
+    assert "[image: chart.png] [file: plan.md]" in prompt
+    assert "[voice message, transcribed]: the budget is due friday" in prompt
+    assert "secret plan" not in prompt  # a document is named, not replayed
