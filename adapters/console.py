@@ -22,9 +22,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TextIO
 
+from gateway.errors import DownloadFailed
 from gateway.ingest import Ingest
-from gateway.model import Address, Decision, Inbound, Speaker
-from gateway.ports import Limits
+from gateway.model import Address, Attachment, Decision, Inbound, Speaker
+from gateway.ports import Download, Limits
 
 PLATFORM = "console"
 _ADDRESS = Address(platform=PLATFORM, workspace="local", channel="console")
@@ -76,6 +77,15 @@ class ConsoleSender:
         prefix = "btw: " if address.side else "bot: "
         self.out.write(f"{prefix}{text}\n")
         self.out.flush()
+
+
+class LocalFileSource:
+    """The console's files are on this machine: the `file://` path its user named."""
+
+    async def locate(self, attachment: Attachment) -> Download:
+        if not attachment.url or not attachment.url.startswith("file://"):
+            raise DownloadFailed("a console file is named by a file:// path")
+        return Download(attachment.url, local=True)
 
 
 def to_inbound(line: str, number: int, user: str) -> Inbound:

@@ -26,7 +26,7 @@ from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
 from gateway.ingest import Ingest
-from gateway.ports import Mode, Platform, Sender
+from gateway.ports import FileSource, Mode, Platform, Sender
 
 log = logging.getLogger("gateway")
 
@@ -132,17 +132,19 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             platform.validate("http" if platform.uses_http() else "connect")
         use_console = args.console or not platforms
         senders: dict[str, Sender] = {p.name: p.sender() for p in platforms}
+        sources: dict[str, FileSource] = {}
         if use_console:
             from adapters import console
 
             senders["console"] = console.ConsoleSender()
+            sources["console"] = console.LocalFileSource()
         _banner(settings, platforms, use_console)
         # A console's replies must reach this terminal: its jobs go to a stream of its own.
         streams = {"console": store.Keys.jobs(f"console:{secrets.token_hex(4)}")}
         ingest = Ingest(settings, redis, streams)
         stopping = shutdown.Shutdown(RUN_GRACE).install()
         stop = stopping.requested
-        worker = Worker(settings, redis, senders, streams=streams)
+        worker = Worker(settings, redis, senders, streams=streams, sources=sources)
         working = task(worker.run(stop, grace=RUN_GRACE))
         tasks = [working]
         http = [p for p in platforms if p.uses_http()]

@@ -18,11 +18,12 @@ gateway writes (the speaker prefix, the reminder's "This reply goes to ...").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway import reminders
 from gateway.errors import ContextMismatch
+from gateway.media.parts import MediaView, inline
 from gateway.session import Entry
 
 Message = dict[str, Any]
@@ -49,6 +50,7 @@ class TurnContext:
     group: bool = False
     segments: Sequence[dict[str, Any]] = ()
     cursor: str | None = None
+    media: MediaView = field(default_factory=MediaView)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,7 @@ class MessageCompiler:
         if delta is None:
             history = self.history_view(context)
         else:
-            mode, history = "delta", self._messages(delta, context.group)
+            mode, history = "delta", self._messages(delta, context.group, context.media)
         block = reminders.combine(self.reminder_texts(context))
         messages = [{"role": "system", "content": self.system_prompt}, *history]
         if block is not None:
@@ -93,7 +95,7 @@ class MessageCompiler:
         """
         segment, entries = split_view(context.entries, context.segments)
         messages = [summary_message(segment)] if segment is not None else []
-        return messages + self._messages(entries, context.group)
+        return messages + self._messages(entries, context.group, context.media)
 
     def delta_entries(self, context: TurnContext) -> Sequence[Entry] | None:
         """The entries after the cursor, for a provider that holds the rest; None for full mode.
@@ -109,7 +111,7 @@ class MessageCompiler:
         return None if position is None else entries[position + 1 :]
 
     @staticmethod
-    def _messages(entries: Sequence[Entry], group: bool) -> list[Message]:
+    def _messages(entries: Sequence[Entry], group: bool, media: MediaView) -> list[Message]:
         """The entries as provider messages, each tool call followed by its results.
 
         Providers refuse a tool call without its result right after it. A loop
@@ -132,7 +134,7 @@ class MessageCompiler:
         for entry in entries:
             if entry.get("tool_call_id") in results and entry.get("role") == "tool":
                 continue  # placed right after its call below
-            message = entry_message(entry, group)
+            message = entry_message(entry, group, media)
             if message is None:
                 continue
             messages.append(message)
@@ -149,7 +151,7 @@ class MessageCompiler:
         if context.target is not None:
             target = context.target
             texts.append(
-                f"This reply goes to {_inline(target.speaker_name)} (id {target.speaker_id}) "
+                f"This reply goes to {inline(target.speaker_name)} (id {target.speaker_id}) "
                 f"in {target.place}."
             )
         texts.extend(context.injections)
@@ -191,12 +193,16 @@ def _position(entries: Sequence[Entry], entry_id: str) -> int | None:
     return None
 
 
-def entry_message(entry: Entry, group: bool) -> Message | None:
-    """One history entry as a provider message; None for an entry that is not one."""
+def entry_message(entry: Entry, group: bool, media: MediaView | None = None) -> Message | None:
+    """One history entry as a provider message; None for an entry that is not one.
+
+    Without `media`, a user entry's attachments appear as labels (what token
+    counts and summaries read); with it, as `gateway.media.parts` renders them.
+    """
     role = entry.get("role")
     text = entry.get("text")
     if role == "user":
-        return {"role": "user", "content": _user_content(entry, group)}
+        return {"role": "user", "content": _user_content(entry, group, media or MediaView())}
     if role == "assistant":
         message: Message = {"role": "assistant", "content": text if isinstance(text, str) else ""}
         if entry.get("tool_calls"):
@@ -211,16 +217,16 @@ def entry_message(entry: Entry, group: bool) -> Message | None:
     return None
 
 
-def _user_content(entry: Entry, group: bool) -> str | list[Any]:
+def _user_content(entry: Entry, group: bool, media: MediaView) -> str | list[Any]:
+    """A user entry's text, its attachments after it; with images, multimodal parts."""
     text = entry.get("text")
     if isinstance(text, list):
         return [_escaped_part(part) for part in text]
-    body = reminders.escape_tags(str(text or ""))
-    for attachment in entry.get("attachments") or []:
-        label = str(attachment.get("name") or attachment.get("url") or "unnamed")
-        body += f"\n[attachment: {attachment.get('kind', 'file')} {_inline(label)}]"
+    blocks, images = media.render(entry)
+    body = "\n".join([reminders.escape_tags(str(text or "")), *blocks])
     speaker = (entry.get("speaker") or {}).get("name")
-    return f"{_inline(str(speaker))}: {body}" if group and speaker else body
+    body = f"{inline(str(speaker))}: {body}" if group and speaker else body
+    return [{"type": "text", "text": body}, *images] if images else body
 
 
 def _escaped_part(part: Any) -> Any:
@@ -228,11 +234,6 @@ def _escaped_part(part: Any) -> Any:
     if isinstance(part, dict) and isinstance(part.get("text"), str):
         return {**part, "text": reminders.escape_tags(part["text"])}
     return part
-
-
-def _inline(name: str) -> str:
-    """A user-written name on one line (its line breaks as spaces), its reminder tags escaped."""
-    return reminders.escape_tags(" ".join(name.splitlines()))
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:

@@ -104,6 +104,24 @@ class Settings(BaseSettings):
     # How long a destructive call may wait for the asker's approval.
     confirm_timeout: float = Field(default=600.0, alias="GATEWAY_CONFIRM_TIMEOUT", gt=0)
 
+    # Shared files (gateway.media): downloaded and read by the worker before a turn.
+    media_file_bytes: int = Field(default=20_000_000, alias="GATEWAY_MEDIA_FILE_BYTES", ge=1)
+    media_message_files: int = Field(default=10, alias="GATEWAY_MEDIA_MESSAGE_FILES", ge=0)
+    media_message_bytes: int = Field(default=50_000_000, alias="GATEWAY_MEDIA_MESSAGE_BYTES", ge=1)
+    media_session_bytes: int = Field(default=100_000_000, alias="GATEWAY_MEDIA_SESSION_BYTES", ge=1)
+    media_ttl: int = Field(default=7 * 86_400, alias="GATEWAY_MEDIA_TTL", ge=60)
+    media_concurrency: int = Field(default=3, alias="GATEWAY_MEDIA_CONCURRENCY", ge=1)
+    download_timeout: float = Field(default=10.0, alias="GATEWAY_DOWNLOAD_TIMEOUT", gt=0)
+    download_deadline: float = Field(default=60.0, alias="GATEWAY_DOWNLOAD_DEADLINE", gt=0)
+    image_max_pixels: int = Field(default=50_000_000, alias="GATEWAY_IMAGE_MAX_PIXELS", ge=1)
+    image_max_side: int = Field(default=1568, alias="GATEWAY_IMAGE_MAX_SIDE", ge=16)
+    image_turns: int = Field(default=3, alias="GATEWAY_IMAGE_TURNS", ge=0)
+    pdf_max_pages: int = Field(default=50, alias="GATEWAY_PDF_MAX_PAGES", ge=1)
+    document_chars: int = Field(default=50_000, alias="GATEWAY_DOCUMENT_CHARS", ge=100)
+    # Unset: voice messages are not transcribed (the user is told once how to enable it).
+    transcription_model: str | None = Field(default=None, alias="GATEWAY_TRANSCRIPTION_MODEL")
+    transcription_bytes: int = Field(default=25_000_000, alias="GATEWAY_TRANSCRIPTION_BYTES", ge=1)
+
     # Unset: sessions are kept for good. Removing conversations cannot be undone,
     # so it is the operator's choice, never a default.
     session_retention_days: int | None = Field(default=None, alias="GATEWAY_SESSION_RETENTION_DAYS")

@@ -159,8 +159,8 @@ class EarlyStarts:
         if not self.preparer.ready:
             return None
         view = self.recent.get(job.session_key, base)
-        if view is None:
-            return None
+        if view is None or any(e.get("attachments") for e in [*view.entries, user]):
+            return None  # files are read after the claim (gateway.media): nothing to compare
         view = replace(view, entries=[*view.entries, user])
         address = Address.model_validate(user["reply"])
         context = self.preparer.context(job.session_key, view, user, address, [])

@@ -7,6 +7,11 @@
      ├── ContextMismatch          a compiler was handed another session's context
      ├── LeaseLost                a turn's session lease expired under it (left for a re-run)
      ├── ToolServerUnavailable    an MCP server is down or its connection dropped
+     ├── MediaError               a shared file cannot reach the model (its text is the reason)
+     │    ├── DownloadFailed      the platform answered 404, 403, 5xx, or could not be reached
+     │    ├── DownloadTimeout     the download stalled, or outran its deadline
+     │    ├── MediaTooLarge       over a limit: bytes, files per message, pixels
+     │    └── UnreadableMedia     not what it claims to be (a truncated image, not a PDF)
      ├── PlatformError            a platform API refused or failed a call
      │    ├── RateLimited         the platform asked us to wait (retry_after seconds)
      │    └── MessageRejected     the platform refused the content (formatting, length)
@@ -55,6 +60,27 @@ class ToolServerUnavailable(GatewayError):
 
     `gateway.tools` turns it into a tool result the model reads; it never reaches a turn.
     """
+
+
+class MediaError(GatewayError):
+    """A shared file could not be used. Its text is the reason, as the user reads it after
+    the file's name ("photo.png: over the 20 MB limit"): no URL, no header, no secret."""
+
+
+class DownloadFailed(MediaError):
+    """The file's host refused it (404, 403, 5xx) or could not be reached."""
+
+
+class DownloadTimeout(MediaError):
+    """The download sent nothing for the read timeout, or took longer than its deadline."""
+
+
+class MediaTooLarge(MediaError):
+    """Over a limit: the file's bytes, a message's files, an image's pixels."""
+
+
+class UnreadableMedia(MediaError):
+    """The file is not what it claims to be, or is damaged (a truncated image, not a PDF)."""
 
 
 class PlatformError(GatewayError):

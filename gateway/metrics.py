@@ -62,6 +62,15 @@ class Metrics:
             pipe.hincrbyfloat(Keys.METRICS, "tool_latency_sum", seconds)
             await pipe.execute()
 
+    async def download(self, outcome: str, size: int) -> None:
+        """One attachment download by outcome ("ok", "too_large", "timeout", "failed"),
+        and the bytes it brought."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hincrby(Keys.METRICS, f"downloads|{outcome}", 1)
+            if size:
+                pipe.hincrby(Keys.METRICS, "download_bytes|total", size)
+            await pipe.execute()
+
     async def count(self, name: str, label: str, amount: int = 1) -> None:
         await self.redis.hincrby(Keys.METRICS, f"{name}|{label}", amount)
 
@@ -107,6 +116,13 @@ class SnapshotCollector(Collector):
         tools = CounterMetricFamily(
             "gateway_tool_calls", "MCP tool calls", labels=["tool", "outcome"]
         )
+        downloads = CounterMetricFamily(
+            "gateway_media_downloads", "Attachment downloads", labels=["outcome"]
+        )
+        download_bytes = CounterMetricFamily(
+            "gateway_media_download_bytes", "Bytes of attachments downloaded"
+        )
+        download_bytes.add_metric([], float(self.values.get("download_bytes|total", 0)))
         for field, raw in self.values.items():
             name, _, rest = field.partition("|")
             if name == "turns":
@@ -120,10 +136,12 @@ class SnapshotCollector(Collector):
                 side.add_metric([rest], float(raw))
             elif name == "early":
                 early.add_metric([rest], float(raw))
+            elif name == "downloads":
+                downloads.add_metric([rest], float(raw))
             elif name == "tools":
                 tool, _, outcome = rest.rpartition("|")
                 tools.add_metric([tool, outcome], float(raw))
-        yield from (turns, errors, tokens, side, early, tools)
+        yield from (turns, errors, tokens, side, early, tools, downloads, download_bytes)
         yield self._histogram("", LATENCY_BUCKETS, "gateway_turn_latency_seconds", "Main turn")
         yield self._histogram(
             "tool_", TOOL_LATENCY_BUCKETS, "gateway_tool_latency_seconds", "Tool call"

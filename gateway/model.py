@@ -31,12 +31,22 @@ class Speaker(_Frozen):
 
 
 class Attachment(_Frozen):
-    """A file or image attached to a message (kept by reference, never downloaded here)."""
+    """A file or image attached to a message (kept by reference, never downloaded here).
 
-    kind: str  # "image", "file", ...
+    `kind` is what the platform says it is: "image", "voice" (a voice note or
+    audio file), "file". The worker downloads it through the platform's
+    `FileSource` before the turn is compiled (`gateway.media`); `size` is the
+    declared size in bytes, when the platform tells it (a file declared over
+    the limit is refused without a download), and `file_id` the platform's own
+    id, for platforms that fetch a file by id (Telegram's getFile).
+    """
+
+    kind: str  # "image", "voice", "file"
     url: str | None = None
     name: str | None = None
     mime_type: str | None = None
+    size: int | None = None
+    file_id: str | None = None
 
 
 class Address(_Frozen):

@@ -1,18 +1,20 @@
-"""What the core asks of every platform: a Sender for replies, a Platform for the rest.
+"""What the core asks of every platform: a Sender for replies, a FileSource for the
+files users share, a Platform for the rest.
 
 The core never imports a platform SDK; it talks to platforms only through
-these two shapes. Platform rules (message limits, edit pacing, threading) are
+these shapes. Platform rules (message limits, edit pacing, threading) are
 declared here as data the core reads.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from gateway.model import Address
+from gateway.errors import DownloadFailed
+from gateway.model import Address, Attachment
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -82,6 +84,41 @@ class Sender(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """Where one attachment's bytes are fetched from, and with which headers.
+
+    `headers` may hold the bot's token (Slack's `Authorization: Bearer`): never
+    logged, never shown. `local` marks a file on this machine (a `file://` URL
+    the console's user named); a download from any other source refuses one.
+    """
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    local: bool = False
+
+
+class FileSource(Protocol):
+    """Tells the worker how to fetch a platform's attachments (the worker downloads).
+
+    Slack answers the file's private URL with the bot token in a header;
+    Telegram turns `file_id` into its file path (getFile); Discord's URL is
+    fetched as it is. Raises `gateway.errors.DownloadFailed` when the platform
+    cannot say where the file is.
+    """
+
+    async def locate(self, attachment: Attachment) -> Download: ...
+
+
+class PlainSource:
+    """The attachment's own URL, no headers: for platforms whose file URLs are public."""
+
+    async def locate(self, attachment: Attachment) -> Download:
+        if not attachment.url:
+            raise DownloadFailed("the platform gave no address for it")
+        return Download(attachment.url)
 
 
 class Platform(ABC):

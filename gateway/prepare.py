@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gateway.chains import Chains
 from gateway.compiler import CompiledRequest, MessageCompiler, ReplyTarget, TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
+from gateway.media.items import image_entry_ids
+from gateway.media.parts import MediaView
+from gateway.media.pipeline import MediaPipeline
 from gateway.model import Address
 from gateway.session import Entry, HistoryView, SessionStore
 from gateway.tokens import RequestShape
@@ -35,10 +39,15 @@ class Preparer:
     """Builds turns' requests; shared by all of one worker's turns."""
 
     def __init__(
-        self, settings: Settings, sessions: SessionStore, compressor: Compressor, chains: Chains
+        self,
+        settings: Settings,
+        sessions: SessionStore,
+        compressor: Compressor,
+        chains: Chains,
+        media: MediaPipeline | None = None,
     ) -> None:
         self.settings, self.sessions = settings, sessions
-        self.compressor, self.chains = compressor, chains
+        self.compressor, self.chains, self.media = compressor, chains, media
 
     def context(
         self, key: str, view: HistoryView, user: Entry, address: Address, injections: list[str]
@@ -49,6 +58,20 @@ class Preparer:
         group = bool(user.get("group"))
         cursor = self.chains.cursor(view)
         return TurnContext(key, view.entries, target, injections, group, view.segments, cursor)
+
+    async def with_media(
+        self, context: TurnContext, new: Sequence[Entry]
+    ) -> tuple[TurnContext, tuple[str, ...]]:
+        """The context with the session's attachments processed (those of `new` first), and
+        the notices the user is to read about files that could not be used."""
+        if self.media is None or not any(e.get("attachments") for e in context.entries):
+            return context, ()
+        vision = await self.media.sees()
+        found = await self.media.prepare(context.session_key, context.entries, new, vision=vision)
+        recent = image_entry_ids(context.entries, self.settings.image_turns)
+        media = MediaView(found.items, vision, frozenset(recent))
+        injections = [*context.injections, *found.notes]
+        return replace(context, media=media, injections=injections), found.notices
 
     def compile(self, context: TurnContext, view: HistoryView) -> PreparedTurn:
         compiler = MessageCompiler(context.session_key, self.settings.system_prompt)

@@ -81,6 +81,11 @@ class Keys:
         return Keys.session(session_key, "compressing")
 
     @staticmethod
+    def media(session_key: str) -> str:
+        """The session's processed attachments (a hash, `gateway.media.store`)."""
+        return Keys.session(session_key, "media")
+
+    @staticmethod
     def seen(session_key: str, event_id: str) -> str:
         return Keys.session(session_key, f"seen:{event_id}")
 
@@ -102,6 +107,7 @@ class Keys:
         "segments": "segments",
         "compressing": "compressing",
         "approvals": "approvals",
+        "media": "media",
     }
 
     @staticmethod

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from gateway.media.items import MediaItem
+
 PLACEHOLDER: Final = "(no earlier conversation)"
 CUT: Final = "…"
 SUMMARY_LABEL: Final = "EARLIER CONVERSATION (summary)"
@@ -43,6 +45,7 @@ def render_transcript(
     budget: int = 24000,
     live_reply: str | None = None,
     summary: str | None = None,
+    media: Mapping[str, Mapping[int, MediaItem]] | None = None,
 ) -> str:
     """The conversation as plain text, newest last.
 
@@ -52,8 +55,10 @@ def render_transcript(
     non-empty `live_reply` (the reply still being streamed) is always kept, last.
     A non-empty `summary` (of the conversation before `entries`) always opens it,
     cut to at most half the budget, so it never crowds out the newest messages.
+    `media` (the session's processed attachments, by entry id and index) shows an
+    image by name, a voice message by its transcript, a document by name.
     """
-    blocks = _render_entries(entries or (), message_cap)
+    blocks = _render_entries(entries or (), message_cap, media or {})
     live = (
         _clip(f"ASSISTANT (still writing, in progress): {_indented(live_reply)}", message_cap)
         if live_reply and live_reply.strip()
@@ -75,26 +80,30 @@ def render_transcript(
 # -- rendering one entry ----------------------------------------------------------
 
 
-def _render_entries(entries: Iterable[object], message_cap: int) -> list[str]:
+def _render_entries(
+    entries: Iterable[object], message_cap: int, media: Mapping[str, Mapping[int, MediaItem]]
+) -> list[str]:
     tool_names: dict[str, str] = {}
     blocks: list[str] = []
     for entry in entries:
         if not isinstance(entry, Mapping):
             continue
-        block = _render_entry(entry, tool_names)
+        block = _render_entry(entry, tool_names, media.get(str(entry.get("id")), {}))
         if block:
             blocks.append(_clip(block, message_cap))
     return blocks
 
 
-def _render_entry(entry: Mapping[object, object], tool_names: dict[str, str]) -> str | None:
+def _render_entry(
+    entry: Mapping[object, object], tool_names: dict[str, str], items: Mapping[int, MediaItem]
+) -> str | None:
     """One entry as text, or None when it is not shown (system) or not well-formed."""
     role = entry.get("role")
     text = _text_of(entry.get("text", entry.get("content")))
     if not isinstance(role, str) or text is None:
         return None
     if role == "user":
-        return _render_user(entry, text)
+        return _render_user(entry, text, items)
     if role == "assistant":
         return _render_assistant(entry, text, tool_names)
     if role == "tool":
@@ -102,11 +111,13 @@ def _render_entry(entry: Mapping[object, object], tool_names: dict[str, str]) ->
     return None  # system, developer, or a role we do not know
 
 
-def _render_user(entry: Mapping[object, object], text: str) -> str | None:
+def _render_user(
+    entry: Mapping[object, object], text: str, items: Mapping[int, MediaItem]
+) -> str | None:
     speaker = entry.get("speaker")
     name = speaker.get("name") if isinstance(speaker, Mapping) else None
     label = f"USER ({_one_line(name)})" if isinstance(name, str) and name.strip() else "USER"
-    body = " ".join(part for part in (text.strip(), _attachments(entry)) if part)
+    body = " ".join(part for part in (text.strip(), _attachments(entry, items)) if part)
     return f"{label}: {_indented(body)}" if body else None
 
 
@@ -167,16 +178,30 @@ def _tool_calls(calls: object, tool_names: dict[str, str]) -> list[str]:
     return names
 
 
-def _attachments(entry: Mapping[object, object]) -> str:
+def _attachments(entry: Mapping[object, object], items: Mapping[int, MediaItem]) -> str:
     attachments = entry.get("attachments")
     if not isinstance(attachments, list):
         return ""
+    shown = [_media_label(items[i]) for i in range(len(attachments)) if i in items]
     labels = [
-        str(item.get("name") or item.get("kind") or "file")
-        for item in attachments
-        if isinstance(item, Mapping)
+        _one_line(str(item.get("name") or item.get("kind") or "file"))
+        for i, item in enumerate(attachments)
+        if isinstance(item, Mapping) and i not in items
     ]
-    return f"[attached: {', '.join(labels)}]" if labels else ""
+    if labels:
+        shown.append(f"[attached: {', '.join(labels)}]")
+    return " ".join(shown)
+
+
+def _media_label(item: MediaItem) -> str:
+    """A processed attachment in a transcript: images and documents by name, a voice
+    message by what was said."""
+    name = _one_line(item.name)
+    if item.kind == "voice" and item.text:
+        return f"[voice message, transcribed]: {item.text}"
+    if item.kind == "image":
+        return f"[image: {name}]"
+    return f"[voice message: {name}]" if item.kind == "voice" else f"[file: {name}]"
 
 
 def _indented(text: str | None) -> str:

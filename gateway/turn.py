@@ -22,9 +22,10 @@ from gateway.config import Settings
 from gateway.confirmations import Asker, Confirmations
 from gateway.delivery import ReplyStream, SendBudget
 from gateway.early import EarlyStarts
-from gateway.errors import LeaseLost, ModelError
+from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
 from gateway.jobs import Job, JobQueue
+from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.models import Models, ResponseChain, Usage
@@ -57,11 +58,12 @@ class TurnRunner:
         metrics: Metrics,
         tools: ToolServers | None = None,
         confirmations: Confirmations | None = None,
+        media: MediaPipeline | None = None,
     ) -> None:
         self.sessions, self.queue, self.senders, self.metrics = sessions, queue, senders, metrics
         self.compressor = Compressor(settings, sessions.redis, models)
         self.chains = Chains(is_stateful(settings.model))
-        self.preparer = Preparer(settings, sessions, self.compressor, self.chains)
+        self.preparer = Preparer(settings, sessions, self.compressor, self.chains, media)
         self.generation = Generation(settings, models, self.chains)
         self.early = EarlyStarts(self.preparer, self.chains, self.generation.pieces)
         self.claims = Claims(sessions, settings.lease_ttl, self.early)
@@ -112,6 +114,9 @@ class TurnRunner:
         notes = list(claim.injections) + self._tool_notes()
         context = self.preparer.context(key, view, user, address, notes)
         sender = self.senders[address.platform]
+        unanswered = view.entries[max(0, claim.answered - view.start) :]
+        context, notices = await self.preparer.with_media(context, unanswered)
+        await _tell(sender, address, notices)
         stream = self.replies.open(
             key,
             turn.lease.token,
@@ -213,6 +218,17 @@ class TurnRunner:
         if recorded:
             self.compressor.schedule(key, prepared.view, group, entry, self.early.forget)
         return _outcome(result, recorded)
+
+
+async def _tell(sender: Sender, address: Address, notices: tuple[str, ...]) -> None:
+    """The files of the message that could not be used, one line each, in one message
+    before the answer; a failure to send it does not stop the turn."""
+    if not notices:
+        return
+    try:
+        await sender.send(address, "\n".join(f"⚠️ {line}" for line in notices), final=True)
+    except PlatformError as exc:
+        log.warning("%s: the notice about its files was not sent (%s)", address.chat_key, exc)
 
 
 def _speaker_name(user: Entry) -> str:

@@ -30,10 +30,11 @@ from gateway.confirmations import Confirmations
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.jobs import Job, JobQueue
+from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.models import ModelCall, Models
-from gateway.ports import Sender
+from gateway.ports import FileSource, Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
@@ -62,7 +63,10 @@ class Worker:
         *,
         concurrency: int | None = None,
         streams: Mapping[str, str] | None = None,
+        sources: Mapping[str, FileSource] | None = None,
     ) -> None:
+        """`sources` say how each platform's files are fetched (a platform without one has
+        its attachments' URLs fetched as they are)."""
         self.settings = settings
         self.redis = redis
         self.senders = dict(senders)
@@ -74,6 +78,7 @@ class Worker:
         self.tools = (
             ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
         )
+        self.media = MediaPipeline(settings, redis, self.models, self.metrics, sources)
         self.approvals = ApprovalStore(redis, self.sessions)
         confirmations = Confirmations(self.approvals, settings.confirm_timeout)
         self.turns = TurnRunner(
@@ -86,6 +91,7 @@ class Worker:
             self.metrics,
             self.tools,
             confirmations,
+            self.media,
         )
         days = settings.session_retention_days
         self.retention = Retention(redis, days * DAY) if days is not None else None
@@ -105,6 +111,7 @@ class Worker:
             await self._work(stop, self.settings.lease_ttl if grace is None else grace)
         finally:
             await self.drain(timeout=0)
+            await self.media.aclose()
             await self.models.aclose()
             if self.tools is not None:
                 await self.tools.aclose()
@@ -340,12 +347,14 @@ class Worker:
         segment, entries = split_view(view.entries, view.segments)
         inbox = await self.sessions.inbox(key)
         live = await self.sessions.live(key) if await self.sessions.is_running(key) else None
+        media = await self.media.stored(key, [*entries, *inbox])
         transcript = render_transcript(
             [*entries, *inbox],
             message_cap=self.settings.side_message_cap,
             budget=self.settings.side_transcript_budget,
             live_reply=live,
             summary=str(segment.get("summary", "")) if segment is not None else None,
+            media=media,
         )
         call = ModelCall(
             self.settings.side_model,

@@ -63,3 +63,11 @@ class ModelBackend(Protocol):
     async def window(self, model: str) -> int | None:
         """`model`'s input window in tokens, when it is known."""
         ...
+
+    async def vision(self, model: str) -> bool:
+        """Whether `model` reads images."""
+        ...
+
+    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+        """The text spoken in `audio` (a voice message named `filename`)."""
+        ...

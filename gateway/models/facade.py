@@ -33,6 +33,7 @@ class Models:
         self.backend = backend
         self.offline = offline or echo()
         self._windows: dict[str, int | None] = {}  # a model's window does not change
+        self._vision: dict[str, bool] = {}
 
     @classmethod
     def for_settings(cls, settings: Settings, *, processes: int = 0) -> Self:
@@ -107,6 +108,16 @@ class Models:
         if model not in self._windows:
             self._windows[model] = await self._serving(model).window(model)
         return self._windows[model]
+
+    async def vision(self, model: str) -> bool:
+        """Whether `model` reads images, as litellm's model map says; asked once per model."""
+        if model not in self._vision:
+            self._vision[model] = await self._serving(model).vision(model)
+        return self._vision[model]
+
+    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+        """The text of a voice message, through `model` (a transcription model)."""
+        return await self._serving(model).transcribe(model, audio, filename, timeout)
 
     def known_window(self, model: str) -> int | None:
         """`window` without waiting: the one found before, else litellm's map read here.

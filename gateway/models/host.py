@@ -11,6 +11,7 @@ log, as every process does).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -19,7 +20,7 @@ import sys
 from typing import Any
 
 from gateway.logs import setup
-from gateway.models.litellm_backend import LitellmBackend, model_window
+from gateway.models.litellm_backend import LitellmBackend, model_vision, model_window
 from gateway.models.types import ModelSettings, ResponseChain, ToolCall, Usage
 from gateway.models.wire import (
     LINE_LIMIT,
@@ -69,8 +70,10 @@ class Host:
         task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
 
     async def run(self, request_id: int, message: dict[str, Any]) -> None:
-        if message["op"] in ("count", "window"):
+        if message["op"] in ("count", "window", "vision"):
             await self._look_up(request_id, message)
+        elif message["op"] == "transcribe":
+            await self._transcribe(request_id, message)
         else:
             await self._call(request_id, message)
 
@@ -81,12 +84,28 @@ class Host:
             if message["op"] == "count":
                 counts = [self.backend.count_tokens(model, b) for b in message["messages"]]
                 answer: dict[str, Any] = {"counts": counts}
+            elif message["op"] == "vision":
+                answer = {"vision": model_vision(model)}
             else:
                 answer = {"window": model_window(model)}
         except Exception as exc:
             await self.send({"id": request_id, "error": error_fields(exc)})
             return
         await self.send({"id": request_id, "end": answer})
+
+    async def _transcribe(self, request_id: int, message: dict[str, Any]) -> None:
+        """A voice message's text: one request, answered with its end (or its error)."""
+        audio = base64.b64decode(message["audio"])
+        try:
+            text = await self.backend.transcribe(
+                str(message["model"]), audio, str(message["filename"]), float(message["timeout"])
+            )
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:  # every failure goes back to the worker, as a ModelError
+            await self.send({"id": request_id, "error": error_fields(exc)})
+            return
+        await self.send({"id": request_id, "end": {"text": text}})
 
     async def _call(self, request_id: int, message: dict[str, Any]) -> None:
         """A model call: its pieces as they come, then its end (or its error)."""

@@ -85,6 +85,16 @@ def model_window(model: str) -> int | None:
     return int(window) if window else None
 
 
+def model_vision(model: str) -> bool:
+    """Whether litellm's model map says `model` reads images (`Models` keeps the answer)."""
+    if model == ECHO_MODEL:
+        return False
+    try:
+        return bool(load_litellm().supports_vision(model=model))
+    except Exception:  # a model it has no entry for
+        return False
+
+
 def count_tokens(model: str, messages: Sequence[Message]) -> int:
     """Tokens of `messages` with the model's tokenizer where litellm has one."""
     return int(load_litellm().token_counter(model=model, messages=list(messages)))
@@ -161,6 +171,25 @@ class LitellmBackend:
 
     async def window(self, model: str) -> int | None:
         return await asyncio.to_thread(model_window, model)
+
+    async def vision(self, model: str) -> bool:
+        return await asyncio.to_thread(model_vision, model)
+
+    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+        """The text of a voice message (litellm's transcription endpoint), not retried."""
+        litellm = load_litellm()
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "file": (filename, audio),
+            "timeout": timeout,
+            "api_base": self.api_base,
+            "api_key": self.api_key,
+        }
+        try:
+            response = await asyncio.wait_for(litellm.atranscription(**kwargs), timeout)
+        except Exception as exc:  # litellm raises many types; each is mapped to our tree
+            raise self._map(exc) from exc
+        return str(getattr(response, "text", "") or "")
 
     async def _acompletion(self, call: ModelCall, *, stream: bool) -> Any:
         litellm = load_litellm()

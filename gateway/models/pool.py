@@ -24,6 +24,7 @@ anyhow exits at the end of its input, when the pipe's last writer is gone.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
@@ -221,6 +222,20 @@ class ModelPool:
     async def window(self, model: str) -> int | None:
         end = await self._end("window", {"model": model})
         return int(end["window"]) if end.get("window") else None
+
+    async def vision(self, model: str) -> bool:
+        end = await self._end("vision", {"model": model})
+        return bool(end.get("vision"))
+
+    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+        body = {
+            "model": model,
+            "audio": base64.b64encode(audio).decode("ascii"),
+            "filename": filename,
+            "timeout": timeout,
+        }
+        end = await self._end("transcribe", body)
+        return str(end.get("text", ""))
 
     async def stream(
         self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None

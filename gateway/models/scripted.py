@@ -52,6 +52,7 @@ class ScriptedBackend:
     def __init__(self, reply: Reply, *, window: int | None = None, keep: int = 100) -> None:
         self.reply = reply
         self.input_window = window
+        self.sees_images = False
         self.calls: deque[ModelCall] = deque(maxlen=keep)
         self._failures: deque[tuple[ModelError, int]] = deque()
         self._response_ids = itertools.count(1)
@@ -95,6 +96,12 @@ class ScriptedBackend:
 
     async def window(self, model: str) -> int | None:
         return self.input_window
+
+    async def vision(self, model: str) -> bool:
+        return self.sees_images
+
+    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+        return f"(a voice message of {len(audio)} bytes)"
 
     def _answer(self, call: ModelCall) -> ScriptedAnswer:
         reply = self.reply(call) if callable(self.reply) else self.reply

@@ -5,7 +5,9 @@ One JSON object per line.
   `{"id": n, "op": "stream" | "responses" | "complete", "call": {...}}`,
   `{"id": n, "op": "count", "model": ..., "messages": [[...], ...]}` (token
   counts, one per list of messages), `{"id": n, "op": "window", "model": ...}`
-  (the model's input window) and `{"id": n, "op": "cancel"}`.
+  (the model's input window), `{"id": n, "op": "vision", "model": ...}` (whether it
+  reads images), `{"id": n, "op": "transcribe", "model", "audio" (base64),
+  "filename", "timeout"}` (a voice message's text) and `{"id": n, "op": "cancel"}`.
 - model process -> worker: `{"ready": true}` once, then for a request
   `{"id": n, "piece": "..."}` any number of times and one of
   `{"id": n, "end": {...}}` or `{"id": n, "error": {"kind", "text", "retry_after"}}`.

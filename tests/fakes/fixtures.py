@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
 
 # litellm would otherwise fetch its model price map from the internet at import;
@@ -34,3 +35,12 @@ def llm() -> Iterator[FakeLLM]:
     """A fresh fake model server for the test: `llm.api_base`, `llm.requests`, scripting."""
     with FakeLLM() as server:
         yield server
+
+
+@pytest.fixture
+async def files() -> AsyncIterator[FakeFiles]:
+    """A loopback file host in the test's loop: `files.add(name, data, ...)` gives a URL."""
+    server = FakeFiles()
+    await server.serve()
+    yield server
+    await server.close()

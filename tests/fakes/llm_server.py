@@ -158,6 +158,15 @@ class _Hang:
         return bool(body.get("stream")) and (self.after_headers or self.after_tokens > 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Transcription:
+    """One transcription request: the model asked for, the file's name and bytes."""
+
+    model: str
+    filename: str
+    audio: bytes
+
+
 class _Stalled(Exception):
     """A scripted stall ended: the stream stops without its closing events."""
 
@@ -187,6 +196,8 @@ class FakeLLM(LoopbackServer):
         self._queued: list[_Queued] = []
         self._response_ids: set[str] = set()
         self._release: asyncio.Event | None = None
+        self.transcript = "fake transcript"
+        self.transcriptions: CallLog[Transcription] = CallLog()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -223,6 +234,7 @@ class FakeLLM(LoopbackServer):
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._list_models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcription)
         app.router.add_get("/_fake/requests", self._recorded)
         return app
 
@@ -576,6 +588,29 @@ class FakeLLM(LoopbackServer):
                 for req in self.requests
             ]
         )
+
+    async def _transcription(self, request: web.Request) -> web.Response:
+        """OpenAI's transcription endpoint: a multipart upload, answered with `transcript`."""
+        fields: dict[str, str] = {}
+        audio, filename = b"", ""
+        async for part in await request.multipart():
+            if getattr(part, "name", None) == "file":
+                filename = part.filename or ""  # type: ignore[union-attr]
+                audio = await part.read()  # type: ignore[union-attr]
+            elif part.name:
+                fields[part.name] = await part.text()  # type: ignore[union-attr]
+        self.transcriptions.record(Transcription(fields.get("model", ""), filename, audio))
+        return web.json_response({"text": self.transcript})
+
+    def image_parts(self, request: JSON) -> list[str]:
+        """The data URLs of every image part a chat request carried."""
+        return [
+            part["image_url"]["url"]
+            for message in request.get("messages") or []
+            if isinstance(message.get("content"), list)
+            for part in message["content"]
+            if isinstance(part, dict) and part.get("type") == "image_url"
+        ]
 
     async def _list_models(self, request: web.Request) -> web.Response:
         names = ["fake-model", *self._models]

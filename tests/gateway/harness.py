@@ -62,15 +62,14 @@ class Harness:
 async def start_workers(
     redis_url: str, llm: FakeLLM, count: int, **values: Any
 ) -> AsyncIterator[Harness]:
-    config = settings(
-        redis_url,
-        GATEWAY_MODEL="openai/main-model",
-        GATEWAY_SIDE_MODEL="openai/side-model",
-        GATEWAY_API_BASE=llm.api_base,
-        GATEWAY_API_KEY="sk-test-key",
-        GATEWAY_MODEL_RETRIES=1,
-        **values,
-    )
+    defaults: dict[str, Any] = {
+        "GATEWAY_MODEL": "openai/main-model",
+        "GATEWAY_SIDE_MODEL": "openai/side-model",
+        "GATEWAY_API_BASE": llm.api_base,
+        "GATEWAY_API_KEY": "sk-test-key",
+        "GATEWAY_MODEL_RETRIES": 1,
+    }
+    config = settings(redis_url, **(defaults | values))
     clients = [aioredis.Redis.from_url(redis_url, decode_responses=True) for _ in range(count + 1)]
     sender = RecordingSender()
     workers = [Worker(config, client, {"test": sender}) for client in clients[1:]]

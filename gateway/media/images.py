@@ -1,0 +1,70 @@
+"""Images: decoded whatever their declared type, checked for size before decoding, scaled
+and re-encoded without their metadata.
+
+Opening an image reads its header only; its pixel count is checked there, so a
+small file that claims 20,000 × 20,000 pixels (a decompression bomb) is refused
+before a byte of it is decoded. Pillow's own check (a warning, then an error,
+at a process-wide limit) is replaced by this one, whose limit is a setting.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from gateway.errors import MediaTooLarge, UnreadableMedia
+
+Image.MAX_IMAGE_PIXELS = None  # checked here instead, before `load`
+
+JPEG_QUALITY = 85
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """A re-encoded image, ready for a data URL."""
+
+    data: bytes
+    mime: str
+    width: int
+    height: int
+
+
+def convert(data: bytes, max_pixels: int, max_side: int) -> Picture:
+    """`data` decoded, its long side scaled to at most `max_side`, as PNG (when it has
+    transparency) or JPEG, with no metadata (EXIF, GPS, comments) carried over."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            if width * height > max_pixels:
+                raise MediaTooLarge(
+                    f"{width}×{height} pixels, over the limit of {max_pixels:,} pixels"
+                )
+            image.draft("RGB", (max_side, max_side))  # JPEG: decode at a reduced scale
+            image.load()
+            return _encode(_scaled(image, max_side))
+    except UnidentifiedImageError:
+        raise UnreadableMedia("not an image that can be read") from None
+    except (OSError, SyntaxError, ValueError, EOFError):
+        raise UnreadableMedia("a damaged or truncated image") from None
+
+
+def _scaled(image: Image.Image, max_side: int) -> Image.Image:
+    upright = ImageOps.exif_transpose(image)  # a photo turned as its camera meant
+    upright.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    return upright
+
+
+def _encode(image: Image.Image) -> Picture:
+    transparent = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+    clean = image.convert("RGBA" if transparent else "RGB")
+    clean.info = {}  # no ICC profile, EXIF or text chunk travels on
+    out = io.BytesIO()
+    if transparent:
+        clean.save(out, "PNG", optimize=True)
+        mime = "image/png"
+    else:
+        clean.save(out, "JPEG", quality=JPEG_QUALITY)
+        mime = "image/jpeg"
+    return Picture(out.getvalue(), mime, clean.width, clean.height)

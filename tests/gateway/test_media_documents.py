@@ -1,0 +1,37 @@
+"""Documents: text inlined with a cut marker, PDFs' text page-capped, other types named."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import UnreadableMedia
+from gateway.media.documents import read_document
+from tests.gateway.media_files import pdf, png
+
+
+def test_markdown_is_inlined_and_cut_with_a_marker_saying_how_much() -> None:
+    doc = read_document(("# Notes\n" + "a" * 500).encode(), "notes.md", "text/markdown", 100, 5)
+    assert doc.text is not None
+    assert doc.text.startswith("# Notes\n")
+    assert doc.text.endswith("[… cut: 408 more characters]")
+
+
+def test_json_and_source_code_are_read_by_type_or_name() -> None:
+    assert read_document(b'{"a": 1}', "x", "application/json", 100, 5).text == '{"a": 1}'
+    assert read_document(b"print(1)\n", "main.py", None, 100, 5).text == "print(1)\n"
+
+
+def test_a_pdfs_text_is_extracted_up_to_the_page_cap() -> None:
+    doc = read_document(pdf("First page", "Second page", "Third page"), "r.pdf", None, 1000, 2)
+    assert doc.text == "First page\n\nSecond page\n[… cut: 1 more pages]"
+
+
+def test_a_pdf_that_is_not_one_is_an_error() -> None:
+    with pytest.raises(UnreadableMedia, match="not a PDF"):
+        read_document(b"hello, I am text", "scan.pdf", "application/pdf", 100, 5)
+
+
+def test_a_binary_file_is_named_not_read() -> None:
+    doc = read_document(png(), "archive.zip", "application/zip", 100, 5)
+    assert doc.text is None
+    assert doc.note == "not read (application/zip)"
