@@ -17,6 +17,7 @@ from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, tools_then_text
 from tests.fakes.telegram_api import FakeTelegram, Message, running
+from tests.gateway.cli_runs import ROOT
 from tests.gateway.tool_servers import lines, new_effects, write_config
 
 pytestmark = pytest.mark.timeout(150)
@@ -45,7 +46,7 @@ async def test_a_destructive_tool_runs_after_the_asker_taps_approve(
     tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
 ) -> None:
     effects = new_effects(tmp_path)
-    config = write_config(tmp_path, effects)
+    config = write_config(tmp_path, effects, cwd=str(ROOT))  # the gateway runs elsewhere
     llm.reply = tools_then_text([FakeToolCall("desk__delete_item", '{"name": "draft"}')])
     env = environment(redis_url, llm, fake, free_port(), GATEWAY_MCP_CONFIG=str(config))
     async with gateway(tmp_path, env, "web", "worker") as web:

@@ -7,9 +7,14 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.gateway.cli_runs import ROOT, clean_env, gateway
 
 EXAMPLE = str(ROOT / "docs" / "mcp.example.json")
+
+# Each test starts MCP server processes (seconds each on a loaded machine).
+pytestmark = pytest.mark.timeout(180)
 
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

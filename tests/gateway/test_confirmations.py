@@ -22,6 +22,9 @@ from tests.gateway.tool_servers import lines, new_effects, write_config
 _clicks = itertools.count(1)
 DELETE = FakeToolCall("desk__delete_item", '{"name": "old"}')
 
+# Each test starts MCP server processes (seconds each on a loaded machine).
+pytestmark = pytest.mark.timeout(180)
+
 
 @pytest.fixture
 def effects(tmp_path: Path) -> Path:

@@ -22,6 +22,9 @@ from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound
 from tests.gateway.tool_servers import lines, new_effects, write_config
 
+# Each test starts MCP server processes (seconds each on a loaded machine).
+pytestmark = pytest.mark.timeout(180)
+
 
 @pytest.fixture
 def effects(tmp_path: Path) -> Path:

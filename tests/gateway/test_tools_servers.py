@@ -40,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = Timing(connect_timeout=20.0, ping_interval=0.5, backoff=Backoff(first=0.05, limit=0.2))
 SECRET = "sk-live-do-not-print-4242"
 
+# Each test starts MCP server processes (seconds each on a loaded machine).
+pytestmark = pytest.mark.timeout(180)
+
 
 def stdio_server(name: str, effects: Path, **options: Any) -> ServerConfig:
     return ServerConfig(
