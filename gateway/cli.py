@@ -132,7 +132,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             platform.validate("http" if platform.uses_http() else "connect")
         use_console = args.console or not platforms
         senders: dict[str, Sender] = {p.name: p.sender() for p in platforms}
-        sources: dict[str, FileSource] = {}
+        sources: dict[str, FileSource] = {p.name: p.file_source() for p in platforms}
         if use_console:
             from adapters import console
 
@@ -241,7 +241,8 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 "TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN"
             )
         senders = {p.name: p.sender() for p in platforms}
-        worker = Worker(settings, redis, senders, concurrency=args.concurrency)
+        sources = {p.name: p.file_source() for p in platforms}
+        worker = Worker(settings, redis, senders, concurrency=args.concurrency, sources=sources)
         try:
             await worker.run(stop_event())
         finally:

@@ -138,6 +138,10 @@ class Platform(ABC):
     def sender(self) -> Sender:
         """The Sender workers use to reply on this platform."""
 
+    def file_source(self) -> FileSource:
+        """Where workers fetch this platform's attachments (their own URLs by default)."""
+        return PlainSource()
+
     def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
         """HTTP routes mounted on `gateway web` (none by default)."""
         return ()
