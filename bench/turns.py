@@ -62,7 +62,7 @@ from common import (
 from gateway.config import Settings
 from gateway.ingest import Ingest
 from gateway.model import Address
-from gateway.models import ModelCall, Models, Usage
+from gateway.models import ModelCall, Models, ToolCall, Usage
 from gateway.models.backend import ModelBackend
 from gateway.models.litellm_backend import load_litellm
 from gateway.store import connect
@@ -86,9 +86,11 @@ class TimedModels(Models):
         super().__init__(backend)
         self.spent: dict[str, float] = {}
 
-    async def stream(self, call: ModelCall, usage: Usage) -> AsyncIterator[str]:
+    async def stream(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
+    ) -> AsyncIterator[str]:
         started = time.monotonic()
-        async for piece in super().stream(call, usage):
+        async for piece in super().stream(call, usage, calls):
             yield piece
         self.spent[tag_of(call.messages)] = time.monotonic() - started
 

@@ -7,8 +7,11 @@ the order the script reads them:
     -- ARGV: token ttl_ms
 
 A trailing `...` on the ARGV line takes any number of further arguments (as
-field/value pairs, say). `Script.bind(redis)` registers the source with that
-client (EVALSHA, loading it on first use); the bound script takes mappings and
+field/value pairs, say). An optional third line, `-- USES: turn_job`, names
+snippets of shared local functions (files without a header, Lua scripts cannot
+call each other) placed before the script's own source when it is loaded.
+`Script.bind(redis)` registers the source with that client (EVALSHA, loading
+it on first use); the bound script takes mappings and
 refuses a missing or unknown name, so no call site can pass them out of order.
 """
 
@@ -73,12 +76,19 @@ def _check(script: str, what: str, expected: Sequence[str], given: Mapping[str, 
 @cache
 def load(name: str) -> Script:
     """The script in `<name>.lua` beside this module (read once per process)."""
-    source = resources.files(__package__).joinpath(f"{name}.lua").read_text()
-    header = dict(_header_line(line) for line in source.splitlines()[:2])
+    source = _read(name)
+    lines = source.splitlines()
+    header = dict(_header_line(line) for line in lines[:2])
+    if len(lines) > 2 and lines[2].startswith("-- USES:"):
+        source = "\n".join([*(_read(used) for used in lines[2][8:].split()), source])
     keys = tuple(header.get("KEYS", "").split())
     args = header.get("ARGV", "").split()
     variadic = bool(args) and args[-1] == "..."
     return Script(name, source, keys, tuple(args[:-1] if variadic else args), variadic)
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.lua").read_text()
 
 
 def _header_line(line: str) -> tuple[str, str]:

@@ -1,5 +1,6 @@
 -- KEYS: approvals seen due queued stream meta sessions
 -- ARGV: approval_id platform user status session now dedupe_ttl
+-- USES: turn_job
 -- Settle a pending approval and enqueue the turn that continues it, in one step.
 -- `status` is approved or declined for a click by `user`, timeout when the
 -- deadline passed (no user). Only a pending approval of this platform is
@@ -7,7 +8,7 @@
 -- changes); a click that comes after the deadline settles it as timed out and
 -- is told "closed". A click is deduped on its event (`seen`): a retried
 -- delivery gets the first delivery's verdict and changes nothing.
--- The continuation turn follows enqueue_turn.lua's rule (no second job while a
+-- The continuation turn follows turn_job.lua's rule (no second job while a
 -- live one is queued). Returns the verdict: approved, declined, timeout,
 -- not yours or closed.
 local approvals, seen, due, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -16,22 +17,9 @@ local id, platform, user, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local session, now, dedupe_ttl = ARGV[5], ARGV[6], ARGV[7]
 local click = status ~= 'timeout'
 
--- The same rule as enqueue_turn.lua: keep this in step with it.
 local function enqueue_turn()
-  local marker = redis.call('GET', queued)
-  if marker then
-    local marker_stream, marker_job = string.match(marker, '^(%S+) (%S+)$')
-    if marker_job and #redis.call('XRANGE', marker_stream, marker_job, marker_job) > 0 then
-      return
-    end
-    redis.call('DEL', queued)
-    if tonumber(redis.call('HGET', meta, 'owed') or '0') > 0 then
-      redis.call('HINCRBY', meta, 'owed', -1)
-    end
-  end
-  local job = redis.call('XADD', stream, '*', 'kind', 'turn', 'session', session, 'payload', '')
-  redis.call('SET', queued, stream .. ' ' .. job)
-  redis.call('HINCRBY', meta, 'owed', 1)
+  if turn_job_queued(queued, meta) then return end
+  add_turn_job(stream, queued, meta, session, '')
   redis.call('ZADD', sessions, now, session)
 end
 

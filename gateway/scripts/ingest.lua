@@ -1,5 +1,6 @@
 -- KEYS: seen inbox meta queued stream sessions channel lease history injections
 -- ARGV: dedupe_ttl entry session now early channel_key
+-- USES: turn_job
 -- A user message: dedupe on the platform's event id, append it to the inbox and
 -- enqueue a turn unless one is already queued, in one step (a message is never
 -- in the inbox without a job, nor a job without its message).
@@ -20,20 +21,7 @@ redis.call('HSETNX', meta, 'created', now)
 redis.call('ZADD', sessions, now, session)
 redis.call('ZADD', channel, now, session)
 
--- A marker whose job is gone (its stream was removed, as a console's is when its
--- process exits) would block every later turn: that job will never run or complete.
-local marker = redis.call('GET', queued)
-if marker then
-  local marker_stream, marker_job = string.match(marker, '^(%S+) (%S+)$')
-  if not marker_job or #redis.call('XRANGE', marker_stream, marker_job, marker_job) == 0 then
-    redis.call('DEL', queued)
-    if tonumber(redis.call('HGET', meta, 'owed') or '0') > 0 then
-      redis.call('HINCRBY', meta, 'owed', -1)
-    end
-    marker = false
-  end
-end
-if marker then return {1, false} end
+if turn_job_queued(queued, meta) then return {1, false} end
 
 -- The base a worker may start early from (gateway.early): only when nothing but
 -- this message is waiting, no turn is running and no injection is queued.
@@ -43,8 +31,4 @@ if early == '1' and redis.call('LLEN', inbox) == 1 and redis.call('EXISTS', leas
   local base = (redis.call('HGET', meta, 'epoch') or '0') .. '.' .. redis.call('LLEN', history)
   payload = '{"base":"' .. base .. '","entry":' .. entry .. '}'
 end
-local job = redis.call('XADD', stream, '*', 'kind', 'turn', 'session', session,
-                       'payload', payload)
-redis.call('SET', queued, stream .. ' ' .. job)
-redis.call('HINCRBY', meta, 'owed', 1)
-return {1, job}
+return {1, add_turn_job(stream, queued, meta, session, payload)}
