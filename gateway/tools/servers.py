@@ -73,6 +73,7 @@ class ToolServers:
         }
         self._specs: dict[str, ToolSpec] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._recording: set[asyncio.Task[None]] = set()
 
     @classmethod
     def for_settings(cls, settings: Settings, metrics: Metrics | None = None) -> ToolServers:
@@ -126,14 +127,22 @@ class ToolServers:
         return self._specs.get(name)
 
     async def call(self, name: str, arguments: str) -> ToolResult:
-        """Run one tool call from the model's raw JSON arguments; failures are results."""
+        """Run one tool call from the model's raw JSON arguments; failures are results.
+
+        The call's metrics are written beside the turn, not before it goes on: a
+        tool step waits for the tool, not for the counters.
+        """
         started = time.monotonic()
         result = await self._call(name, arguments)
-        await self._record(name, result, time.monotonic() - started)
+        recording = asyncio.create_task(self._record(name, result, time.monotonic() - started))
+        self._recording.add(recording)
+        recording.add_done_callback(self._recording.discard)
         return result
 
     async def aclose(self) -> None:
-        """Stop every server: stdio processes are ended and waited for."""
+        """Stop every server: stdio processes are ended and waited for (and the last
+        calls' metrics written)."""
+        await asyncio.gather(*self._recording, return_exceptions=True)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
