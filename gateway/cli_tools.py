@@ -6,8 +6,8 @@ import argparse
 import json
 from dataclasses import asdict
 
+from gateway import tools
 from gateway.config import Settings
-from gateway.tools import describe_servers, report_lines
 
 
 async def cmd_tools(settings: Settings, args: argparse.Namespace) -> int:
@@ -16,11 +16,11 @@ async def cmd_tools(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.mcp_config:
         print("[]" if args.json else "no tool servers (GATEWAY_MCP_CONFIG is unset)")
         return 0
-    reports = await describe_servers(settings)
+    reports = await tools.describe_servers(settings)
     if args.json:
         print(json.dumps([asdict(report) for report in reports], indent=2))
     else:
-        print("\n".join(report_lines(reports)))
+        print("\n".join(tools.report_lines(reports)))
     return 0 if all(report.ok for report in reports) else 1
 
 
@@ -28,6 +28,6 @@ async def doctor_tools(settings: Settings) -> list[tuple[str, bool, str]]:
     """One doctor line per tool server: its tools, or why it is down."""
     if not settings.mcp_config:
         return []
-    reports = await describe_servers(settings)
-    lines = report_lines(reports)
+    reports = await tools.describe_servers(settings)
+    lines = tools.report_lines(reports)
     return [(f"tools:{r.name}", r.ok, line) for r, line in zip(reports, lines, strict=True)]

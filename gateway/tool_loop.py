@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.compiler import NO_RESULT
 from gateway.confirmations import Asker, Confirmations
@@ -33,7 +33,10 @@ from gateway.models import Message, ResponseChain, ToolCall, Usage
 from gateway.ports import Sender
 from gateway.prepare import PreparedTurn
 from gateway.session import Claim, Entry, SessionStore, new_entry_id
-from gateway.tools import ToolResult, ToolServers
+from gateway.tools import ToolResult
+
+if TYPE_CHECKING:
+    from gateway.tools import ToolServers
 
 log = logging.getLogger(__name__)
 

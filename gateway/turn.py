@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from gateway.chains import Chains
 from gateway.claims import Claims, Turn, last_user
@@ -35,7 +36,9 @@ from gateway.prepare import PreparedTurn, Preparer
 from gateway.reply import Replies, failure_text
 from gateway.session import Entry, SessionStore
 from gateway.tool_loop import ToolLoop
-from gateway.tools import ToolServers
+
+if TYPE_CHECKING:
+    from gateway.tools import ToolServers
 
 __all__ = ["PreparedTurn", "RunningTurn", "Turn", "TurnResult", "TurnRunner", "failure_text"]
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway import side_question
+from gateway import side_question, tools
 from gateway.approvals import ApprovalStore
 from gateway.compiler import split_view
 from gateway.config import ECHO_MODEL, Settings
@@ -38,7 +38,6 @@ from gateway.ports import FileSource, Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
-from gateway.tools import ToolServers
 from gateway.transcript import render_transcript
 from gateway.turn import TurnRunner
 
@@ -76,7 +75,7 @@ class Worker:
         self.budget = SendBudget(redis)
         self.metrics = Metrics(redis)
         self.tools = (
-            ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
+            tools.ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
         )
         self.media = MediaPipeline(settings, redis, self.models, self.metrics, sources)
         self.approvals = ApprovalStore(redis, self.sessions)
@@ -399,10 +398,10 @@ class Worker:
             await self.metrics.count("errors", "delivery")
 
 
-def tools_line(tools: ToolServers) -> str:
+def tools_line(servers: tools.ToolServers) -> str:
     """The tools the model may call here, and the servers it cannot reach now."""
-    names = ", ".join(f"`{spec.name}`" for spec in tools.tools()) or "none"
-    down = tools.down()
+    names = ", ".join(f"`{spec.name}`" for spec in servers.tools()) or "none"
+    down = servers.down()
     return f"Tools: {names}" + (f" (unavailable now: {', '.join(down)})" if down else "")
 
 

@@ -21,9 +21,11 @@ SCRIPTS = (
     "drills",
     "durability",
     "long_conversation",
+    "media",
     "render",
     "slack_ingest",
     "telegram_edits",
+    "tools",
     "turns",
 )
 
@@ -136,3 +138,16 @@ def test_every_benchmark_starts_as_a_script(script: str) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_worker_without_tools_never_loads_the_mcp_sdk() -> None:
+    """The SDK takes seconds to import and about 30 MB: only configured tools pay it."""
+    check = (
+        "import sys, gateway.cli, gateway.worker, gateway.turn, gateway.tool_loop; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -25,9 +25,10 @@ from redis.exceptions import RedisError
 from gateway.config import Settings
 from gateway.errors import ToolServerUnavailable
 from gateway.metrics import Metrics
+from gateway.tools.answers import from_call
 from gateway.tools.config import ToolsConfig, load_tool_config
 from gateway.tools.connection import ServerConnection, Timing
-from gateway.tools.results import ToolResult, capped, from_call, parse_arguments
+from gateway.tools.results import ToolResult, capped, parse_arguments
 from gateway.tools.spec import ToolSpec, assign_names, build_spec, openai_tool
 
 log = logging.getLogger(__name__)

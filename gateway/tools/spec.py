@@ -22,11 +22,12 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from mcp_types import Tool
+from typing import TYPE_CHECKING, Any
 
 from gateway.tools.config import ServerConfig
+
+if TYPE_CHECKING:
+    from mcp_types import Tool
 
 NAME_LIMIT = 64
 SEPARATOR = "__"
