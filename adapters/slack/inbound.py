@@ -343,9 +343,7 @@ def _is_dm(event: Mapping[str, Any]) -> bool:
 
 
 def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
-    files = event.get("files")
-    if not isinstance(files, list):
-        return ()
+    files = event.get("files") or ()  # not a list at all: a delivery of the wrong shape (400)
     return tuple(file_attachment(f) for f in files if isinstance(f, Mapping))
 
 
