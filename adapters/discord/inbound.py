@@ -44,6 +44,7 @@ PLATFORM = "discord"
 DM_WORKSPACE = "dm"
 # DEFAULT and REPLY are people talking; every other type is a join, a pin, a boost...
 _CONVERSATION_TYPES = frozenset({0, 19})
+VOICE_MESSAGE_FLAG = 1 << 13  # IS_VOICE_MESSAGE
 
 
 def payload_of(message: discord.Message) -> dict[str, Any]:
@@ -69,8 +70,9 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
             if isinstance(message.content, str)
             else []
         ),
+        "flags": message.flags.value,
         "attachments": [
-            {"url": a.url, "filename": a.filename, "content_type": a.content_type}
+            {"url": a.url, "filename": a.filename, "content_type": a.content_type, "size": a.size}
             for a in message.attachments
         ],
         "referenced_message": None,
@@ -142,7 +144,7 @@ def to_inbound(
         replies_to_bot=replies_to_bot,
         reply_to=_reference_id(payload),
         follows_thread=in_thread or session_channel is not None,
-        attachments=_attachments(payload.get("attachments") or ()),
+        attachments=_attachments(payload.get("attachments"), voice=_is_voice(payload)),
         reply=reply,
         side_reply=Address(
             platform=PLATFORM,
@@ -275,8 +277,23 @@ def _speaker(author: Mapping[str, Any]) -> Speaker:
     return Speaker(id=str(author["id"]), name=str(name), is_bot=bool(author.get("bot")))
 
 
-def _attachments(raw: Any) -> tuple[Attachment, ...]:
+def _is_voice(payload: Mapping[str, Any]) -> bool:
+    """Whether the message is a voice message (its one attachment the recording)."""
+    flags = payload.get("flags")
+    return type(flags) is int and bool(flags & VOICE_MESSAGE_FLAG)
+
+
+def _attachments(raw: object, *, voice: bool) -> tuple[Attachment, ...]:
+    if not isinstance(raw, list):
+        return ()
     return tuple(
-        attachment(url=a.get("url"), name=a.get("filename"), mime_type=a.get("content_type"))
+        attachment(
+            url=a.get("url"),
+            name=a.get("filename"),
+            mime_type=a.get("content_type"),
+            size=a.get("size"),
+            voice=voice,
+        )
         for a in raw
+        if isinstance(a, Mapping)
     )

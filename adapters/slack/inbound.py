@@ -61,6 +61,8 @@ EVENT_ID = pattern(r"[A-Za-z0-9]{1,64}")
 # Subtypes that are still a person writing; every other one (bot_message,
 # message_changed, message_deleted, channel_join, ...) is not a message to answer.
 PERSON_SUBTYPES = frozenset({None, "thread_broadcast", "file_share", "me_message"})
+# A shared file's modes whose contents Slack no longer serves.
+CONTENTLESS_MODES = frozenset({"tombstone", "hidden_by_limit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,9 +343,22 @@ def _is_dm(event: Mapping[str, Any]) -> bool:
 
 
 def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
-    files = event.get("files") or ()
-    return tuple(
-        attachment(url=f.get("url_private"), name=f.get("name"), mime_type=f.get("mimetype"))
-        for f in files
-        if isinstance(f, Mapping)
+    files = event.get("files") or ()  # not a list at all: a delivery of the wrong shape (400)
+    return tuple(file_attachment(f) for f in files if isinstance(f, Mapping))
+
+
+def file_attachment(file: Mapping[str, Any]) -> Attachment:
+    """One of a message's `files`. A deleted file (`mode: tombstone`) or one past a free
+    workspace's history (`hidden_by_limit`) keeps its name but no address: it is named
+    to the model, never fetched. Audio clips recorded in Slack are voice messages."""
+    url = None
+    if file.get("mode") not in CONTENTLESS_MODES:
+        url = file.get("url_private_download") or file.get("url_private")
+    return attachment(
+        url=url,
+        name=file.get("name") or file.get("title"),
+        mime_type=file.get("mimetype"),
+        size=file.get("size"),
+        file_id=file.get("id"),
+        voice=file.get("subtype") == "slack_audio",
     )

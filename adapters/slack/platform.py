@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute
 
 from adapters.common import SHAPE_ERRORS, invalid, refusal_text
 from adapters.slack.connection import Backoff, SocketSupervisor, Timing
+from adapters.slack.files import SlackFileSource
 from adapters.slack.http import events_route
 from adapters.slack.inbound import (
     APPROVE_ACTION,
@@ -268,6 +269,10 @@ class SlackPlatform(Platform):
             web_client(self._bot_token(), self.settings.slack_api_url),
             self.settings.slack_edit_interval,
         )
+
+    def file_source(self) -> SlackFileSource:
+        """Files' private URLs, fetched with the bot token (Slack's hosts only)."""
+        return SlackFileSource(self._bot_token(), self.settings.slack_api_url)
 
     async def startup(self) -> None:
         """Learn the bot's own ids (so its messages are never taken for a user's)."""

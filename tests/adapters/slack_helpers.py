@@ -21,11 +21,10 @@ from gateway.config import load_settings
 from gateway.ingest import Ingest
 from gateway.web import create_app
 from tests import processes
-from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID, FakeSlack
+from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, TEAM_ID, FakeSlack
 from tests.processes import request_text as request_text
 
 SIGNING_SECRET = "test-signing-secret-0123456789"
-BOT_TOKEN = "xoxb-test-bot-token"
 APP_TOKEN = "xapp-test-app-token"
 
 _event_ids = itertools.count(1)

@@ -18,9 +18,12 @@ import pytest
 import redis
 
 from adapters.discord.platform import INTENT_REFUSED
+from gateway.media.audio import NOT_ENABLED
 from gateway.store import Keys
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
+from tests.fakes.discord_files import VOICE_MESSAGE_FLAG
 from tests.fakes.llm_server import FakeLLM
+from tests.gateway.media_files import noisy_png, png
 
 # Each test starts fresh processes (and a worker's litellm import): more room than the
 # suite's default per-test timeout.
@@ -311,3 +314,36 @@ async def test_a_refused_message_content_intent_exits_with_the_clear_line(
     lines = [line for line in process.output().splitlines() if line.strip()]
     assert lines[-1] == f"gateway: {INTENT_REFUSED}"
     assert fake.token not in process.output()
+
+
+async def test_a_png_attachment_reaches_a_vision_model_and_one_declared_too_large_is_not_fetched(
+    stack: Stack, fake: FakeDiscord, llm: FakeLLM
+) -> None:
+    stack.start(
+        "discord", "worker", GATEWAY_MODEL="openai/gpt-4o", GATEWAY_MEDIA_FILE_BYTES="200000"
+    )
+    await stack.connected()
+    picture = fake.cdn.add("plan.png", png(800, 600), "image/png")
+    big = fake.cdn.add("big.png", noisy_png(400, 400), "image/png")
+    await stack.say("555", "what does this show?", guild=False, attachments=(picture, big))
+    notice, _ = await stack.answer("555", "what does this show?", 2)
+    assert notice["content"] == "⚠️ big.png: over the 0.2 MB limit"
+    [request] = llm.requests_for("gpt-4o")
+    [data_url] = llm.image_parts(request)
+    assert data_url.startswith("data:image/jpeg;base64,")
+    assert fake.cdn.requests == [f"/attachments/{picture['id']}/plan.png"]
+
+
+async def test_voice_messages_without_a_transcription_model_are_named_and_the_user_told_once(
+    stack: Stack, fake: FakeDiscord, llm: FakeLLM
+) -> None:
+    stack.start("discord", "worker")
+    await stack.connected()
+    for count in (2, 3):  # the first answer comes after the notice, the second alone
+        recording = fake.cdn.add("voice-message.ogg", b"OggS" * 500, "audio/ogg", voice=True)
+        await stack.say("555", "", guild=False, attachments=(recording,), flags=VOICE_MESSAGE_FLAG)
+        await stack.answer("555", "fake reply to", count)
+    notices = [m for m in fake.channel_messages("555") if NOT_ENABLED in m["content"]]
+    assert len(notices) == 1 and "voice-message.ogg" in notices[0]["content"]
+    assert "[voice message: voice-message.ogg, not transcribed]" in main_requests(llm)[-1]
+    assert fake.cdn.requests == []  # not fetched: nothing would read it

@@ -6,7 +6,9 @@ from typing import Any
 
 from adapters.discord.inbound import interaction_inbound, strip_mention, to_inbound
 from adapters.discord.render import render
+from gateway.model import Attachment
 from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_files import VOICE_MESSAGE_FLAG
 
 BOT = "1100000000000000001"
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
@@ -102,6 +104,41 @@ def test_attachments_are_kept_by_reference() -> None:
     inbound = to_inbound(message, bot_id=BOT, in_thread=False)
     assert inbound is not None
     assert inbound.attachments[0].kind == "image" and inbound.attachments[0].name == "x.png"
+
+
+def test_an_attachment_keeps_its_declared_size() -> None:
+    png = fake.cdn.add("x.png", b"\x89PNG" * 100, "image/png")
+    inbound = to_inbound(
+        fake.message("555", "look", alice, attachments=(png,)), bot_id=BOT, in_thread=False
+    )
+    assert inbound is not None
+    [attachment] = inbound.attachments
+    assert (attachment.kind, attachment.size, attachment.url) == ("image", 400, png["url"])
+
+
+def test_a_voice_message_and_an_audio_file_are_voice() -> None:
+    recording = fake.cdn.add("voice-message.ogg", b"OggS", "application/octet-stream", voice=True)
+    flagged = fake.message("555", "", alice, attachments=(recording,), flags=VOICE_MESSAGE_FLAG)
+    audio = fake.message(
+        "555", "", alice, attachments=(fake.cdn.add("a.mp3", b"ID3", "audio/mpeg"),)
+    )
+    unflagged = fake.message("555", "", alice, attachments=(recording,))
+    kinds = [
+        [a.kind for a in inbound.attachments]
+        for inbound in (
+            to_inbound(m, bot_id=BOT, in_thread=False) for m in (flagged, audio, unflagged)
+        )
+        if inbound is not None
+    ]
+    assert kinds == [["voice"], ["voice"], ["file"]]
+
+
+def test_attachments_of_the_wrong_shape_are_left_out() -> None:
+    message = fake.message("555", "look", alice)
+    message["attachments"] = ["x", {"filename": 3, "size": -1, "url": None}]
+    inbound = to_inbound(message, bot_id=BOT, in_thread=False)
+    assert inbound is not None
+    assert inbound.attachments == (Attachment(kind="file"),)
 
 
 def test_the_btw_command_carries_the_interaction_token_on_both_addresses() -> None:

@@ -16,6 +16,7 @@ from adapters.slack import SlackPlatform
 from adapters.slack.inbound import BotIdentity, btw_inbound, session_thread, to_inbound
 from gateway.config import load_settings
 from gateway.ingest import Ingest
+from gateway.model import Attachment
 from gateway.store import Keys
 from gateway.web import create_app
 from tests.adapters.slack_helpers import (
@@ -148,6 +149,56 @@ def test_person_subtypes_are_kept(subtype: str) -> None:
     inbound = to_inbound(body(event), BOT, "Ada")
     assert inbound is not None
     assert inbound.attachments[0].kind == "image" and inbound.attachments[0].name == "a.png"
+
+
+def shared(*files: dict[str, Any]) -> tuple[Attachment, ...]:
+    event = message(thread_ts="100.1", subtype="file_share", files=list(files))
+    inbound = to_inbound(body(event), BOT, "Ada")
+    assert inbound is not None
+    return inbound.attachments
+
+
+def test_a_file_keeps_its_declared_size_and_id_and_its_download_url_is_preferred() -> None:
+    [png] = shared(
+        {
+            "id": "F0A1B2C3D",
+            "name": "plan.png",
+            "mimetype": "image/png",
+            "size": 48213,
+            "url_private": "https://files.slack.com/files-pri/T1-F0A1B2C3D/plan.png",
+            "url_private_download": "https://files.slack.com/files-pri/T1-F0A1B2C3D/download/plan.png",
+        }
+    )
+    assert (png.kind, png.size, png.file_id) == ("image", 48213, "F0A1B2C3D")
+    assert png.url == "https://files.slack.com/files-pri/T1-F0A1B2C3D/download/plan.png"
+    [older] = shared({"name": "a.txt", "url_private": "https://files.slack.com/a"})
+    assert (older.kind, older.url, older.size) == ("file", "https://files.slack.com/a", None)
+
+
+def test_audio_files_and_slack_audio_clips_are_voice() -> None:
+    clip, upload, video = shared(
+        {"name": "Audio Clip", "subtype": "slack_audio", "mimetype": "video/mp4"},
+        {"name": "memo.m4a", "mimetype": "audio/mp4"},
+        {"name": "demo.mp4", "subtype": "slack_video", "mimetype": "video/mp4"},
+    )
+    assert (clip.kind, upload.kind, video.kind) == ("voice", "voice", "file")
+
+
+def test_deleted_and_hidden_files_are_named_without_an_address() -> None:
+    url = "https://files.slack.com/files-pri/T1-F1/x.png"
+    deleted, hidden = shared(
+        {"id": "F1", "mode": "tombstone", "name": "x.png", "url_private": url},
+        {"id": "F2", "mode": "hidden_by_limit", "title": "old.pdf", "url_private": url},
+    )
+    assert (deleted.name, deleted.url) == ("x.png", None)
+    assert (hidden.name, hidden.url) == ("old.pdf", None)
+
+
+def test_file_fields_of_the_wrong_type_are_left_out_and_the_message_kept() -> None:
+    odd = {"name": 5, "mimetype": ["image/png"], "size": "big", "id": True, "url_private": 7}
+    [kept] = shared(odd, "not a file")  # type: ignore[arg-type]
+    assert kept == Attachment(kind="file")
+    assert shared() == ()
 
 
 def test_native_btw_targets_the_latest_session_and_answers_under_the_quote() -> None:

@@ -8,7 +8,8 @@ dispatched back over the gateway as MESSAGE_CREATE. Tests script the far end:
 `click()` a click on a button of a bot's message; `callbacks` holds the
 answers, by interaction token), `rate_limit()` a route with 429s,
 `message_content_enabled=False` to have IDENTIFY refused with close code 4014,
-`forbid_threads` to answer thread creation with 403.
+`forbid_threads` to answer thread creation with 403. `cdn` serves attachments
+(tests/fakes/discord_files.py), which `message(..., attachments=...)` carries.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.discord_files import DiscordCdn
 from tests.fakes.server import CallLog, LoopbackServer
 
 MESSAGE_CONTENT_INTENT = 1 << 15
@@ -106,6 +108,7 @@ class FakeDiscord(LoopbackServer):
         self._sessions: list[_Session] = []
         self._interactions: dict[str, dict[str, Any]] = {}
         self._ids = itertools.count(1)
+        self.cdn = DiscordCdn(self, self.snowflake)
 
     # lifecycle ---------------------------------------------------------
 
@@ -120,6 +123,7 @@ class FakeDiscord(LoopbackServer):
         app = web.Application()
         app.router.add_get("/gateway/ws", self._gateway)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        self.cdn.install(app)
         return app
 
     async def _before_close(self) -> None:
@@ -183,6 +187,8 @@ class FakeDiscord(LoopbackServer):
         reply_to: dict[str, Any] | None = None,
         kind: int = 0,
         webhook_id: str | None = None,
+        attachments: tuple[dict[str, Any], ...] = (),
+        flags: int = 0,
     ) -> dict[str, Any]:
         """A full message object as Discord sends it in MESSAGE_CREATE."""
         message_id = self.snowflake()
@@ -197,11 +203,11 @@ class FakeDiscord(LoopbackServer):
             "mention_everyone": False,
             "mentions": list(mentions),
             "mention_roles": [],
-            "attachments": [],
+            "attachments": list(attachments),
             "embeds": [],
             "pinned": False,
             "type": 19 if reply_to else kind,
-            "flags": 0,
+            "flags": flags,
             "components": [],
         }
         if guild_id:

@@ -13,6 +13,9 @@ server; `push()` sends an envelope to the live connection and `acks` records
 the acknowledgements. `drop_connections()` closes every socket (Slack
 restarting), `black_hole` stops answering pings and envelopes (a half-open
 connection), `refuse_connections` makes apps.connections.open fail.
+
+Files: `files` is Slack's file host on the same origin (tests/fakes/slack_files.py),
+serving shared files at their private URLs to the bot token (`BOT_TOKEN`) only.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tests.fakes.server import CallLog, LoopbackServer
+from tests.fakes.slack_files import SlackFileHost
 
 BOT_USER_ID = "UBOT"
 BOT_ID = "BBOT"
 TEAM_ID = "T0001"
+BOT_TOKEN = "xoxb-test-bot-token"
 MAX_TEXT = 40_000
 
 
@@ -83,6 +88,7 @@ class FakeSlack(LoopbackServer):
         self.acks: list[dict[str, Any]] = []
         self.ephemeral: list[dict[str, Any]] = []  # chat.postEphemeral's arguments
         self.connections_opened = 0
+        self.files = SlackFileHost(self, TEAM_ID, BOT_TOKEN)
         self._failures: dict[str, list[_Failure]] = {}
         self._ts = itertools.count(1)
         self._envelopes = itertools.count(1)
@@ -112,6 +118,7 @@ class FakeSlack(LoopbackServer):
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
+        self.files.install(app)
         return app
 
     async def _before_close(self) -> None:
