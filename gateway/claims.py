@@ -117,6 +117,8 @@ class Claims:
         outcome = await self.sessions.finish(key, turn.lease.token, claim, entry, fields, length)
         if outcome is Finish.LOST:
             raise LeaseLost(f"{key} turn {claim.turn_id} lost its lease before recording")
+        # The script let the lease go: a heartbeat now would find it gone and cry "lost".
+        turn.lease.released = True
         return outcome is Finish.RECORDED
 
     async def give_up(self, job: Job) -> Address | None:

@@ -38,6 +38,7 @@ class Lease:
         self.ttl = ttl
         self.token = token or secrets.token_hex(8)
         self.lost = asyncio.Event()
+        self.released = False  # given up by a script (a turn's finish): nothing left to renew
         self._renew = load("renew").bind(redis)
         self._release = load("release").bind(redis)
 
@@ -75,7 +76,7 @@ class Lease:
                 await self.release()
 
     async def _beat(self) -> None:
-        if self.lost.is_set():
+        if self.lost.is_set() or self.released:
             return
         try:
             if not await self.renew():
