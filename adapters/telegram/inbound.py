@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import logging
 import mimetypes
+from collections.abc import Sequence
 from typing import Any
 
-from telegram import CallbackQuery, Message, MessageEntity, Update
+from telegram import CallbackQuery, Message, MessageEntity, PhotoSize, Update
 
 from adapters.common import (
     INT64_MAX,
@@ -120,35 +121,36 @@ def to_inbound(
 def attachments(message: Message, file_limit: int = DEFAULT_FILE_LIMIT) -> tuple[Attachment, ...]:
     """The files a message carries, as Attachments fetched later by `file_id`."""
     if message.photo:
-        sizes = sorted(message.photo, key=lambda p: (p.file_size or 0, p.width * p.height))
-        within = [p for p in sizes if p.file_size is not None and p.file_size <= file_limit]
-        photo = (within or sizes)[-1]
-        return (
-            Attachment(
-                kind="image",
-                name="photo.jpg",  # Telegram re-encodes every photo as JPEG
-                mime_type="image/jpeg",
-                size=photo.file_size,
-                file_id=photo.file_id,
-            ),
-        )
+        return (_photo(message.photo, file_limit),)
     for field_name, (kind, default_name, default_mime) in _FILES.items():
         sent = getattr(message, field_name)
         if sent is None:
             continue
         mime = getattr(sent, "mime_type", None) or default_mime
         name = getattr(sent, "file_name", None) or _named(default_name, mime)
-        found = attachment(url=None, name=name, mime_type=mime)
+        found = attachment(url=None, name=name, mime_type=mime)  # an image when its type says
+        kind = kind if kind == "voice" else found.kind
         return (
             found.model_copy(
-                update={
-                    "kind": kind if kind == "voice" else found.kind,
-                    "size": sent.file_size,
-                    "file_id": sent.file_id,
-                }
+                update={"kind": kind, "size": sent.file_size, "file_id": sent.file_id}
             ),
         )
     return ()
+
+
+def _photo(sizes: Sequence[PhotoSize], file_limit: int) -> Attachment:
+    """The largest size whose declared bytes are within the limit, else the largest (which
+    the worker refuses by its size, with a notice)."""
+    ordered = sorted(sizes, key=lambda p: (p.file_size or 0, p.width * p.height))
+    within = [p for p in ordered if p.file_size is not None and p.file_size <= file_limit]
+    photo = (within or ordered)[-1]
+    return Attachment(
+        kind="image",
+        name="photo.jpg",  # Telegram re-encodes every photo as JPEG
+        mime_type="image/jpeg",
+        size=photo.file_size,
+        file_id=photo.file_id,
+    )
 
 
 def _named(default: str, mime: str | None) -> str:
