@@ -6,6 +6,11 @@ pending, an input line that is y or n (yes, no) is the console user's click on
 it, and any other line a message as usual. At the end of input the console waits
 for the replies this run still owes: the jobs left on its own stream (`gateway
 run` gives each run one), not whatever an earlier run left owed in the session.
+
+`/attach PATH [text]` sends a local file with the text (a path with spaces in
+quotes): the worker reads it through `LocalFileSource`, as it reads any
+platform's files, so the media path can be tried without an account. A path
+that is not a readable file is answered with one line, and nothing is sent.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ import codecs
 import concurrent.futures
 import getpass
 import itertools
+import mimetypes
 import os
 import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import TextIO
 
 from gateway.errors import DownloadFailed
@@ -33,6 +40,12 @@ SESSION_KEY = "console:local:console"
 USER_ID = "local"  # the one console user, who asked for every tool the console runs
 PROMPT = "approve? [y/n]"
 _ANSWERS = {"y": True, "yes": True, "n": False, "no": False}
+ATTACH = "/attach"
+ATTACH_USAGE = "Usage: /attach PATH [text] (quote a path that has spaces)"
+
+
+class AttachRefused(ValueError):
+    """A `/attach` line that names no readable file; its text is the line the user reads."""
 
 
 class ConsoleSender:
@@ -88,7 +101,9 @@ class LocalFileSource:
         return Download(attachment.url, local=True)
 
 
-def to_inbound(line: str, number: int, user: str) -> Inbound:
+def to_inbound(
+    line: str, number: int, user: str, attachments: tuple[Attachment, ...] = ()
+) -> Inbound:
     return Inbound(
         platform=PLATFORM,
         workspace="local",
@@ -98,23 +113,77 @@ def to_inbound(line: str, number: int, user: str) -> Inbound:
         speaker=Speaker(id=USER_ID, name=user),
         text=line,
         is_dm=True,
+        attachments=attachments,
         reply=_ADDRESS.model_copy(update={"reply_to": str(number)}),
         side_reply=_ADDRESS.model_copy(update={"reply_to": str(number), "side": True}),
     )
 
 
-async def run(ingest: Ingest, stdin: int | None = None, poll: float = 0.05) -> None:
+async def run(
+    ingest: Ingest, stdin: int | None = None, poll: float = 0.05, out: TextIO | None = None
+) -> None:
     """Feed standard input (a file descriptor) to the gateway, then wait for the replies
     this run still owes."""
     user = _user_name()
     number = 0
     async for line in _lines(sys.stdin.fileno() if stdin is None else stdin):
         number += 1
-        if line.strip() and not await _answered(ingest, line):
-            await ingest.receive(to_inbound(line, number, user))
+        if not line.strip() or await _answered(ingest, line):
+            continue
+        try:
+            inbound = message(line, number, user)
+        except AttachRefused as refused:
+            (out or sys.stdout).write(f"bot: {refused}\n")
+            continue
+        await ingest.receive(inbound)
     stream = ingest.sessions.stream(PLATFORM)
     while await ingest.redis.xlen(stream) > 0:  # a job leaves its stream as it completes
         await asyncio.sleep(poll)
+
+
+def message(line: str, number: int, user: str) -> Inbound:
+    """The Inbound of an input line; a `/attach` line's carries the file (AttachRefused
+    when it names none)."""
+    named = parse_attach(line)
+    if named is None:
+        return to_inbound(line, number, user)
+    path, text = named
+    return to_inbound(text, number, user, (local_attachment(path),))
+
+
+def parse_attach(line: str) -> tuple[str, str] | None:
+    """(path, text) of `/attach PATH [text]`; None for any other line. A path with spaces
+    is quoted ("..." or '...')."""
+    command, _, rest = line.strip().partition(" ")
+    if command != ATTACH:
+        return None
+    rest = rest.strip()
+    if rest[:1] in ("'", '"'):
+        end = rest.find(rest[0], 1)
+        if end < 0:
+            raise AttachRefused(f"The path's closing quote is missing. {ATTACH_USAGE}")
+        path, text = rest[1:end], rest[end + 1 :]
+    else:
+        path, _, text = rest.partition(" ")
+    if not path:
+        raise AttachRefused(ATTACH_USAGE)
+    return path, text.strip()
+
+
+def local_attachment(path_text: str) -> Attachment:
+    """The file at `path_text` as an Attachment: a `file://` URL, its size, and its kind by
+    its type (an image, audio as a voice message to transcribe, any other file)."""
+    try:
+        path = Path(path_text).expanduser().resolve(strict=True)
+        size = path.stat().st_size
+    except (OSError, RuntimeError):
+        raise AttachRefused(f"Cannot attach {path_text}: no such file.") from None
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise AttachRefused(f"Cannot attach {path_text}: not a file this user can read.")
+    mime = mimetypes.guess_type(path.name)[0]
+    major = (mime or "").partition("/")[0]
+    kind = {"image": "image", "audio": "voice"}.get(major, "file")
+    return Attachment(kind=kind, url=path.as_uri(), name=path.name, mime_type=mime, size=size)
 
 
 def answer(line: str) -> bool | None:

@@ -27,6 +27,10 @@ from gateway.store import Keys
 
 log = logging.getLogger(__name__)
 
+# The longest a claim waits for an album's items (each refreshes the wait): a chat
+# that keeps sending albums has its turn taken after this, with what has arrived.
+ALBUM_HOLD_LIMIT = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class Turn:
@@ -55,7 +59,8 @@ class Claims:
         return Lease(self.sessions.redis, Keys.lease(session_key), self.ttl)
 
     async def claim(self, job: Job, lease: Lease, early: EarlyStart | None = None) -> Claim:
-        """Take the session's lease, waiting while another turn holds it.
+        """Take the session's lease, waiting while another turn holds it, and while an
+        album's items are still arriving (up to ALBUM_HOLD_LIMIT).
 
         When the holder runs in this process, its end wakes the waiter at once;
         a holder elsewhere is polled, quickly at first. An early call does not
@@ -63,13 +68,19 @@ class Claims:
         meanwhile by its owner, `JobQueue.owned`.)
         """
         delay = 0.005
+        clock = asyncio.get_running_loop().time
+        hold_until = clock() + ALBUM_HOLD_LIMIT
         while True:
-            claim = await self.sessions.claim(job.session_key, lease.token, self.ttl)
+            hold = clock() < hold_until
+            claim = await self.sessions.claim(job.session_key, lease.token, self.ttl, hold)
             if claim.ok:
                 return claim
             if early is not None and not early.call.cancelled:
                 log.info("%s is busy; cancelled its early model call", job.session_key)
                 await early.call.cancel()
+            if claim.wait:
+                await asyncio.sleep(claim.wait)  # the album key's time left: it may be renewed
+                continue
             local = self.running.get(job.session_key)
             if local is not None:
                 with contextlib.suppress(TimeoutError):

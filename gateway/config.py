@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     media_session_bytes: int = Field(default=100_000_000, alias="GATEWAY_MEDIA_SESSION_BYTES", ge=1)
     media_ttl: int = Field(default=7 * 86_400, alias="GATEWAY_MEDIA_TTL", ge=60)
     media_concurrency: int = Field(default=3, alias="GATEWAY_MEDIA_CONCURRENCY", ge=1)
+    # An album's items arrive as messages of their own: a turn waits this long after
+    # the latest for the next, so the album is answered as one message.
+    album_wait: float = Field(default=1.0, alias="GATEWAY_ALBUM_WAIT", ge=0)
     download_timeout: float = Field(default=10.0, alias="GATEWAY_DOWNLOAD_TIMEOUT", gt=0)
     download_deadline: float = Field(default=60.0, alias="GATEWAY_DOWNLOAD_DEADLINE", gt=0)
     image_max_pixels: int = Field(default=50_000_000, alias="GATEWAY_IMAGE_MAX_PIXELS", ge=1)

@@ -136,7 +136,13 @@ class Ingest:
     async def _addressed(self, inbound: Inbound) -> bool:
         if inbound.is_dm or inbound.mentions_bot or inbound.replies_to_bot:
             return True
+        if inbound.media_group and await self._album_addressed(inbound):
+            return True  # a further item of an album whose first item mentioned the bot
         return inbound.follows_thread and await self.sessions.participated(inbound.session_key)
+
+    async def _album_addressed(self, inbound: Inbound) -> bool:
+        gathering = await self.redis.get(Keys.album(inbound.session_key))
+        return bool(gathering) and gathering == inbound.media_group
 
     async def _refuse(self, inbound: Inbound) -> Outcome:
         first = await self.redis.set(
@@ -168,7 +174,7 @@ class Ingest:
                 "Please shorten it or send it in parts.",
             )
             return Outcome.IGNORED
-        fresh, _ = await self.sessions.append_user(inbound)
+        fresh, _ = await self.sessions.append_user(inbound, self.settings.album_wait)
         return Outcome.QUEUED if fresh else Outcome.DUPLICATE
 
     async def _notice_once(self, inbound: Inbound, text: str) -> None:

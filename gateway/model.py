@@ -80,7 +80,9 @@ class Inbound(_Frozen):
     a platform whose threads are channels of their own (Discord) leaves it unset.
     `follows_thread` is true when the message sits in a thread where the bot
     answers without a mention once it takes part; `reply` and `side_reply` are
-    where the main reply and a `/btw` answer go.
+    where the main reply and a `/btw` answer go. `media_group` names an album
+    whose items arrive as messages of their own (Telegram's `media_group_id`):
+    ingest gathers them into one user message.
     """
 
     platform: str
@@ -97,6 +99,7 @@ class Inbound(_Frozen):
     replies_to_bot: bool = False
     follows_thread: bool = False
     attachments: tuple[Attachment, ...] = ()
+    media_group: str | None = None
     received_at: float = Field(default_factory=time.time)
     reply: Address
     side_reply: Address

@@ -90,12 +90,13 @@ class Sender(Protocol):
 class Download:
     """Where one attachment's bytes are fetched from, and with which headers.
 
-    `headers` may hold the bot's token (Slack's `Authorization: Bearer`): never
-    logged, never shown. `local` marks a file on this machine (a `file://` URL
-    the console's user named); a download from any other source refuses one.
+    `url` and `headers` may hold the bot's token (Telegram's file URL, Slack's
+    `Authorization: Bearer`): never logged, never shown, left out of the repr.
+    `local` marks a file on this machine (a `file://` URL the console's user
+    named); a download from any other source refuses one.
     """
 
-    url: str
+    url: str = field(repr=False)
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     local: bool = False
 

@@ -55,7 +55,7 @@ def parse_all(raw: Sequence[str | bytes]) -> list[Any]:
 
 def user_entry(inbound: Inbound) -> Entry:
     """The history entry of an incoming user message."""
-    return {
+    entry: Entry = {
         "id": new_entry_id(),
         "role": "user",
         "speaker": {"id": inbound.speaker.id, "name": inbound.speaker.name},
@@ -66,6 +66,9 @@ def user_entry(inbound: Inbound) -> Entry:
         "reply": inbound.reply.model_dump(exclude_none=True),
         "at": inbound.received_at,
     }
+    if inbound.media_group:
+        entry["media_group"] = inbound.media_group
+    return entry
 
 
 def assistant_entry(text: str, turn_id: str, message_ids: list[str]) -> Entry:
@@ -104,6 +107,7 @@ class Claim:
     injections: tuple[str, ...] = ()
     reply_ids: tuple[str, ...] = ()
     reply_to: str = ""
+    wait: float = 0.0  # not taken: an album is still arriving for this long (seconds)
 
     def ids_for(self, user_entry_id: str) -> tuple[str, ...]:
         """The reply's messages so far when they answer `user_entry_id`.
@@ -147,10 +151,14 @@ class SessionStore:
         self._reply_state = load("reply_state").bind(redis)
         self._reset = load("reset").bind(redis)
 
-    async def append_user(self, inbound: Inbound) -> tuple[bool, str | None]:
+    async def append_user(
+        self, inbound: Inbound, album_wait: float = 0.0
+    ) -> tuple[bool, str | None]:
         """Dedupe, append to the inbox and enqueue a turn unless one is queued: one step.
 
-        Returns (fresh, job id or None when a queued turn will pick it up).
+        An album's item joins its album's waiting entry, and holds claims for
+        `album_wait` seconds more. Returns (fresh, job id or None when a queued
+        turn will pick it up).
         """
         key = inbound.session_key
         entry = json.dumps(user_entry(inbound), ensure_ascii=False)
@@ -165,14 +173,17 @@ class SessionStore:
             "lease": Keys.lease(key),
             "history": Keys.history(key),
             "injections": Keys.injections(key),
+            "album": Keys.album(key),
         }
         args: dict[str, Arg] = {
             "dedupe_ttl": DEDUPE_TTL,
             "entry": entry,
             "session": key,
             "now": time.time(),
-            "early": "1" if len(entry) <= EARLY_ENTRY_MAX else "",
+            "early": "1" if len(entry) <= EARLY_ENTRY_MAX and not inbound.media_group else "",
             "channel_key": inbound.channel_key,
+            "media_group": inbound.media_group or "",
+            "album_ms": int(album_wait * 1000),
         }
         fresh, job = await self._ingest(keys=keys, args=args)
         return bool(fresh), job or None
@@ -231,11 +242,12 @@ class SessionStore:
         job = await self._enqueue_turn(keys=keys, args={"session": session_key, "now": time.time()})
         return str(job) if job else None
 
-    async def claim(self, session_key: str, token: str, ttl: float) -> Claim:
+    async def claim(self, session_key: str, token: str, ttl: float, hold: bool = True) -> Claim:
         """Take the lease and, when there is work, read all a turn starts from: one step.
 
         The inbox moves into the history; the session's injections become this
-        turn's (a re-run of the same turn sees them again).
+        turn's (a re-run of the same turn sees them again). With `hold`, nothing
+        is taken while an album is still arriving (`Claim.wait` says how long).
         """
         keys = {
             "lease": Keys.lease(session_key),
@@ -247,8 +259,16 @@ class SessionStore:
             "injections": Keys.injections(session_key),
             "turn_injections": Keys.turn_injections(session_key),
             "replies": Keys.replies(session_key),
+            "album": Keys.album(session_key),
         }
-        result = await self._claim(keys=keys, args={"token": token, "ttl_ms": int(ttl * 1000)})
+        args: dict[str, Arg] = {
+            "token": token,
+            "ttl_ms": int(ttl * 1000),
+            "hold": "1" if hold else "",
+        }
+        result = await self._claim(keys=keys, args=args)
+        if int(result[0]) == 2:
+            return Claim(ok=False, wait=int(result[1]) / 1000)
         if not int(result[0]):
             return Claim(ok=False)
         answered, length, epoch = int(result[1]), int(result[2]), str(result[3])

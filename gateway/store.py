@@ -86,6 +86,11 @@ class Keys:
         return Keys.session(session_key, "media")
 
     @staticmethod
+    def album(session_key: str) -> str:
+        """An album's items still arriving (PX, refreshed by each): claims wait for it."""
+        return Keys.session(session_key, "album")
+
+    @staticmethod
     def seen(session_key: str, event_id: str) -> str:
         return Keys.session(session_key, f"seen:{event_id}")
 

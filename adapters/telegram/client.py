@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 from telegram import Bot
 from telegram.request import HTTPXRequest
@@ -44,10 +45,25 @@ class BotClient:
         updates = HTTPXRequest(
             connection_pool_size=2, read_timeout=10.0, connect_timeout=5.0, pool_timeout=5.0
         )
-        bot = Bot(token, base_url=base_url, request=request, get_updates_request=updates)
+        bot = Bot(
+            token,
+            base_url=base_url,
+            base_file_url=file_base_url(base_url),
+            request=request,
+            get_updates_request=updates,
+        )
         return cls(bot, (request, updates))
 
     async def aclose(self) -> None:
         # Bot.shutdown() skips requests it did not initialize itself, so close them here.
         for request in self.requests:
             await request.shutdown()
+
+
+def file_base_url(base_url: str) -> str:
+    """The Bot API's file URL beside its method URL (TELEGRAM_API_URL): the server
+    serves `/bot<token>/<method>` and `/file/bot<token>/<file_path>`."""
+    parts = urlsplit(base_url)
+    head, found, tail = parts.path.rpartition("/bot")
+    path = f"{head}/file/bot{tail}" if found else f"{parts.path.rstrip('/')}/file/bot"
+    return urlunsplit(parts._replace(path=path))

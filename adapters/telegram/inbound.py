@@ -17,19 +17,32 @@ checks of its ids.
 Sessions: one per chat, one per forum topic (`thread` = `message_thread_id`
 when the message is a topic message). The session's workspace is the bot's id:
 update ids, message ids and chats are all seen through one bot.
+
+Files: a photo (the largest size Telegram offers within the per-file limit,
+else the largest, which the worker then refuses by size), a document, a voice
+note, an audio file or a video note becomes an Attachment carrying its
+`file_id` (the worker asks getFile where it is, `adapters.telegram.files`),
+declared size, type and a name (a voice note has none: `voice.ogg`). Voice,
+audio and video notes are of kind "voice": they are transcribed. The caption is
+the message's text. Each item of an album arrives as a message of its own
+sharing a `media_group_id`, which the Inbound carries: ingest gathers the items
+into one user message (`gateway/scripts/album.lua`).
 """
 
 from __future__ import annotations
 
 import logging
+import mimetypes
+from collections.abc import Sequence
 from typing import Any
 
-from telegram import CallbackQuery, Message, MessageEntity, Update
+from telegram import CallbackQuery, Message, MessageEntity, PhotoSize, Update
 
 from adapters.common import (
     INT64_MAX,
     INT64_MIN,
     Field,
+    attachment,
     integer,
     invalid,
     is_text,
@@ -39,7 +52,7 @@ from adapters.common import (
     pattern,
 )
 from gateway import commands
-from gateway.model import Address, Decision, Inbound, Speaker
+from gateway.model import Address, Attachment, Decision, Inbound, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +63,28 @@ _POSITIVE_ID = integer(1, INT64_MAX)
 _CHAT_ID = integer(INT64_MIN, INT64_MAX)
 _QUERY_ID = pattern(r"[0-9]{1,32}")  # a callback query's id: digits, sent as a string
 _CHAT_TYPE = one_of("private", "group", "supergroup", "channel")
+_SIZE = optional(integer(0, INT64_MAX))
+_DIMENSION = integer(0, INT64_MAX)
+DEFAULT_FILE_LIMIT = 20_000_000  # GATEWAY_MEDIA_FILE_BYTES's default
+# Kinds of file a message may carry, the name given when Telegram sends none, and
+# the type assumed when it declares none (voice notes are Opus in OGG, video notes MP4).
+_FILES = {
+    "document": ("file", "document", None),
+    "voice": ("voice", "voice.ogg", "audio/ogg"),
+    "audio": ("voice", "audio", None),
+    "video_note": ("voice", "video_note.mp4", "video/mp4"),
+}
 
 
-def to_inbound(update: Update | dict[str, Any], bot_id: int, bot_username: str) -> Inbound | None:
-    """The Inbound for a new message to the bot, or None when the update is not one."""
+def to_inbound(
+    update: Update | dict[str, Any],
+    bot_id: int,
+    bot_username: str,
+    file_limit: int = DEFAULT_FILE_LIMIT,
+) -> Inbound | None:
+    """The Inbound for a new message to the bot, or None when the update is not one.
+
+    `file_limit` is the per-file byte limit: a photo's size is chosen within it."""
     if isinstance(update, dict):
         update = Update.de_json(update, None)
     message = update.message  # edited_message, channel_post, ... are not ours
@@ -61,9 +92,10 @@ def to_inbound(update: Update | dict[str, Any], bot_id: int, bot_username: str) 
         return None
     if invalid(PLATFORM, _fields(update, message)):
         return None
-    text = message.text if message.text is not None else message.caption
-    if not text:
-        return None  # a service message (members joined, topic created, ...) or bare media
+    text = (message.text if message.text is not None else message.caption) or ""
+    files = attachments(message, file_limit)
+    if not text and not files:
+        return None  # a service message (members joined, topic created, ...) or a sticker
     command_target = _command_target(message)
     if command_target is not None and command_target != bot_username.lower():
         return None  # `/cmd@otherbot` belongs to another bot in the group
@@ -82,7 +114,51 @@ def to_inbound(update: Update | dict[str, Any], bot_id: int, bot_username: str) 
         and replied.from_user is not None
         and replied.from_user.id == bot_id,
         reply_to=str(replied.message_id) if replied is not None else None,
+        files=files,
     )
+
+
+def attachments(message: Message, file_limit: int = DEFAULT_FILE_LIMIT) -> tuple[Attachment, ...]:
+    """The files a message carries, as Attachments fetched later by `file_id`."""
+    if message.photo:
+        return (_photo(message.photo, file_limit),)
+    for field_name, (kind, default_name, default_mime) in _FILES.items():
+        sent = getattr(message, field_name)
+        if sent is None:
+            continue
+        mime = getattr(sent, "mime_type", None) or default_mime
+        name = getattr(sent, "file_name", None) or _named(default_name, mime)
+        found = attachment(url=None, name=name, mime_type=mime)  # an image when its type says
+        kind = kind if kind == "voice" else found.kind
+        return (
+            found.model_copy(
+                update={"kind": kind, "size": sent.file_size, "file_id": sent.file_id}
+            ),
+        )
+    return ()
+
+
+def _photo(sizes: Sequence[PhotoSize], file_limit: int) -> Attachment:
+    """The largest size whose declared bytes are within the limit, else the largest (which
+    the worker refuses by its size, with a notice)."""
+    ordered = sorted(sizes, key=lambda p: (p.file_size or 0, p.width * p.height))
+    within = [p for p in ordered if p.file_size is not None and p.file_size <= file_limit]
+    photo = (within or ordered)[-1]
+    return Attachment(
+        kind="image",
+        name="photo.jpg",  # Telegram re-encodes every photo as JPEG
+        mime_type="image/jpeg",
+        size=photo.file_size,
+        file_id=photo.file_id,
+    )
+
+
+def _named(default: str, mime: str | None) -> str:
+    """`default`, with the suffix of its type when it has none (`audio` -> `audio.mp3`)."""
+    if "." in default or not mime:
+        return default
+    suffix = mimetypes.guess_extension(mime)
+    return default + suffix if suffix else default
 
 
 def _build(
@@ -95,6 +171,7 @@ def _build(
     mentions_bot: bool,
     replies_to_bot: bool,
     reply_to: str | None,
+    files: tuple[Attachment, ...],
 ) -> Inbound:
     user = message.from_user
     assert user is not None
@@ -125,6 +202,8 @@ def _build(
         mentions_bot=mentions_bot,
         reply_to=reply_to,
         replies_to_bot=replies_to_bot,
+        attachments=files,
+        media_group=message.media_group_id,
         reply=reply,
         side_reply=reply.model_copy(update={"reply_to": message_id, "side": True}),
     )
@@ -145,6 +224,28 @@ def _fields(update: Update, message: Message) -> list[Field]:
     ]
     if replied is not None:
         fields.append(("message.reply_to_message.message_id", replied.message_id, _POSITIVE_ID))
+    return fields + _file_fields(message)
+
+
+def _file_fields(message: Message) -> list[Field]:
+    """The file fields the conversion reads: ids and names are strings, sizes integers."""
+    sent: list[tuple[str, Any]] = [(f"message.photo[{i}]", p) for i, p in enumerate(message.photo)]
+    sent += [(f"message.{name}", getattr(message, name)) for name in _FILES]
+    fields: list[Field] = [("message.media_group_id", message.media_group_id, optional(is_text))]
+    for where, file in sent:
+        if file is None:
+            continue
+        fields += [
+            (f"{where}.file_id", getattr(file, "file_id", None), is_text),
+            (f"{where}.file_size", getattr(file, "file_size", None), _SIZE),
+            (f"{where}.mime_type", getattr(file, "mime_type", None), optional(is_text)),
+            (f"{where}.file_name", getattr(file, "file_name", None), optional(is_text)),
+        ]
+        if where.startswith("message.photo"):
+            fields += [
+                (f"{where}.width", getattr(file, "width", None), _DIMENSION),
+                (f"{where}.height", getattr(file, "height", None), _DIMENSION),
+            ]
     return fields
 
 

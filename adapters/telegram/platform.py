@@ -13,6 +13,7 @@ from telegram.error import InvalidToken, TelegramError
 from adapters.telegram.clicks import Clicks
 from adapters.telegram.client import BotClient
 from adapters.telegram.connection import Poller
+from adapters.telegram.files import TelegramFileSource
 from adapters.telegram.http import Convert, webhook_route
 from adapters.telegram.inbound import to_inbound
 from adapters.telegram.sender import TelegramSender
@@ -44,6 +45,7 @@ class TelegramPlatform(Platform):
     def __init__(self, settings: Settings, redis: Redis) -> None:
         super().__init__(settings, redis)
         self._client: BotClient | None = None
+        self._sending: BotClient | None = None  # the sender's, shared by the file source
         self._convert: Convert | None = None
         self._bot_id: int | None = None
 
@@ -63,11 +65,19 @@ class TelegramPlatform(Platform):
         )
 
     def sender(self) -> TelegramSender:
+        """The Sender; it closes its client, which the file source shares, when closed."""
         return TelegramSender(
-            self._build(),
+            self._sender_client(),
             edit_interval=self.settings.telegram_edit_interval,
             group_edit_interval=self.settings.telegram_group_edit_interval,
         )
+
+    def file_source(self) -> TelegramFileSource:
+        return TelegramFileSource(self._sender_client().bot)
+
+    def _sender_client(self) -> BotClient:
+        self._sending = self._sending or self._build()
+        return self._sending
 
     def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
         secret = self.settings.telegram_webhook_secret
@@ -91,7 +101,12 @@ class TelegramPlatform(Platform):
         """Learn the bot's id and username (to see mentions) and register the commands."""
         self._client = self._client or self._build()
         me = await _get_me(self._client)
-        self._convert = partial(_convert, bot_id=me.id, bot_username=me.username or "")
+        self._convert = partial(
+            _convert,
+            bot_id=me.id,
+            bot_username=me.username or "",
+            file_limit=self.settings.media_file_bytes,
+        )
         self._bot_id = me.id
         try:
             await self._client.bot.set_my_commands(MENU)
@@ -138,5 +153,5 @@ async def _get_me(client: BotClient) -> User:
         raise PlatformError(f"Telegram getMe failed: {exc.message}") from None
 
 
-def _convert(update: Update, *, bot_id: int, bot_username: str) -> Inbound | None:
-    return to_inbound(update, bot_id, bot_username)
+def _convert(update: Update, *, bot_id: int, bot_username: str, file_limit: int) -> Inbound | None:
+    return to_inbound(update, bot_id, bot_username, file_limit)

@@ -1,17 +1,23 @@
--- KEYS: lease queued inbox history meta segments injections turn_injections replies
--- ARGV: token ttl_ms
+-- KEYS: lease queued inbox history meta segments injections turn_injections replies album
+-- ARGV: token ttl_ms hold
 -- Take a session's lease (or keep it: the same token renews) and move the inbox
 -- into the history. With work past the `answered` mark, also read everything the
 -- turn starts from: the snapshot, its injections and its reply's platform ids.
 -- While a tool loop is open (meta `loop`: a run died or waits for an approval
 -- between a tool call and its result), the inbox stays where it is: the loop is
 -- finished first, and what came meanwhile is the next turn's.
+-- While an album's items are still arriving (the `album` key, set by ingest.lua),
+-- nothing is taken: the answer is {2, milliseconds left}, unless `hold` is empty.
 local lease, queued, inbox, history, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local segments, injections, turn_injections, replies = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local token, ttl_ms = ARGV[1], ARGV[2]
+local token, ttl_ms, hold = ARGV[1], ARGV[2], ARGV[3]
 
 local holder = redis.call('GET', lease)
 if holder and holder ~= token then return {0} end
+if hold ~= '' then
+  local gathering = redis.call('PTTL', KEYS[10])
+  if gathering > 0 then return {2, gathering} end
+end
 redis.call('SET', lease, token, 'PX', ttl_ms)
 redis.call('DEL', queued)
 local loop_open = redis.call('HGET', meta, 'loop')

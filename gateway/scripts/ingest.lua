@@ -1,17 +1,25 @@
--- KEYS: seen inbox meta queued stream sessions channel lease history injections
--- ARGV: dedupe_ttl entry session now early channel_key
--- USES: turn_job
+-- KEYS: seen inbox meta queued stream sessions channel lease history injections album
+-- ARGV: dedupe_ttl entry session now early channel_key media_group album_ms
+-- USES: turn_job album
 -- A user message: dedupe on the platform's event id, append it to the inbox and
 -- enqueue a turn unless one is already queued, in one step (a message is never
--- in the inbox without a job, nor a job without its message).
+-- in the inbox without a job, nor a job without its message). An album's item
+-- joins its album's entry while that waits in the inbox (album.lua), and holds
+-- the session's next claim for `album_ms` more.
 local seen, inbox, meta, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local stream, sessions, channel, lease = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local history, injections = KEYS[9], KEYS[10]
 local dedupe_ttl, entry, session, now, early = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local channel_key = ARGV[6]
+local channel_key, media_group, album_ms = ARGV[6], ARGV[7], tonumber(ARGV[8])
+local album = KEYS[11]
 
 if redis.call('SET', seen, '1', 'NX', 'EX', dedupe_ttl) == false then return {0, false} end
-redis.call('RPUSH', inbox, entry)
+if media_group == '' or not join_album(inbox, entry, media_group) then
+  redis.call('RPUSH', inbox, entry)
+end
+if media_group ~= '' and album_ms > 0 then
+  redis.call('SET', album, media_group, 'PX', album_ms)
+end
 -- The bot was addressed here: follow-ups in this thread are answered from now on,
 -- not only once the first answer is recorded.
 -- `channel` names the channel set the session is in, for the prune script.

@@ -156,3 +156,140 @@ def test_speaker_without_a_name_falls_back_to_username() -> None:
     body["message"]["from"] = {"id": 8, "is_bot": False, "first_name": "", "username": "bob"}
     inbound = to_inbound(body, BOT_ID, BOT)
     assert inbound is not None and inbound.speaker.name == "bob"
+
+
+def photo_sizes(*sizes: int | None) -> list[dict[str, Any]]:
+    """PhotoSizes of growing dimensions, each with the declared file size given."""
+    found = []
+    for i, size in enumerate(sizes):
+        side = 90 * (i + 1)
+        found.append({"file_id": f"p{i}", "file_unique_id": f"u{i}", "width": side, "height": side})
+        if size is not None:
+            found[-1]["file_size"] = size
+    return found
+
+
+def test_a_photo_with_a_caption_is_a_message_with_an_image() -> None:
+    raw = update(None, caption="what is this?", photo=photo_sizes(1_000, 50_000, 400_000))
+    inbound = to_inbound(raw, BOT_ID, BOT)
+    assert inbound is not None and inbound.text == "what is this?"
+    [photo] = inbound.attachments
+    assert (photo.kind, photo.file_id, photo.size) == ("image", "p2", 400_000)
+    assert (photo.name, photo.mime_type, photo.url) == ("photo.jpg", "image/jpeg", None)
+
+
+def test_a_bare_photo_is_a_message_too() -> None:
+    inbound = to_inbound(update(None, photo=photo_sizes(1_000)), BOT_ID, BOT)
+    assert inbound is not None and inbound.text == "" and len(inbound.attachments) == 1
+
+
+def test_the_largest_photo_within_the_file_limit_is_chosen() -> None:
+    raw = update(None, photo=photo_sizes(10_000, 900_000, 3_000_000))
+    inbound = to_inbound(raw, BOT_ID, BOT, file_limit=1_000_000)
+    assert inbound is not None and inbound.attachments[0].file_id == "p1"
+
+
+def test_with_no_photo_within_the_limit_the_largest_is_taken_and_refused_later() -> None:
+    raw = update(None, photo=photo_sizes(3_000_000, 9_000_000))
+    inbound = to_inbound(raw, BOT_ID, BOT, file_limit=1_000_000)
+    assert inbound is not None
+    assert (inbound.attachments[0].file_id, inbound.attachments[0].size) == ("p1", 9_000_000)
+
+
+def test_photo_sizes_without_a_declared_size_go_by_their_dimensions() -> None:
+    inbound = to_inbound(update(None, photo=photo_sizes(None, None)), BOT_ID, BOT)
+    assert inbound is not None and inbound.attachments[0].file_id == "p1"
+
+
+def test_a_document_keeps_its_name_type_and_size() -> None:
+    document = {
+        "file_id": "d1",
+        "file_unique_id": "ud1",
+        "file_name": "report.pdf",
+        "mime_type": "application/pdf",
+        "file_size": 12_345,
+    }
+    inbound = to_inbound(update(None, caption="summarise", document=document), BOT_ID, BOT)
+    assert inbound is not None and inbound.text == "summarise"
+    [file] = inbound.attachments
+    assert (file.kind, file.name, file.mime_type, file.size, file.file_id) == (
+        "file",
+        "report.pdf",
+        "application/pdf",
+        12_345,
+        "d1",
+    )
+
+
+def test_an_image_sent_as_a_document_is_an_image() -> None:
+    document = {
+        "file_id": "d2",
+        "file_unique_id": "u",
+        "file_name": "a.png",
+        "mime_type": "image/png",
+    }
+    inbound = to_inbound(update(None, document=document), BOT_ID, BOT)
+    assert inbound is not None and inbound.attachments[0].kind == "image"
+
+
+def test_voice_audio_and_video_notes_are_voice_with_stable_names() -> None:
+    voice = {"file_id": "v1", "file_unique_id": "u", "duration": 3, "file_size": 9_000}
+    audio = {"file_id": "a1", "file_unique_id": "u", "duration": 60, "mime_type": "audio/mpeg"}
+    named = audio | {"file_name": "song.mp3"}
+    note = {"file_id": "n1", "file_unique_id": "u", "length": 240, "duration": 5}
+    found = {}
+    for kind, body in (("voice", voice), ("audio", audio), ("audio", named), ("video_note", note)):
+        inbound = to_inbound(update(None, **{kind: body}), BOT_ID, BOT)
+        assert inbound is not None
+        [file] = inbound.attachments
+        assert file.kind == "voice"
+        found[file.name] = (file.mime_type, file.file_id)
+    assert found == {
+        "voice.ogg": ("audio/ogg", "v1"),
+        "audio.mp3": ("audio/mpeg", "a1"),
+        "song.mp3": ("audio/mpeg", "a1"),
+        "video_note.mp4": ("video/mp4", "n1"),
+    }
+
+
+def test_an_album_item_carries_its_media_group() -> None:
+    raw = update(None, photo=photo_sizes(1_000), media_group_id="13579")
+    inbound = to_inbound(raw, BOT_ID, BOT)
+    assert inbound is not None and inbound.media_group == "13579"
+    plain = to_inbound(update("hi"), BOT_ID, BOT)
+    assert plain is not None and plain.media_group is None
+
+
+def test_a_photo_in_a_group_is_addressed_by_a_mention_in_its_caption() -> None:
+    caption = f"@{BOT} look"
+    raw = update(
+        None,
+        chat=GROUP,
+        caption=caption,
+        caption_entities=mention(caption),
+        photo=photo_sizes(1_000),
+    )
+    inbound = to_inbound(raw, BOT_ID, BOT)
+    assert inbound is not None and inbound.mentions_bot and inbound.text == "look"
+
+
+def test_a_sticker_alone_is_not_a_message() -> None:
+    sticker = {
+        "file_id": "s1",
+        "file_unique_id": "u",
+        "type": "regular",
+        "width": 512,
+        "height": 512,
+        "is_animated": False,
+        "is_video": False,
+    }
+    assert to_inbound(update(None, sticker=sticker), BOT_ID, BOT) is None
+
+
+def test_a_file_whose_fields_are_not_of_the_documented_types_is_dropped() -> None:
+    bad_size = {"file_id": "v", "file_unique_id": "u", "duration": 1, "file_size": "big"}
+    bad_type = {"file_id": "v", "file_unique_id": "u", "duration": 1, "mime_type": ["audio"]}
+    for voice in (bad_size, bad_type):
+        assert to_inbound(update(None, voice=voice), BOT_ID, BOT) is None
+    group = update(None, photo=photo_sizes(1), media_group_id=["not", "text"])
+    assert to_inbound(group, BOT_ID, BOT) is None

@@ -10,7 +10,11 @@ same content is "message is not modified", getUpdates long-polls, confirms
 updates by offset, delivers only the kinds of update `allowed_updates` names
 and refuses to run while a webhook is set. A message keeps its inline keyboard
 (`reply_markup`) until an edit without one removes it; the answers to callback
-queries are kept in `callback_answers`. Failures are
+queries are kept in `callback_answers`. Files users sent are added with
+`add_file` (its `file_id` goes into an update): getFile answers with the
+file's path, or "file is too big" past the Bot API's 20 MB, and
+`GET /file/bot<token>/<file_path>` serves the bytes (401 with another token,
+404 for an unknown path); each download is kept in `downloads`. Failures are
 scripted: `fail_next` answers a method with an error (a 429 carries
 `parameters.retry_after`), `ban` refuses every call into a chat until a
 deadline, the way a flood ban does.
@@ -57,6 +61,7 @@ ALLOWED_TAGS = frozenset(
     }
 )
 MAX_LENGTH = 4096
+DOWNLOAD_LIMIT = 20 * 1024 * 1024  # getFile refuses larger files on Telegram's own servers
 
 
 def utf16_len(text: str) -> int:
@@ -139,6 +144,16 @@ class Message:
 
 
 @dataclass
+class StoredFile:
+    """A file a user sent, as the Bot API keeps it."""
+
+    file_id: str
+    path: str  # `photos/file_3.jpg`
+    data: bytes
+    expired: bool = False
+
+
+@dataclass
 class _Failure:
     status: int
     description: str
@@ -165,6 +180,8 @@ class FakeTelegram(LoopbackServer):
         self.webhook_url: str | None = None
         self.webhook_secret: str | None = None
         self.callback_answers: list[dict[str, Any]] = []
+        self.files: dict[str, StoredFile] = {}
+        self.downloads: CallLog[str] = CallLog()  # the file paths fetched
         self._allowed_updates: list[str] | None = None
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1000)
@@ -185,6 +202,7 @@ class FakeTelegram(LoopbackServer):
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         return app
 
     async def _before_close(self) -> None:
@@ -215,6 +233,17 @@ class FakeTelegram(LoopbackServer):
         self._updates.append(update)
         asyncio.get_running_loop().create_task(self._notify())
         return int(update["update_id"])
+
+    def add_file(self, data: bytes, folder: str = "photos", suffix: str = ".jpg") -> str:
+        """Keep a file a user sent; returns its file_id (for the update's photo, voice...)."""
+        number = len(self.files)
+        file_id = f"AgAC{folder[:3]}{number:04d}"
+        self.files[file_id] = StoredFile(file_id, f"{folder}/file_{number}{suffix}", data)
+        return file_id
+
+    def expire(self, file_id: str) -> None:
+        """The file's download URL answers 404 from now on (getFile still names it)."""
+        self.files[file_id].expired = True
 
     def fail_next(
         self,
@@ -336,6 +365,7 @@ class FakeTelegram(LoopbackServer):
             "setWebhook": self._set_webhook,
             "deleteWebhook": self._delete_webhook,
             "answerCallbackQuery": self._answer_callback_query,
+            "getFile": self._get_file,
         }.get(method)
         if method == "getUpdates":
             return await self._get_updates(params)
@@ -407,6 +437,33 @@ class FakeTelegram(LoopbackServer):
             body["message_thread_id"] = message.thread_id
             body["is_topic_message"] = True
         return body
+
+    def _get_file(self, params: dict[str, Any]) -> dict[str, Any]:
+        stored = self.files.get(str(params.get("file_id")))
+        if stored is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        if len(stored.data) > DOWNLOAD_LIMIT:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {
+            "file_id": stored.file_id,
+            "file_unique_id": f"u{stored.file_id}",
+            "file_size": len(stored.data),
+            "file_path": stored.path,
+        }
+
+    async def _download(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return web.json_response(
+                {"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401
+            )
+        path = request.match_info["path"]
+        self.downloads.record(path)
+        stored = next((f for f in self.files.values() if f.path == path), None)
+        if stored is None or stored.expired:
+            return web.json_response(
+                {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
+            )
+        return web.Response(body=stored.data, content_type="application/octet-stream")
 
     def _answer_callback_query(self, params: dict[str, Any]) -> bool:
         self.callback_answers.append(dict(params))
