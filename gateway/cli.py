@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import secrets
 import sys
@@ -108,6 +109,12 @@ def _setup_logging(settings: Settings, *, quiet: bool) -> None:
 # --- shared pieces ---------------------------------------------------------------------------
 
 
+def started() -> None:
+    """What start-up built lives as long as the process: frozen, the collector's full
+    passes no longer walk it (each such pass stalls the event loop for its length)."""
+    gc.freeze()
+
+
 def _platforms(settings: Settings, redis: aioredis.Redis, mode: Mode) -> list[Platform]:
     import adapters
 
@@ -145,6 +152,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         stopping = shutdown.Shutdown(RUN_GRACE).install()
         stop = stopping.requested
         worker = Worker(settings, redis, senders, streams=streams, sources=sources)
+        started()
         working = task(worker.run(stop, grace=RUN_GRACE))
         tasks = [working]
         http = [p for p in platforms if p.uses_http()]
@@ -226,6 +234,7 @@ async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
             settings.port,
             ", ".join(p.name for p in platforms) or "health and metrics only",
         )
+        started()
         await serve_web(settings, app, stop_event())
     return 0
 
@@ -244,6 +253,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         sources = {p.name: p.file_source() for p in platforms}
         worker = Worker(settings, redis, senders, concurrency=args.concurrency, sources=sources)
         try:
+            started()
             await worker.run(stop_event())
         finally:
             for sender in senders.values():
