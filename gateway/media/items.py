@@ -21,7 +21,8 @@ class MediaItem:
     `text` is a document's text or a voice note's transcript (cut markers
     kept); `note` says why there is no text (a type not read, transcription
     off) or, with `failed`, why the file could not be used at all.
-    `image` is the re-encoded image as base64 (`image_mime`), when loaded.
+    `image` is the re-encoded image as a data URL (`image_mime`), when loaded: the one
+    copy a turn holds, which every compile of the turn's request refers to.
     """
 
     kind: Kind
