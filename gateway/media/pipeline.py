@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from gateway.media.documents import read_document
 from gateway.media.download import Downloader, megabytes, over_limit
 from gateway.media.images import convert
 from gateway.media.items import Kind, MediaItem, image_entry_ids
+from gateway.media.memory import return_large_buffers
 from gateway.media.store import MediaStore, item_field
 from gateway.metrics import Metrics
 from gateway.model import Attachment
@@ -94,9 +96,11 @@ class MediaPipeline:
             settings.model_timeout,
         )
         self.slots = asyncio.Semaphore(settings.media_concurrency)
-        # Conversions run in threads of their own, no more than the slots: each thread's
-        # decoded images stay in its own malloc arena, so fewer threads hold less memory.
-        self.threads = ThreadPoolExecutor(settings.media_concurrency, "media")
+        # Conversions use the CPU only: more threads than cores would not be faster, but
+        # each would hold a decoded image (and a malloc arena) at once.
+        threads = min(settings.media_concurrency, os.cpu_count() or 1)
+        self.threads = ThreadPoolExecutor(threads, "media")
+        return_large_buffers()
 
     async def prepare(
         self, session_key: str, entries: Sequence[Entry], new: Sequence[Entry], *, vision: bool
