@@ -119,6 +119,8 @@ class MediaPipeline:
         stored |= fresh
         if vision:
             await self._load_images(session_key, entries, stored)
+        else:  # nothing will read the new images: they are let go now, not after the turn
+            stored = {f: item.with_image(None) for f, item in stored.items()}
         notices, notes = await self._tell(session_key, list(fresh.values()), vision)
         return PreparedMedia(_by_entry(stored), tuple(notices), tuple(notes))
 
