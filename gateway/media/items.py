@@ -56,4 +56,4 @@ def image_entry_ids(entries: Sequence[Mapping[str, Any]], turns: int) -> set[str
     """The ids of the last `turns` user entries: the ones whose images are sent as images
     (older ones reach the model by name, so a long conversation does not resend them all)."""
     users = [e for e in entries if e.get("role") == "user"]
-    return {str(e.get("id")) for e in users[len(users) - turns :]} if turns > 0 else set()
+    return {str(e.get("id")) for e in users[-turns:]} if turns > 0 else set()
