@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +13,7 @@ from redis.asyncio import Redis
 
 from gateway.media.images import convert
 from gateway.media.items import image_entry_ids
+from gateway.media.memory import return_large_buffers
 from gateway.media.parts import MediaView
 from gateway.media.pipeline import NO_VISION_NOTE, NO_VISION_NOTICE, MediaPipeline
 from gateway.metrics import Metrics
@@ -192,3 +194,7 @@ async def test_a_message_without_files_costs_nothing(redis_client: Redis, vision
         found = await media.prepare(KEY, entries, entries, vision=vision)
     assert (found.items, found.notices, found.notes) == ({}, (), ())
     assert not await redis_client.exists(Keys.media(KEY))
+
+
+def test_large_buffers_are_mapped_on_their_own_where_the_c_library_allows() -> None:
+    assert return_large_buffers() == (platform.libc_ver()[0] == "glibc")
