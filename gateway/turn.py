@@ -21,7 +21,7 @@ from gateway.compiler import TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.confirmations import Asker, Confirmations
-from gateway.delivery import ReplyStream, SendBudget
+from gateway.delivery import ReplyStream, SendBudget, deliver
 from gateway.early import EarlyStarts
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
@@ -119,7 +119,7 @@ class TurnRunner:
         sender = self.senders[address.platform]
         unanswered = view.entries[max(0, claim.answered - view.start) :]
         context, notices = await self.preparer.with_media(context, unanswered)
-        await _tell(sender, address, notices)
+        await _tell(sender, address, notices, self.replies.budget)
         stream = self.replies.open(
             key,
             turn.lease.token,
@@ -223,13 +223,16 @@ class TurnRunner:
         return _outcome(result, recorded)
 
 
-async def _tell(sender: Sender, address: Address, notices: tuple[str, ...]) -> None:
+async def _tell(
+    sender: Sender, address: Address, notices: tuple[str, ...], budget: SendBudget
+) -> None:
     """The files of the message that could not be used, one line each, in one message
-    before the answer; a failure to send it does not stop the turn."""
+    before the answer (paced like every other message to the chat); a failure to send it
+    does not stop the turn."""
     if not notices:
         return
     try:
-        await sender.send(address, "\n".join(f"⚠️ {line}" for line in notices), final=True)
+        await deliver(sender, address, "\n".join(f"⚠️ {line}" for line in notices), budget)
     except PlatformError as exc:
         log.warning("%s: the notice about its files was not sent (%s)", address.chat_key, exc)
 

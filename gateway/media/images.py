@@ -5,10 +5,16 @@ Opening an image reads its header only; its pixel count is checked there, so a
 small file that claims 20,000 × 20,000 pixels (a decompression bomb) is refused
 before a byte of it is decoded. Pillow's own check (a warning, then an error,
 at a process-wide limit) is replaced by this one, whose limit is a setting.
+
+Memory: a JPEG is decoded at the smallest scale still at least `max_side`
+(`draft`), every image is scaled in place, turned upright only once small, and
+not copied again when it already has the mode it is saved in; so the decoded
+full-size image is the only large buffer, and only for PNG and the like.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 from dataclasses import dataclass
 
@@ -30,6 +36,10 @@ class Picture:
     width: int
     height: int
 
+    def data_url(self) -> str:
+        """The image as a request carries it, and as it is stored."""
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+
 
 def convert(data: bytes, max_pixels: int, max_side: int) -> Picture:
     """`data` decoded, its long side scaled to at most `max_side`, as PNG (when it has
@@ -43,22 +53,21 @@ def convert(data: bytes, max_pixels: int, max_side: int) -> Picture:
                 )
             image.draft("RGB", (max_side, max_side))  # JPEG: decode at a reduced scale
             image.load()
-            return _encode(_scaled(image, max_side))
+            image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+            # A photo turned as its camera meant; after scaling, so the small image is turned
+            # (the bound is square, so the size is the same either way).
+            ImageOps.exif_transpose(image, in_place=True)
+            return _encode(image)
     except UnidentifiedImageError:
         raise UnreadableMedia("not an image that can be read") from None
     except (OSError, SyntaxError, ValueError, EOFError):
         raise UnreadableMedia("a damaged or truncated image") from None
 
 
-def _scaled(image: Image.Image, max_side: int) -> Image.Image:
-    upright = ImageOps.exif_transpose(image)  # a photo turned as its camera meant
-    upright.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    return upright
-
-
 def _encode(image: Image.Image) -> Picture:
     transparent = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
-    clean = image.convert("RGBA" if transparent else "RGB")
+    mode = "RGBA" if transparent else "RGB"
+    clean = image if image.mode == mode else image.convert(mode)
     clean.info = {}  # no ICC profile, EXIF or text chunk travels on
     out = io.BytesIO()
     if transparent:

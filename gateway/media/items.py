@@ -21,7 +21,8 @@ class MediaItem:
     `text` is a document's text or a voice note's transcript (cut markers
     kept); `note` says why there is no text (a type not read, transcription
     off) or, with `failed`, why the file could not be used at all.
-    `image` is the re-encoded image as base64 (`image_mime`), when loaded.
+    `image` is the re-encoded image as a data URL (`image_mime`), when loaded: the one
+    copy a turn holds, which every compile of the turn's request refers to.
     """
 
     kind: Kind
@@ -55,4 +56,4 @@ def image_entry_ids(entries: Sequence[Mapping[str, Any]], turns: int) -> set[str
     """The ids of the last `turns` user entries: the ones whose images are sent as images
     (older ones reach the model by name, so a long conversation does not resend them all)."""
     users = [e for e in entries if e.get("role") == "user"]
-    return {str(e.get("id")) for e in users[len(users) - turns :]} if turns > 0 else set()
+    return {str(e.get("id")) for e in users[-turns:]} if turns > 0 else set()

@@ -43,9 +43,8 @@ class MediaView:
                 blocks.append(unprocessed_label(attachment))
                 continue
             blocks.append(item_text(item))
-            if self.vision and entry_id in self.image_ids and item.image and item.image_mime:
-                url = f"data:{item.image_mime};base64,{item.image}"
-                images.append({"type": "image_url", "image_url": {"url": url}})
+            if self.vision and entry_id in self.image_ids and item.image:
+                images.append({"type": "image_url", "image_url": {"url": item.image}})
         return blocks, images
 
 

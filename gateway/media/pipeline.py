@@ -15,11 +15,13 @@ A re-run of the turn finds the items stored and tells nobody twice.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TypeVar
 
 from pydantic import ValidationError
 from redis.asyncio import Redis
@@ -31,6 +33,7 @@ from gateway.media.documents import read_document
 from gateway.media.download import Downloader, megabytes, over_limit
 from gateway.media.images import convert
 from gateway.media.items import Kind, MediaItem, image_entry_ids
+from gateway.media.memory import return_large_buffers
 from gateway.media.store import MediaStore, item_field
 from gateway.metrics import Metrics
 from gateway.model import Attachment
@@ -40,6 +43,7 @@ from gateway.ports import FileSource, PlainSource
 log = logging.getLogger(__name__)
 
 Entry = Mapping[str, object]
+T = TypeVar("T")
 IMAGE_SUFFIXES = frozenset(".png .jpg .jpeg .gif .webp .bmp .tif .tiff .heic".split())
 NO_VISION_NOTICE = "This model cannot see images: it reads their names only."
 NO_VISION_NOTE = (
@@ -92,6 +96,11 @@ class MediaPipeline:
             settings.model_timeout,
         )
         self.slots = asyncio.Semaphore(settings.media_concurrency)
+        # Conversions use the CPU only: more threads than cores would not be faster, but
+        # each would hold a decoded image (and a malloc arena) at once.
+        threads = min(settings.media_concurrency, os.cpu_count() or 1)
+        self.threads = ThreadPoolExecutor(threads, "media")
+        return_large_buffers()
 
     async def prepare(
         self, session_key: str, entries: Sequence[Entry], new: Sequence[Entry], *, vision: bool
@@ -110,6 +119,8 @@ class MediaPipeline:
         stored |= fresh
         if vision:
             await self._load_images(session_key, entries, stored)
+        else:  # nothing will read the new images: they are let go now, not after the turn
+            stored = {f: item.with_image(None) for f, item in stored.items()}
         notices, notes = await self._tell(session_key, list(fresh.values()), vision)
         return PreparedMedia(_by_entry(stored), tuple(notices), tuple(notes))
 
@@ -127,6 +138,7 @@ class MediaPipeline:
 
     async def aclose(self) -> None:
         await self.downloader.aclose()
+        self.threads.shutdown(wait=False, cancel_futures=True)
 
     def _source(self, session_key: str) -> FileSource:
         """The platform's source (the session key starts with the platform's name)."""
@@ -157,20 +169,26 @@ class MediaPipeline:
         allowance: _MessageBytes,
     ) -> tuple[str, MediaItem]:
         index, attachment = numbered[0], _attachment(numbered[1])
-        kind, name = _kind(attachment), _name(attachment, index)
-        async with self.slots:
-            try:
-                if index >= self.settings.media_message_files:
-                    count = self.settings.media_message_files
-                    raise MediaTooLarge(f"over the {count} files one message may carry")
-                data = b"" if _skips_download(kind, self.transcriber) else None
-                if data is None:
-                    data = await self._download(source, attachment)
-                    allowance.take(len(data))
-                item = await self._convert(attachment, kind, name, data)
-            except MediaError as exc:
-                item = MediaItem(kind, name, note=str(exc), failed=True)
+        async with self.slots:  # the download too: a file's bytes are held in a slot only
+            item = await self._processed(source, index, attachment, allowance)
             return name_field, await self.store.save(session_key, name_field, item)
+
+    async def _processed(
+        self, source: FileSource, index: int, attachment: Attachment, allowance: _MessageBytes
+    ) -> MediaItem:
+        """One attachment downloaded and converted; its bytes are let go on return."""
+        kind, name = _kind(attachment), _name(attachment, index)
+        try:
+            if index >= self.settings.media_message_files:
+                count = self.settings.media_message_files
+                raise MediaTooLarge(f"over the {count} files one message may carry")
+            data = b"" if _skips_download(kind, self.transcriber) else None
+            if data is None:
+                data = await self._download(source, attachment)
+                allowance.take(len(data))
+            return await self._convert(attachment, kind, name, data)
+        except MediaError as exc:
+            return MediaItem(kind, name, note=str(exc), failed=True)
 
     async def _convert(
         self, attachment: Attachment, kind: Kind, name: str, data: bytes
@@ -179,14 +197,13 @@ class MediaPipeline:
             return MediaItem("voice", name, note=NOT_ENABLED)  # not downloaded at all
         settings = self.settings
         if kind == "image":
-            picture = await asyncio.to_thread(
-                convert, data, settings.image_max_pixels, settings.image_max_side
+            mime, url = await self._in_thread(
+                _picture, data, settings.image_max_pixels, settings.image_max_side
             )
-            encoded = base64.b64encode(picture.data).decode("ascii")
-            return MediaItem("image", name, image_mime=picture.mime, image=encoded)
+            return MediaItem("image", name, image_mime=mime, image=url)
         if kind == "voice":
             return MediaItem("voice", name, text=await self.transcriber.transcribe(data, name))
-        document = await asyncio.to_thread(
+        document = await self._in_thread(
             read_document,
             data,
             name,
@@ -195,6 +212,9 @@ class MediaPipeline:
             settings.pdf_max_pages,
         )
         return MediaItem("document", name, text=document.text, note=document.note)
+
+    async def _in_thread(self, function: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.threads, function, *args)
 
     async def _download(self, source: FileSource, attachment: Attachment) -> bytes:
         """The file's bytes through its platform's source; counted by outcome."""
@@ -242,6 +262,12 @@ class MediaPipeline:
         if unheard and await self.store.first_time(session_key, "transcription"):
             notices.append(f"{unheard[0].name}: {NOT_ENABLED}")
         return notices, notes
+
+
+def _picture(data: bytes, max_pixels: int, max_side: int) -> tuple[str, str]:
+    """An image's type and data URL (made in the converting thread, as one string)."""
+    picture = convert(data, max_pixels, max_side)
+    return picture.mime, picture.data_url()
 
 
 def _attachments(entry: Entry) -> list[object]:

@@ -1,7 +1,7 @@
 """Processed attachments in Redis: one hash per session, `gw:{S}:media`.
 
     <entry id>:<index>          the MediaItem, as JSON (no image bytes)
-    <entry id>:<index>:image    its re-encoded image, base64 (images only)
+    <entry id>:<index>:image    its re-encoded image, a data URL (images only)
     bytes                       the image bytes kept for the session so far
     told:<what>                 a one-time notice already given ("vision", "transcription")
 
@@ -45,7 +45,7 @@ class MediaStore:
         return {f: MediaItem.load(raw) for f, raw in zip(fields, found, strict=True) if raw}
 
     async def images(self, session_key: str, fields: Sequence[str]) -> dict[str, str]:
-        """The stored images (base64) among `fields`."""
+        """The stored images (data URLs) among `fields`."""
         if not fields:
             return {}
         found = cast(list[str | None], await self.redis.hmget(Keys.media(session_key), fields))

@@ -7,7 +7,8 @@
 Each file can demand a header (Slack's bot token), answer a status instead of
 its bytes, lie about its content type, leave out its length (sent chunked),
 stall after some bytes until the test ends, or trickle its bytes slowly. It
-records each request's path and headers, and counts the bytes it sent.
+records each request's path and headers, counts the bytes it sent, and the most
+requests it answered at once.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class FakeFiles(LoopbackServer):
         super().__init__()
         self.files: dict[str, Served] = {}
         self.requests: CallLog[FileRequest] = CallLog()
+        self.active = self.most_active = 0  # requests being answered now; the most at once
         self._release = asyncio.Event()
 
     def add(self, name: str, data: bytes, **options: object) -> str:
@@ -66,6 +68,14 @@ class FakeFiles(LoopbackServer):
 
     async def _file(self, request: web.Request) -> web.StreamResponse:
         self.requests.record(FileRequest(request.path, dict(request.headers)))
+        self.active += 1
+        self.most_active = max(self.most_active, self.active)
+        try:
+            return await self._answer(request)
+        finally:
+            self.active -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         served = self.files.get(request.match_info["name"])
         if served is None:
             raise web.HTTPNotFound()

@@ -24,6 +24,18 @@ def test_a_large_photo_is_scaled_to_the_long_side_and_loses_its_metadata() -> No
     assert b"SecretCam" not in picture.data and b"where I live" not in picture.data
 
 
+def test_a_photo_taken_sideways_is_turned_upright_and_scaled() -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: shown turned 90° clockwise
+    out = io.BytesIO()
+    Image.new("RGB", (3000, 2000), (10, 120, 200)).save(out, "JPEG", exif=exif.tobytes())
+    picture = convert(out.getvalue(), PIXELS, 1568)
+    assert (picture.width, picture.height) == (1045, 1568)
+    with Image.open(io.BytesIO(picture.data)) as decoded:
+        assert decoded.size == (1045, 1568)
+        assert not decoded.getexif()  # not turned a second time by whoever shows it
+
+
 def test_a_transparent_image_stays_png_and_a_small_one_keeps_its_size() -> None:
     picture = convert(png(40, 30, (1, 2, 3, 128)), PIXELS, 1568)
     assert picture.mime == "image/png"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 from PIL import Image
 
+from gateway.delivery import SendBudget
 from gateway.model import Attachment
 from gateway.store import Keys
 from tests.fakes.files import FakeFiles
@@ -151,6 +153,25 @@ async def test_every_failed_file_gets_one_line_and_the_rest_is_still_answered(
         assert metrics["downloads|too_large"] == "1"
         assert metrics["downloads|timeout"] == "1"
         assert metrics["downloads|ok"] == "4"
+
+
+async def test_the_notice_about_failed_files_keeps_the_chats_send_budget(
+    harness: Harness, files: FakeFiles
+) -> None:
+    harness.sender.chat_interval = 0.05  # a platform that limits sends per chat
+    harness.sender.rate_limit_next = [0.3]  # and answers the notice "wait 0.3 s" at first
+    message = inbound("here", attachments=(image(f"{files.url}/files/gone.png", "gone.png"),))
+    banned_at = time.monotonic()
+    await SendBudget(harness.sessions.redis).ban(message.reply.chat_key, 0.5)
+    await harness.ingest.receive(message)
+    await harness.idle(KEY)
+    notice, answer = texts(harness.sender)
+    assert notice == "⚠️ gone.png: not found (the link may have expired)"
+    assert answer.startswith("fake reply to: here")
+    refused, sent = [c for c in harness.sender.calls if c.op in ("429", "send")][:2]
+    assert refused.at - banned_at >= 0.49  # nothing went out while another worker's ban held
+    assert (sent.op, sent.text) == ("send", notice)
+    assert sent.at - refused.at >= 0.29  # sent again once the platform's wait was over
 
 
 async def test_reset_removes_the_sessions_stored_files(harness: Harness, files: FakeFiles) -> None:
