@@ -39,6 +39,12 @@ TEXT_SUFFIXES = frozenset(
 )
 
 
+# What a platform sends for a file the bot may not read: its sign-in page (Slack,
+# without the files:read scope), with status 200.
+SIGN_IN_PAGE = "the platform sent a web page instead of the file (can the bot read files?)"
+HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
+
+
 @dataclass(frozen=True, slots=True)
 class Document:
     """A document's text for the model (None: not read), and what to say about it."""
@@ -57,6 +63,8 @@ def read_document(
         return _pdf(data, max_chars, max_pages)
     if mime.startswith("text/") or mime in TEXT_TYPES or suffix in TEXT_SUFFIXES or not mime:
         text = _decoded(data)
+        if text is not None and _web_page_instead(text, suffix, mime):
+            raise UnreadableMedia(SIGN_IN_PAGE)
         if text is not None:
             return Document(cut(text, max_chars))
     return Document(None, f"not read ({mime or suffix.lstrip('.') or 'binary'})")
@@ -67,6 +75,14 @@ def cut(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return f"{text[:max_chars]}\n[… cut: {len(text) - max_chars:,} more characters]"
+
+
+def _web_page_instead(text: str, suffix: str, mime: str) -> bool:
+    """A whole HTML page where the file is not declared HTML."""
+    if suffix in HTML_SUFFIXES or mime in ("text/html", "application/xhtml+xml"):
+        return False
+    head = text[:512].lstrip().lower()
+    return head.startswith("<!doctype html") or head.startswith("<html")
 
 
 def _decoded(data: bytes) -> str | None:

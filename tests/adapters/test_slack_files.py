@@ -3,6 +3,7 @@ through `gateway web` and `gateway worker` (the fake Slack's file host, the fake
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from adapters.slack.files import FOREIGN, NO_ADDRESS, SlackFileSource
 from gateway.errors import DownloadFailed
+from gateway.media.documents import SIGN_IN_PAGE
 from gateway.model import Attachment
 from tests.adapters.slack_helpers import (
     Processes,
@@ -143,16 +145,19 @@ async def test_a_login_page_and_a_foreign_address_get_one_notice_each_and_the_te
 ) -> None:
     slack.files.scope_granted = False  # an app without files:read gets the sign-in page
     hidden = slack.files.add("shot.png", png(), "image/png")
+    notes = slack.files.add("notes.txt", b"the plan", "text/plain")
     forged = elsewhere.files.add("forged.png", png(), "image/png")
-    event = await share(web, "what do these show?", hidden, forged)
+    event = await share(web, "what do these show?", hidden, notes, forged)
     notice, reply = thread(slack, event, 2)
     slack.wait_for(lambda: "fake reply to: Ada: what do these show?" in reply.text, timeout=30)
     assert notice.text.splitlines() == [
         "⚠️ shot.png: not an image that can be read",
+        f"⚠️ notes.txt: {SIGN_IN_PAGE}",
         f"⚠️ forged.png: {FOREIGN}",
     ]
-    assert [f.token for f in slack.files.requests] == [BOT_TOKEN]  # then the sign-in page
+    assert [f.token for f in slack.files.requests] == [BOT_TOKEN] * 2  # then the sign-in page
     assert elsewhere.files.requests == []  # the token never went there
     [request] = llm.requests_for("gpt-4o")
     assert llm.image_parts(request) == []
+    assert "Sign in" not in json.dumps(request["messages"])  # the page never reaches the model
     assert BOT_TOKEN not in "\n".join(web.output().splitlines())

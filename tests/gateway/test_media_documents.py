@@ -35,3 +35,21 @@ def test_a_binary_file_is_named_not_read() -> None:
     doc = read_document(png(), "archive.zip", "application/zip", 100, 5)
     assert doc.text is None
     assert doc.note == "not read (application/zip)"
+
+
+SIGN_IN = b"<!DOCTYPE html>\n<html><head><title>Sign in | Slack</title></head><body></body></html>"
+
+
+@pytest.mark.parametrize(
+    ("name", "mime"), [("notes.txt", "text/plain"), ("data.csv", None), ("x", None)]
+)
+def test_a_sign_in_page_where_a_text_file_was_expected_is_an_error(
+    name: str, mime: str | None
+) -> None:
+    """Slack answers a file the bot may not read with its sign-in page (status 200)."""
+    with pytest.raises(UnreadableMedia, match="web page instead of the file"):
+        read_document(SIGN_IN, name, mime, 1000, 5)
+
+
+def test_an_html_file_is_read_as_the_text_it_is() -> None:
+    assert read_document(SIGN_IN, "page.html", "text/html", 1000, 5).text == SIGN_IN.decode()
