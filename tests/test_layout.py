@@ -140,11 +140,12 @@ def test_every_benchmark_starts_as_a_script(script: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_a_worker_without_tools_never_loads_the_mcp_sdk() -> None:
-    """The SDK takes seconds to import and about 30 MB: only configured tools pay it."""
+def test_a_worker_loads_the_mcp_sdk_and_pypdf_only_when_it_needs_them() -> None:
+    """The MCP SDK takes seconds to import and about 30 MB, pypdf about 16 MB: only
+    configured tools, and the first PDF, pay for them."""
     check = (
         "import sys, gateway.cli, gateway.worker, gateway.turn, gateway.tool_loop; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'pypdf')))"
     )
     done = subprocess.run(
         [sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120

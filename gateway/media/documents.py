@@ -13,9 +13,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from pypdf import PdfReader
-from pypdf.errors import PyPdfError
-
 from gateway.errors import UnreadableMedia
 
 log = logging.getLogger(__name__)
@@ -97,6 +94,10 @@ def _decoded(data: bytes) -> str | None:
 def _pdf(data: bytes, max_chars: int, max_pages: int) -> Document:
     if not data.lstrip()[:5] == b"%PDF-":
         raise UnreadableMedia("not a PDF")
+    # Imported by the first PDF: pypdf adds about 16 MB to a worker that never reads one.
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
