@@ -63,7 +63,7 @@ class Preparer:
         self, context: TurnContext, new: Sequence[Entry]
     ) -> tuple[TurnContext, tuple[str, ...]]:
         """The context with the session's attachments processed (those of `new` first), and
-        the notices the user is to read about files that could not be used."""
+        the lines the user is to read first: what was heard, files that could not be used."""
         if self.media is None or not any(e.get("attachments") for e in context.entries):
             return context, ()
         vision = await self.media.sees()
@@ -71,7 +71,7 @@ class Preparer:
         recent = image_entry_ids(context.entries, self.settings.image_turns)
         media = MediaView(found.items, vision, frozenset(recent))
         injections = [*context.injections, *found.notes]
-        return replace(context, media=media, injections=injections), found.notices
+        return replace(context, media=media, injections=injections), found.lines()
 
     def compile(self, context: TurnContext, view: HistoryView) -> PreparedTurn:
         compiler = MessageCompiler(context.session_key, self.settings.system_prompt)

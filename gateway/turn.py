@@ -226,13 +226,13 @@ class TurnRunner:
 async def _tell(
     sender: Sender, address: Address, notices: tuple[str, ...], budget: SendBudget
 ) -> None:
-    """The files of the message that could not be used, one line each, in one message
-    before the answer (paced like every other message to the chat); a failure to send it
-    does not stop the turn."""
+    """What was heard in the message's voice notes and the files that could not be used,
+    a line each, in one message before the answer (paced like every other message to the
+    chat); a failure to send it does not stop the turn."""
     if not notices:
         return
     try:
-        await deliver(sender, address, "\n".join(f"⚠️ {line}" for line in notices), budget)
+        await deliver(sender, address, "\n".join(notices), budget)
     except PlatformError as exc:
         log.warning("%s: the notice about its files was not sent (%s)", address.chat_key, exc)
 

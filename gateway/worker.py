@@ -385,6 +385,8 @@ class Worker:
             f"This conversation: {messages} messages; the next request carries about "
             f"{tokens:,} tokens of it; {queued} queued; {running}."
         )
+        if files := await self.media.store.kept(key):
+            text += "\n" + files_line(files)
         if self.tools is not None:
             text += "\n" + tools_line(self.tools)
         await self._send(Address.model_validate(job.payload["address"]), text)
@@ -396,6 +398,13 @@ class Worker:
         except PlatformError as exc:
             log.error("could not send to %s: %s", address.chat_key, exc)
             await self.metrics.count("errors", "delivery")
+
+
+def files_line(kept: Mapping[str, int]) -> str:
+    """The files a conversation keeps, by kind."""
+    names = {"image": "image", "voice": "voice message", "file": "document"}
+    parts = [f"{n} {names.get(kind, kind)}{'s' * (n != 1)}" for kind, n in sorted(kept.items())]
+    return f"Files kept: {', '.join(parts)}."
 
 
 def tools_line(servers: tools.ToolServers) -> str:

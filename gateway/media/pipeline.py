@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 Entry = Mapping[str, object]
 T = TypeVar("T")
 IMAGE_SUFFIXES = frozenset(".png .jpg .jpeg .gif .webp .bmp .tif .tiff .heic".split())
+HEARD_CHARS = 200  # of a transcript quoted back to the user
 NO_VISION_NOTICE = "This model cannot see images: it reads their names only."
 NO_VISION_NOTE = (
     "The current model cannot see images: the user's images reach you by name only. "
@@ -54,11 +55,20 @@ NO_VISION_NOTE = (
 
 @dataclass(frozen=True, slots=True)
 class PreparedMedia:
-    """What the compiler reads (`items[entry_id][index]`), what the user and model are told."""
+    """What the compiler reads (`items[entry_id][index]`), what the user and model are told.
+
+    `heard` holds this turn's new transcripts (the user sees what was heard, quoted);
+    `notices` the files that could not be used and the one-time notes.
+    """
 
     items: Mapping[str, Mapping[int, MediaItem]] = field(default_factory=dict)
     notices: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    heard: tuple[str, ...] = ()
+
+    def lines(self) -> tuple[str, ...]:
+        """The message the user reads before the answer, a line each (none: no message)."""
+        return (*(f"🎤 {line}" for line in self.heard), *(f"⚠️ {line}" for line in self.notices))
 
 
 class _MessageBytes:
@@ -122,7 +132,8 @@ class MediaPipeline:
         else:  # nothing will read the new images: they are let go now, not after the turn
             stored = {f: item.with_image(None) for f, item in stored.items()}
         notices, notes = await self._tell(session_key, list(fresh.values()), vision)
-        return PreparedMedia(_by_entry(stored), tuple(notices), tuple(notes))
+        heard = tuple(_heard(item) for item in fresh.values() if item.kind == "voice" and item.text)
+        return PreparedMedia(_by_entry(stored), tuple(notices), tuple(notes), heard)
 
     async def stored(
         self, session_key: str, entries: Sequence[Entry]
@@ -262,6 +273,12 @@ class MediaPipeline:
         if unheard and await self.store.first_time(session_key, "transcription"):
             notices.append(f"{unheard[0].name}: {NOT_ENABLED}")
         return notices, notes
+
+
+def _heard(item: MediaItem, most: int = HEARD_CHARS) -> str:
+    """A transcript as the user is shown it: one line, quoted, cut to `most` characters."""
+    text = " ".join((item.text or "").split())
+    return f"{item.name}: “{text if len(text) <= most else text[: most - 1] + '…'}”"
 
 
 def _picture(data: bytes, max_pixels: int, max_side: int) -> tuple[str, str]:

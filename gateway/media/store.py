@@ -70,6 +70,15 @@ class MediaStore:
             await pipe.execute()
         return item.with_image(image)
 
+    async def kept(self, session_key: str) -> dict[str, int]:
+        """How many processed files the session keeps, by kind ("image", "voice", "file")."""
+        key = Keys.media(session_key)
+        fields = [f for f in cast(list[str], await self.redis.hkeys(key)) if _is_item(f)]
+        counts: dict[str, int] = {}
+        for item in (await self.items(session_key, fields)).values():
+            counts[item.kind] = counts.get(item.kind, 0) + 1
+        return counts
+
     async def first_time(self, session_key: str, what: str) -> bool:
         """True once per session (until its media expire or a reset) for each `what`."""
         return bool(await self.redis.hsetnx(Keys.media(session_key), f"told:{what}", 1))
@@ -80,3 +89,8 @@ class MediaStore:
             return True
         await self.redis.hincrby(key, BYTES, -size)
         return False
+
+
+def _is_item(field: str) -> bool:
+    entry, _, index = field.rpartition(":")
+    return bool(entry) and index.isdigit()

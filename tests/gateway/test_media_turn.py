@@ -108,7 +108,25 @@ async def test_a_voice_note_is_transcribed_and_answered(voice: Harness, files: F
     assert (heard.model, heard.filename, len(heard.audio)) == ("whisper-1", "note.ogg", 2004)
     content = last_user_content(voice.llm.requests_for("main-model")[-1])
     assert "[voice message, transcribed]: please book the meeting room" in str(content)
-    assert texts(voice.sender)[-1].startswith("fake reply to")
+    heard, answer = texts(voice.sender)  # the user sees what was heard, then the answer
+    assert heard == "🎤 note.ogg: “please book the meeting room”"
+    assert answer.startswith("fake reply to")
+
+
+async def test_a_long_transcript_is_quoted_back_cut_and_never_twice(
+    voice: Harness, files: FakeFiles
+) -> None:
+    voice.llm.transcript = "word " * 100
+    url = files.add("long.ogg", b"OggS" + b"\1" * 500, content_type="audio/ogg")
+    note = Attachment(kind="voice", url=url, name="long.ogg", mime_type="audio/ogg")
+    await voice.ingest.receive(inbound("", attachments=(note,)))
+    await voice.idle(KEY)
+    await voice.ingest.receive(inbound("and then?"))
+    await voice.idle(KEY)
+    heard = [t for t in texts(voice.sender) if t.startswith("🎤")]
+    assert len(heard) == 1  # the next turn reads the stored transcript and quotes nothing
+    quote = heard[0].removeprefix("🎤 long.ogg: “").removesuffix("”")
+    assert len(quote) == 200 and quote.endswith("…") and "\n" not in quote
 
 
 async def test_a_pdfs_text_reaches_the_model(harness: Harness, files: FakeFiles) -> None:
@@ -202,3 +220,19 @@ async def test_btw_reads_images_and_documents_by_name_and_a_voice_note_by_its_wo
     assert "[image: chart.png] [file: plan.md]" in prompt
     assert "[voice message, transcribed]: the budget is due friday" in prompt
     assert "secret plan" not in prompt  # a document is named, not replayed
+
+
+async def test_status_counts_the_files_a_conversation_keeps(
+    harness: Harness, files: FakeFiles
+) -> None:
+    attachments = (
+        image(files.add("a.png", png(), content_type="image/png"), "a.png"),
+        image(files.add("b.png", png(), content_type="image/png"), "b.png"),
+        Attachment(kind="file", url=files.add("r.pdf", pdf("report")), name="r.pdf"),
+    )
+    await harness.ingest.receive(inbound("see these", attachments=attachments))
+    await harness.idle(KEY)
+    await harness.ingest.receive(inbound("/status"))
+    await harness.idle(KEY)
+    status = texts(harness.sender)[-1]
+    assert "Files kept: 1 document, 2 images." in status.splitlines()
