@@ -59,6 +59,7 @@ from common import (
     wait_redis,
 )
 
+from gateway.cli import started
 from gateway.config import Settings
 from gateway.ingest import Ingest
 from gateway.model import Address
@@ -326,6 +327,7 @@ async def amain(args: argparse.Namespace) -> None:
         await wait_redis(url)
         warm = settings_for(url, fake, "quick")
         await naive_run(warm, 2, 2, 0.0, 0, "warm")  # litellm's first call builds its clients
+        started()  # start-up objects frozen out of the collector, as in `gateway worker`
         print(
             f"quick model: {args.quick_ms:g} ms per reply (first token after half); slow "
             f"model: {args.slow_ms:g} ms; {args.turns} turns per session (20 at 1 session); "
