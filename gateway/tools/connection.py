@@ -11,6 +11,12 @@ the session while it is up; the SDK's request machinery is task-safe.
 The end of a stdio server (its process exited, was killed) shows as the end of
 its read stream, which this module watches, so the server is marked down at
 once rather than at the next ping.
+
+A task group whose child failed raises the child's error even when its host task
+was cancelled at the same moment (anyio, like asyncio.TaskGroup since CPython
+gh-95704): the cancel then arrives as an ordinary exception. Every `except
+Exception` around the SDK asks `cancel_requested()` before carrying on, or the
+task would live on after `aclose` cancelled it (reconnecting forever).
 """
 
 from __future__ import annotations
@@ -107,6 +113,8 @@ class ServerConnection:
             try:
                 await self._connect_and_serve()
             except Exception as exc:  # whatever a transport or server does ends this attempt
+                if cancel_requested():
+                    raise asyncio.CancelledError from exc
                 self._mark_down(short_reason(exc, self.config.secrets))
             if self._was_up:  # a connection that came up starts the backoff over
                 delays = self._timing.backoff.delays()
@@ -280,6 +288,13 @@ class WatchedStream:
         exc_tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def cancel_requested() -> bool:
+    """True when the running task was cancelled and has not taken the cancel yet: an
+    error a task group raised in its place (see the module's docstring) is that cancel."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def short_reason(exc: BaseException, secrets: tuple[str, ...]) -> str:

@@ -26,7 +26,7 @@ from gateway.config import Settings
 from gateway.errors import ToolServerUnavailable
 from gateway.metrics import Metrics
 from gateway.tools.config import ToolsConfig, load_tool_config
-from gateway.tools.connection import ServerConnection, Timing
+from gateway.tools.connection import ServerConnection, Timing, cancel_requested
 from gateway.tools.results import ToolResult, capped, from_call, parse_arguments
 from gateway.tools.spec import ToolSpec, assign_names, build_spec, openai_tool
 
@@ -159,6 +159,8 @@ class ToolServers:
                 return ToolResult(text, "timeout")
             return ToolResult(self._cap(f"{name} failed: {exc.message}"), "error")
         except Exception as exc:  # an answer the SDK could not read; the turn must go on
+            if cancel_requested():
+                raise asyncio.CancelledError from exc
             log.warning("tool %s: unreadable answer: %s", name, type(exc).__name__)
             return ToolResult(f"{name} sent an answer that could not be read.", "error")
         return from_call(answer, self._limits.result_chars)
