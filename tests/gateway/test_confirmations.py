@@ -15,9 +15,9 @@ from gateway.model import Address, Decision
 from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, tool_results, tools_then_text
-from tests.gateway.harness import Harness, start_workers, texts
+from tests.gateway.harness import Harness, texts
 from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import lines, new_effects, write_config
+from tests.gateway.tool_servers import lines, new_effects, tool_workers, write_config
 
 _clicks = itertools.count(1)
 DELETE = FakeToolCall("desk__delete_item", '{"name": "old"}')
@@ -34,8 +34,7 @@ def effects(tmp_path: Path) -> Path:
 async def confirming(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path, **values: object
 ) -> AsyncIterator[Harness]:
-    config = write_config(tmp_path, effects)
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_MCP_CONFIG=str(config), **values):
+    async for h in tool_workers(redis_url, llm, write_config(tmp_path, effects), **values):
         yield h
 
 
