@@ -133,9 +133,10 @@ class ToolServers:
         return result
 
     async def aclose(self) -> None:
-        """Stop every server: stdio processes are ended and waited for."""
-        for task in self._tasks:
-            task.cancel()
+        """Stop every server: stdio processes are ended and waited for (the SDK bounds
+        each wait of that shutdown)."""
+        for connection in self._connections.values():
+            connection.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 

@@ -7,6 +7,7 @@ server comes back within the test, and every wait is on a condition with a deadl
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -384,3 +385,19 @@ async def test_aclose_ends_a_server_whose_connection_is_failing_at_that_moment()
         await asyncio.sleep(0.01 * (attempt % 4))  # cancels land at different points
         async with asyncio.timeout(10):
             await tools.aclose()
+
+
+async def test_closing_while_a_killed_server_winds_down_leaves_nothing_to_the_collector(
+    effects: Path,
+) -> None:
+    # The SDK's shutdown of a stdio server (wait for its exit, close the subprocess
+    # transport) must not be cut short by aclose; an unclosed transport warns when it is
+    # collected, and warnings are errors here.
+    for attempt in range(8):
+        tools = await start(stdio_server("local", effects))
+        pid = int((await tools.call("local__pid", "{}")).text)
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(0.005 * attempt)  # aclose lands at different points of the end
+        await tools.aclose()
+        assert_gone(pid)
+        gc.collect()
