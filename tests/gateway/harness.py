@@ -7,13 +7,14 @@ sender and the running workers; tests/gateway/conftest.py makes fixtures of it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from gateway.ingest import Ingest
+from gateway.ports import Sender
 from gateway.session import SessionStore
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
@@ -60,8 +61,15 @@ class Harness:
 
 
 async def start_workers(
-    redis_url: str, llm: FakeLLM, count: int, **values: Any
+    redis_url: str,
+    llm: FakeLLM,
+    count: int,
+    *,
+    senders: Mapping[str, Sender] | None = None,
+    **values: Any,
 ) -> AsyncIterator[Harness]:
+    """`count` workers; they reply through the recording sender (platform "test"), or
+    through `senders` when given (a platform's real sender against its fake)."""
     defaults: dict[str, Any] = {
         "GATEWAY_MODEL": "openai/main-model",
         "GATEWAY_SIDE_MODEL": "openai/side-model",
@@ -72,7 +80,8 @@ async def start_workers(
     config = settings(redis_url, **(defaults | values))
     clients = [aioredis.Redis.from_url(redis_url, decode_responses=True) for _ in range(count + 1)]
     sender = RecordingSender()
-    workers = [Worker(config, client, {"test": sender}) for client in clients[1:]]
+    senders = senders or {"test": sender}
+    workers = [Worker(config, client, senders) for client in clients[1:]]
     stop = asyncio.Event()
     runs = [asyncio.create_task(w.run(stop)) for w in workers]
     await asyncio.gather(*(w.ready.wait() for w in workers))
