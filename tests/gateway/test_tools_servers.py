@@ -7,6 +7,7 @@ server comes back within the test, and every wait is on a condition with a deadl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -387,17 +388,21 @@ async def test_aclose_ends_a_server_whose_connection_is_failing_at_that_moment()
             await tools.aclose()
 
 
-async def test_closing_while_a_killed_server_winds_down_leaves_nothing_to_the_collector(
-    effects: Path,
+async def test_closing_during_a_servers_shutdown_lets_the_shutdown_end_it(
+    servers: ToolServers,
 ) -> None:
-    # The SDK's shutdown of a stdio server (wait for its exit, close the subprocess
-    # transport) must not be cut short by aclose; an unclosed transport warns when it is
-    # collected, and warnings are errors here.
-    for attempt in range(8):
-        tools = await start(stdio_server("local", effects))
-        pid = int((await tools.call("local__pid", "{}")).text)
-        os.kill(pid, signal.SIGKILL)
-        await asyncio.sleep(0.005 * attempt)  # aclose lands at different points of the end
-        await tools.aclose()
+    # The SDK ends a stdio server inside a shielded scope: close stdin, wait, kill, close
+    # the subprocess transport. A stopped server makes that take seconds; aclose in the
+    # middle must not cut it short (which left the process running and its transport to
+    # the garbage collector, where it warns: warnings are errors here).
+    pid = int((await servers.call("local__pid", "{}")).text)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        servers._connections["local"].lost("the test ends this connection")
+        await until(lambda: servers.down() == ["local"])  # the shutdown has begun
+        await servers.aclose()
         assert_gone(pid)
         gc.collect()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
