@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 ARGUMENTS_SHOWN = 1_500  # characters of arguments in the request; the rest is cut
 DECLINED = "[not run: {who} declined this call]"
-TIMED_OUT = "[not run: nobody approved this call within {minutes} minutes]"
+TIMED_OUT = "[not run: nobody approved this call within {span}]"
 INTERRUPTED_APPROVED = (
     "[the approved call was interrupted before its result was recorded; it may or may "
     "not have taken effect. It was not run again.]"
@@ -124,8 +124,15 @@ def _refusal(approval: Approval, asker: Asker, timeout: float) -> ToolResult:
     if approval.status is Status.DECLINED:
         return ToolResult(DECLINED.format(who=asker.name or "the user"), "declined")
     if approval.status is Status.TIMEOUT:
-        return ToolResult(TIMED_OUT.format(minutes=max(1, round(timeout / 60))), "declined")
+        return ToolResult(TIMED_OUT.format(span=_span(timeout)), "declined")
     return ToolResult(INTERRUPTED_APPROVED, "interrupted")  # running when a run died
+
+
+def _span(seconds: float) -> str:
+    """A deadline as people say it: "45 seconds", "1 minute", "10 minutes"."""
+    count, unit = (round(seconds), "second") if seconds < 60 else (round(seconds / 60), "minute")
+    count = max(count, 1)
+    return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
 
 
 def _summary(tool: str, arguments: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from gateway.errors import DownloadFailed
 from gateway.model import Address, Attachment
@@ -84,6 +84,18 @@ class Sender(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class StatusSender(Protocol):
+    """A Sender whose platform has a status line of its own beside the conversation
+    (Slack's assistant threads), optional: the core checks for it. The reply's own
+    status line is shown either way."""
+
+    async def show_status(self, address: Address, status: str) -> None:
+        """Show what the bot is doing ("is running `x`…"); "" goes back to the thinking
+        status. Failures are the sender's to log: this never raises."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from gateway.delivery import ReplyStream
 from gateway.errors import LeaseLost
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
 from gateway.models import Message, ResponseChain, ToolCall, Usage
-from gateway.ports import Sender
+from gateway.ports import Sender, StatusSender
 from gateway.prepare import PreparedTurn
 from gateway.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
@@ -236,10 +236,12 @@ class ToolLoop:
         calls still running are cancelled and recorded as such."""
         results: dict[str, ToolResult] = {}
         tasks: dict[asyncio.Task[ToolResult], ToolCall] = {}
-        status = asyncio.create_task(_show_status(stream, [c.name for c in calls]))
+        names = ", ".join(f"`{name}`" for name in dict.fromkeys(c.name for c in calls))
+        status = asyncio.create_task(_show_status(stream, names))
         try:
             await asyncio.sleep(0)  # the status line is set
             await stream.posted()  # on screen, its id stored, before any call takes effect
+            await _platform_status(stream, f"is running {names}…")  # a post may clear it
             tasks = {asyncio.create_task(self.servers.call(c.name, c.arguments)): c for c in calls}
             pending = set(tasks)
             while pending:
@@ -256,6 +258,7 @@ class ToolLoop:
         finally:
             await _cancel(set(tasks) | {status})
             stream.set_status("")
+            await _platform_status(stream, "")
         return results
 
     async def _stop_rest(
@@ -344,14 +347,19 @@ async def _cancel(tasks: set[asyncio.Task[Any]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _show_status(stream: ReplyStream, names: Sequence[str]) -> None:
+async def _show_status(stream: ReplyStream, shown: str) -> None:
     """A status line under the reply while the tools run: which, and for how long."""
     started = time.monotonic()
-    shown = ", ".join(f"`{name}`" for name in dict.fromkeys(names))
     while True:
         seconds = int(time.monotonic() - started)
         stream.set_status(f"_⚙️ running {shown} ({seconds} s)_")
         await asyncio.sleep(STATUS_PERIOD)
+
+
+async def _platform_status(stream: ReplyStream, status: str) -> None:
+    """The platform's own status line too, where it has one ("" goes back to thinking)."""
+    if isinstance(stream.sender, StatusSender):
+        await stream.sender.show_status(stream.address, status)
 
 
 def _step_entry(turn_id: str, text: str, calls: Sequence[ToolCall]) -> Entry:

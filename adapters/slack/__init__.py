@@ -3,7 +3,7 @@
 platform.py    SlackPlatform, what the CLI loads, and the bolt app both transports share
 inbound.py     events and the /btw command -> Inbound (pure)
 render.py      Markdown -> Slack mrkdwn
-sender.py      SlackSender: chat.postMessage / chat.update / thinking signals
+sender.py      SlackSender: chat.postMessage / chat.update / thinking signals, assistant status
 connection.py  the Socket Mode supervisor (reconnect with backoff, health)
 http.py        POST /slack/events: signature and body checked before bolt sees it
 names.py       speakers' display names (users.info, cached in Redis)

@@ -7,6 +7,7 @@ slack-sdk retry handler for rate limits is installed here: a 429 becomes
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -45,6 +46,13 @@ _NO_ASSISTANT = frozenset(
         "team_not_allowed",
     }
 )
+
+
+def is_assistant_thread(address: Address) -> bool:
+    """A thread in a DM with the app: where Slack's assistant threads live (bolt's
+    `is_user_message_event_in_assistant_thread` reads an event the same way: an IM
+    message with a thread_ts)."""
+    return bool(address.thread) and address.channel.startswith("D")
 
 
 def web_client(token: str, base_url: str) -> AsyncWebClient:
@@ -103,6 +111,7 @@ class SlackSender:
         self.edit_interval = edit_interval
         self.assistant_status = True  # until Slack says the app has no assistant feature
         self._status_set: set[tuple[str, str]] = set()
+        self._status_failures: set[str] = set()  # each reason is logged once
 
     def limits(self, address: Address) -> Limits:
         return Limits(max_length=MAX_LENGTH, edit_interval=self.edit_interval)
@@ -156,21 +165,35 @@ class SlackSender:
 
     async def thinking(self, address: Address, on: bool) -> None:
         """An assistant-thread status where the app has the feature, else an `eyes` reaction."""
-        key = (address.channel, address.thread or "")
-        if address.thread and (self.assistant_status or key in self._status_set):
-            if await self._set_status(address, THINKING_STATUS if on else ""):
-                if on:
-                    self._status_set.add(key)
-                else:
-                    self._status_set.discard(key)
-                return
+        if self._may_set_status(address):
+            try:
+                if await self._set_status(address, THINKING_STATUS if on else ""):
+                    return
+            except RateLimited:
+                return  # the status comes back with the next call; no reaction meanwhile
         if address.reply_to:
             await self._react(address, on)
+
+    async def show_status(self, address: Address, status: str) -> None:
+        """While tools run in an assistant thread, Slack's own status line says which;
+        "" goes back to "is thinking…" (the answer's delivery clears it)."""
+        if self._may_set_status(address):
+            with contextlib.suppress(RateLimited):
+                await self._set_status(address, status or THINKING_STATUS)
 
     async def aclose(self) -> None:
         """Nothing to release: slack-sdk opens a session per request unless given one."""
 
+    def _may_set_status(self, address: Address) -> bool:
+        """An assistant thread (a thread of the app's DM), while the app has the feature,
+        or one whose status this sender set and has yet to clear."""
+        key = (address.channel, address.thread or "")
+        return is_assistant_thread(address) and (self.assistant_status or key in self._status_set)
+
     async def _set_status(self, address: Address, status: str) -> bool:
+        """True when Slack took the status; raises RateLimited, and logs every other
+        failure once (at debug: the reaction or the reply's own status line stands in)."""
+        key = (address.channel, address.thread or "")
         try:
             await self.client.assistant_threads_setStatus(
                 channel_id=address.channel, thread_ts=address.thread or "", status=status
@@ -180,15 +203,23 @@ class SlackSender:
             if isinstance(error, RateLimited):
                 raise error from None
             code = exc.response.get("error") if isinstance(exc.response.data, dict) else None
-            if code in _NO_ASSISTANT:
-                log.info(
-                    "assistant status unavailable (%s); using the %s reaction instead",
-                    code,
-                    THINKING_REACTION,
-                )
-                self.assistant_status = False
+            self._status_failed(str(code or exc.response.status_code))
             return False
+        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._status_failed(type(exc).__name__)
+            return False
+        if status:
+            self._status_set.add(key)
+        else:
+            self._status_set.discard(key)
         return True
+
+    def _status_failed(self, reason: str) -> None:
+        if reason in _NO_ASSISTANT:
+            self.assistant_status = False  # the app has no assistant feature: not tried again
+        if reason not in self._status_failures:
+            self._status_failures.add(reason)
+            log.debug("assistant.threads.setStatus failed (%s); not shown natively", reason)
 
     async def _react(self, address: Address, on: bool) -> None:
         method = self.client.reactions_add if on else self.client.reactions_remove

@@ -11,6 +11,16 @@ the session while it is up; the SDK's request machinery is task-safe.
 The end of a stdio server (its process exited, was killed) shows as the end of
 its read stream, which this module watches, so the server is marked down at
 once rather than at the next ping.
+
+The task is stopped by `close()`, which cancels an anyio cancel scope around it,
+not by `Task.cancel()`: the SDK ends a stdio server inside a shielded scope (close
+stdin, wait, kill, close the subprocess transport), and only anyio's cancellation
+respects the shield; a raw `Task.cancel()` cuts that shutdown short and leaves the
+transport to the garbage collector. The scope's cancel is also level-triggered, so
+it is not lost when a task group raises a child's error in its place (anyio, like
+asyncio.TaskGroup since CPython gh-95704). For a raw cancel from elsewhere (the
+process shutting down), every `except Exception` around the SDK asks
+`cancel_requested()` before carrying on.
 """
 
 from __future__ import annotations
@@ -95,18 +105,31 @@ class ServerConnection:
         self._broken: str | None = None
         self._relist = False
         self._was_up = False
+        self._stop = anyio.CancelScope()
 
     @property
     def up(self) -> bool:
         return self._session is not None
 
     async def run(self) -> None:
-        """Connect, serve, and after any failure wait the backoff and connect again; forever."""
+        """Connect, serve, and after any failure wait the backoff and connect again, until
+        `close()`."""
+        with self._stop:
+            await self._keep_connected()
+
+    def close(self) -> None:
+        """Stop `run()`: the connection ends as it would on any cancel, but the server's
+        shutdown runs to its end (see the module's docstring); `run()` then returns."""
+        self._stop.cancel()
+
+    async def _keep_connected(self) -> None:
         delays = self._timing.backoff.delays()
         while True:
             try:
                 await self._connect_and_serve()
             except Exception as exc:  # whatever a transport or server does ends this attempt
+                if cancel_requested():
+                    raise asyncio.CancelledError from exc
                 self._mark_down(short_reason(exc, self.config.secrets))
             if self._was_up:  # a connection that came up starts the backoff over
                 delays = self._timing.backoff.delays()
@@ -280,6 +303,13 @@ class WatchedStream:
         exc_tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def cancel_requested() -> bool:
+    """True when the running task was cancelled and has not taken the cancel yet: an
+    error a task group raised in its place (see the module's docstring) is that cancel."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def short_reason(exc: BaseException, secrets: tuple[str, ...]) -> str:

@@ -27,7 +27,7 @@ from gateway.errors import ToolServerUnavailable
 from gateway.metrics import Metrics
 from gateway.tools.answers import from_call
 from gateway.tools.config import ToolsConfig, load_tool_config
-from gateway.tools.connection import ServerConnection, Timing
+from gateway.tools.connection import ServerConnection, Timing, cancel_requested
 from gateway.tools.results import ToolResult, capped, parse_arguments
 from gateway.tools.spec import ToolSpec, assign_names, build_spec, openai_tool
 
@@ -141,11 +141,11 @@ class ToolServers:
         return result
 
     async def aclose(self) -> None:
-        """Stop every server: stdio processes are ended and waited for (and the last
-        calls' metrics written)."""
+        """Stop every server: stdio processes are ended and waited for (the SDK bounds
+        each wait of that shutdown), and the last calls' metrics written."""
         await asyncio.gather(*self._recording, return_exceptions=True)
-        for task in self._tasks:
-            task.cancel()
+        for connection in self._connections.values():
+            connection.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
@@ -169,6 +169,8 @@ class ToolServers:
                 return ToolResult(text, "timeout")
             return ToolResult(self._cap(f"{name} failed: {exc.message}"), "error")
         except Exception as exc:  # an answer the SDK could not read; the turn must go on
+            if cancel_requested():
+                raise asyncio.CancelledError from exc
             log.warning("tool %s: unreadable answer: %s", name, type(exc).__name__)
             return ToolResult(f"{name} sent an answer that could not be read.", "error")
         return from_call(answer, self._limits.result_chars)

@@ -8,6 +8,7 @@ real Redis.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -21,6 +22,9 @@ from gateway.model import Address
 from gateway.store import Keys
 from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
+from tests.fakes.llm_server import FakeLLM
+from tests.gateway.helpers import inbound
+from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
 
 SESSION = f"discord:{GUILD}:{CHANNEL}"
 ADDRESS = Address(platform="discord", workspace=GUILD, channel=CHANNEL)
@@ -152,3 +156,23 @@ async def test_a_malformed_foreign_or_bots_click_is_left_alone(
         await _clicked(fake, gateway, message_id, f"a:{approval_id}:y", ASKER)
         assert len(fake.callbacks) == 1
         assert await _status(gateway.ingest, approval_id) == Status.APPROVED
+
+
+# -- a request nobody answers ----------------------------------------------------------
+
+
+async def test_a_request_nobody_answers_in_time_is_settled_as_refused_and_the_turn_goes_on(
+    fake: FakeDiscord, sender: DiscordSender, redis_url: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    message = inbound("delete the old one", platform="discord", channel=CHANNEL, user=ASKER)
+    outcome = await unanswered_confirmation(
+        redis_url, llm, tmp_path, message, sender, DISCORD_ALLOW_ALL=True
+    )
+    (result,) = outcome.results
+    assert result.output == TIMED_OUT_RESULT and outcome.effects == []
+    posts = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")
+    assert any("a:" in str(call.body) for call in posts)  # it was asked with buttons
+    (request,) = [m for m in fake.messages.values() if "desk__delete_item" in m["content"]]
+    assert request["components"] == []  # the buttons are gone
+    assert "Not approved in time" in request["content"]
+    assert any(TIMED_OUT_RESULT in m["content"] for m in fake.messages.values())

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -35,7 +36,10 @@ from tests.adapters.slack_helpers import (
     interaction_bytes,
     signed_headers,
 )
+from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import TEAM_ID, FakeSlack
+from tests.gateway.helpers import inbound
+from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
 
 THREAD = "1700000000.000001"
 SESSION = f"slack:{TEAM_ID}:C1:{THREAD}"
@@ -245,3 +249,22 @@ async def test_someone_elses_click_over_socket_mode_is_refused(
     await _until(refused)
     assert slack.ephemeral[0]["text"] == NOT_YOURS_TEXT
     assert await _status(socket_ingest, approval_id) == Status.PENDING
+
+
+# -- a request nobody answers ----------------------------------------------------------
+
+
+async def test_a_request_nobody_answers_in_time_is_settled_as_refused_and_the_turn_goes_on(
+    slack: FakeSlack, redis_url: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    sender = SlackSender(web_client(BOT_TOKEN, slack.api_url), 0.2)
+    message = inbound("delete the old one", platform="slack", channel="C1", thread=THREAD)
+    outcome = await unanswered_confirmation(redis_url, llm, tmp_path, message, sender)
+    (result,) = outcome.results
+    assert result.output == TIMED_OUT_RESULT and outcome.effects == []
+    assert any("gw_approve" in str(c.args) for c in slack.calls_to("chat.postMessage"))
+    (request,) = [m for m in slack.messages.values() if "desk__delete_item" in m.text]
+    assert [b["type"] for b in request.blocks] == ["section"]  # the buttons are gone
+    assert "desk__delete_item" in request.text and "Not approved in time" in request.text
+    replies = [m.text for m in slack.messages.values() if m.thread_ts == THREAD]
+    assert any(TIMED_OUT_RESULT in text for text in replies)  # the turn's answer

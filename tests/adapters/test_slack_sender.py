@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from adapters.slack.sender import MAX_LENGTH, SlackSender, web_client
@@ -19,6 +21,10 @@ def sender(slack: FakeSlack) -> SlackSender:
 
 THREAD = Address(platform="slack", workspace="T1", channel="C1", thread="100.1", reply_to="100.2")
 DM = Address(platform="slack", workspace="T1", channel="D1", reply_to="300.1")
+# A thread of the app's DM: where Slack's assistant threads are.
+ASSISTANT = Address(
+    platform="slack", workspace="T1", channel="D1", thread="200.1", reply_to="200.2"
+)
 
 
 async def test_send_posts_rendered_mrkdwn_into_the_thread(
@@ -89,28 +95,69 @@ def test_limits_and_measure(sender: SlackSender) -> None:
 
 
 async def test_thinking_falls_back_to_the_eyes_reaction(
-    slack: FakeSlack, sender: SlackSender
+    slack: FakeSlack, sender: SlackSender, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await sender.thinking(THREAD, True)
-    assert ("C1", "100.2", "eyes") in slack.reactions
-    await sender.thinking(THREAD, False)
+    caplog.set_level(logging.DEBUG, logger="adapters.slack.sender")
+    await sender.thinking(ASSISTANT, True)
+    assert ("D1", "200.2", "eyes") in slack.reactions
+    await sender.thinking(ASSISTANT, False)
     assert not slack.reactions
     # The app has no assistant feature: remembered, so the status is not tried again.
-    await sender.thinking(THREAD, True)
+    await sender.thinking(ASSISTANT, True)
+    await sender.show_status(ASSISTANT, "is running `x`…")
     assert len(slack.calls_to("assistant.threads.setStatus")) == 1
     assert not sender.assistant_status
+    (logged,) = [r for r in caplog.records if "setStatus" in r.getMessage()]
+    assert logged.levelno == logging.DEBUG and "missing_scope" in logged.getMessage()
 
 
 async def test_thinking_uses_the_assistant_status_where_the_app_has_it(
     slack: FakeSlack, sender: SlackSender
 ) -> None:
     slack.assistant_enabled = True
-    await sender.thinking(THREAD, True)
-    await sender.thinking(THREAD, False)
+    await sender.thinking(ASSISTANT, True)
+    await sender.thinking(ASSISTANT, False)
     statuses = [c.args["status"] for c in slack.calls_to("assistant.threads.setStatus")]
-    assert statuses[0] and statuses[1] == ""
-    assert slack.calls_to("assistant.threads.setStatus")[0].args["thread_ts"] == "100.1"
+    assert statuses == ["is thinking…", ""]
+    assert slack.calls_to("assistant.threads.setStatus")[0].args["thread_ts"] == "200.1"
     assert not slack.calls_to("reactions.add")
+
+
+async def test_a_channel_thread_is_no_assistant_thread_and_gets_the_reaction(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    slack.assistant_enabled = True
+    await sender.thinking(THREAD, True)
+    await sender.show_status(THREAD, "is running `x`…")
+    assert ("C1", "100.2", "eyes") in slack.reactions
+    assert not slack.calls_to("assistant.threads.setStatus")
+
+
+async def test_the_tools_status_replaces_thinking_and_goes_back_to_it(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    slack.assistant_enabled = True
+    await sender.show_status(ASSISTANT, "is running `desk__lookup`…")
+    await sender.show_status(ASSISTANT, "")
+    statuses = [c.args["status"] for c in slack.calls_to("assistant.threads.setStatus")]
+    assert statuses == ["is running `desk__lookup`…", "is thinking…"]
+
+
+async def test_a_failing_status_never_breaks_the_turn_and_is_logged_once(
+    slack: FakeSlack, sender: SlackSender, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="adapters.slack.sender")
+    slack.assistant_enabled = True
+    slack.fail_next("assistant.threads.setStatus", "invalid_thread_ts", times=2)
+    slack.fail_next("assistant.threads.setStatus", retry_after=3)
+    await sender.show_status(ASSISTANT, "is running `x`…")
+    await sender.show_status(ASSISTANT, "")
+    await sender.show_status(ASSISTANT, "")  # rate limited: dropped, not raised
+    assert len(slack.calls_to("assistant.threads.setStatus")) == 3
+    assert sender.assistant_status  # one thread's error is not the app's
+    logged = [r.getMessage() for r in caplog.records if "setStatus" in r.getMessage()]
+    assert len(logged) == 1 and "invalid_thread_ts" in logged[0]
+    assert TOKEN not in caplog.text
 
 
 async def test_thinking_in_a_top_level_dm_reacts(slack: FakeSlack, sender: SlackSender) -> None:

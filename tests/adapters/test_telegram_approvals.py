@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -27,7 +28,10 @@ from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
 from gateway.model import Address
 from gateway.store import Keys
 from gateway.web import create_app
+from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
+from tests.gateway.helpers import inbound
+from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
 
 SECRET = "s3cret_Token-1"
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
@@ -236,3 +240,29 @@ async def test_a_click_fetched_by_long_polling_is_decided_and_answered(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await telegram.shutdown()
+
+
+# -- a request nobody answers ----------------------------------------------------------
+
+
+async def test_a_request_nobody_answers_in_time_is_settled_as_refused_and_the_turn_goes_on(
+    fake: FakeTelegram, redis_url: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    sender = TelegramSender(
+        BotClient.build(fake.token, fake.base_url), edit_interval=0.2, group_edit_interval=0.2
+    )
+    message = inbound("delete the old one", platform="telegram", channel="42", user="42")
+    try:
+        outcome = await unanswered_confirmation(
+            redis_url, llm, tmp_path, message, sender, TELEGRAM_ALLOW_ALL=True
+        )
+    finally:
+        await sender.aclose()
+    (result,) = outcome.results
+    assert result.output == TIMED_OUT_RESULT and outcome.effects == []
+    asked = [c for c in fake.calls_to("sendMessage") if c.params.get("reply_markup")]
+    assert "inline_keyboard" in str(asked[0].params["reply_markup"])
+    (request,) = [m for m in fake.messages_in(42) if "desk__delete_item" in m.text]
+    assert request.reply_markup is None  # the keyboard is gone
+    assert "Not approved in time" in request.text
+    assert any(TIMED_OUT_RESULT in m.text for m in fake.messages_in(42))  # the turn's answer

@@ -17,6 +17,8 @@ def clean_env(**values: str) -> dict[str, str]:
         if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "DISCORD_", "REDIS_"))
     }
     env.update({"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    # The virtualenv active, as the README asks: the `python` a config names is its own.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(values)
     return env
 

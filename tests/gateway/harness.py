@@ -14,7 +14,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.ingest import Ingest
-from gateway.ports import FileSource
+from gateway.ports import FileSource, Sender
 from gateway.session import SessionStore
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
@@ -22,7 +22,6 @@ from tests.gateway.helpers import settings
 from tests.gateway.recording_sender import RecordingSender
 
 
-@dataclass
 @dataclass
 class Harness:
     ingest: Ingest
@@ -32,29 +31,17 @@ class Harness:
     workers: list[Worker]
 
     async def idle(self, session_key: str, timeout: float = 15.0) -> None:
-        """Wait until every job of the session is done."""
+        """Wait until every job of the session is done; fail saying what is still owed."""
         try:
             async with asyncio.timeout(timeout):
                 while await self.sessions.owed(session_key) > 0:
                     await asyncio.sleep(0.02)
         except TimeoutError:
-            redis = self.sessions.redis
-            print(
-                "STATE",
-                await self.sessions.meta(session_key),
-                await redis.xpending("gw:jobs:test", "gw-workers"),
-                await redis.xrange("gw:jobs:test"),
-                await self.sessions.inbox(session_key),
-                await redis.get(f"gw:{{{session_key}}}:lease"),
-            )
-            import io
-
-            for task in asyncio.all_tasks():
-                buf = io.StringIO()
-                task.print_stack(limit=8, file=buf)
-                if "turn" in buf.getvalue() or "delivery" in buf.getvalue():
-                    print("TASK", buf.getvalue())
-            raise
+            meta = await self.sessions.meta(session_key)
+            inbox = await self.sessions.inbox(session_key)
+            raise AssertionError(
+                f"{session_key} not idle after {timeout:g} s: meta {meta}, {len(inbox)} in its inbox"
+            ) from None
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         return await self.sessions.history(session_key)
@@ -65,8 +52,12 @@ async def start_workers(
     llm: FakeLLM,
     count: int,
     sources: Mapping[str, FileSource] | None = None,
+    *,
+    senders: Mapping[str, Sender] | None = None,
     **values: Any,
 ) -> AsyncIterator[Harness]:
+    """`count` workers; they reply through the recording sender (platform "test"), or
+    through `senders` when given (a platform's real sender against its fake)."""
     defaults: dict[str, Any] = {
         "GATEWAY_MODEL": "openai/main-model",
         "GATEWAY_SIDE_MODEL": "openai/side-model",
@@ -77,7 +68,8 @@ async def start_workers(
     config = settings(redis_url, **(defaults | values))
     clients = [aioredis.Redis.from_url(redis_url, decode_responses=True) for _ in range(count + 1)]
     sender = RecordingSender()
-    workers = [Worker(config, client, {"test": sender}, sources=sources) for client in clients[1:]]
+    senders = senders or {"test": sender}
+    workers = [Worker(config, client, senders, sources=sources) for client in clients[1:]]
     stop = asyncio.Event()
     runs = [asyncio.create_task(w.run(stop)) for w in workers]
     await asyncio.gather(*(w.ready.wait() for w in workers))

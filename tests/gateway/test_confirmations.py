@@ -14,13 +14,19 @@ from gateway.ingest import Verdict
 from gateway.model import Address, Decision
 from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
-from tests.fakes.llm_tools import FakeToolCall, tool_results, tools_then_text
-from tests.gateway.harness import Harness, start_workers, texts
+from tests.fakes.llm_tools import tool_results, tools_then_text
+from tests.gateway.harness import Harness, texts
 from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import lines, new_effects, write_config
+from tests.gateway.tool_servers import (
+    DELETE,
+    TIMED_OUT_RESULT,
+    lines,
+    new_effects,
+    tool_workers,
+    write_config,
+)
 
 _clicks = itertools.count(1)
-DELETE = FakeToolCall("desk__delete_item", '{"name": "old"}')
 
 # Each test starts MCP server processes (seconds each on a loaded machine).
 pytestmark = pytest.mark.timeout(180)
@@ -34,8 +40,7 @@ def effects(tmp_path: Path) -> Path:
 async def confirming(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path, **values: object
 ) -> AsyncIterator[Harness]:
-    config = write_config(tmp_path, effects)
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_MCP_CONFIG=str(config), **values):
+    async for h in tool_workers(redis_url, llm, write_config(tmp_path, effects), **values):
         yield h
 
 
@@ -139,7 +144,8 @@ async def test_no_answer_in_time_counts_as_declined(
                 await asyncio.sleep(0.05)
         await h.idle(message.session_key)
         (result,) = tool_results(h.llm.requests[-1])
-        assert "not run" in result.output and lines(effects) == []
+        assert result.output == TIMED_OUT_RESULT
+        assert lines(effects) == []
 
 
 async def test_messages_while_waiting_are_answered_after_the_approved_turn(

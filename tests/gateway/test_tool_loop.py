@@ -18,9 +18,9 @@ from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then
 from tests.fakes.mcp_servers import lookup_record
 from tests.gateway.cli_runs import ROOT, clean_env, gateway
 from tests.gateway.conversation import STATEFUL_MAIN, conversation
-from tests.gateway.harness import Harness, start_workers, texts
+from tests.gateway.harness import Harness, texts
 from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import lines, new_effects, write_config
+from tests.gateway.tool_servers import lines, new_effects, tool_workers, write_config
 
 # Each test starts MCP server processes (seconds each on a loaded machine).
 pytestmark = pytest.mark.timeout(180)
@@ -29,13 +29,6 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture
 def effects(tmp_path: Path) -> Path:
     return new_effects(tmp_path)
-
-
-async def tool_workers(
-    redis_url: str, llm: FakeLLM, config: Path, **values: Any
-) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_MCP_CONFIG=str(config), **values):
-        yield h
 
 
 @pytest.fixture
@@ -63,15 +56,10 @@ async def test_a_question_a_tool_answers_is_answered_from_its_result(tooled: Har
     assert history[1]["turn_id"] == history[2]["turn_id"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defect: once in 3 CI runs the second request carried no tool results; "
-    "cause not found yet",
-)
 async def test_several_calls_run_at_once_and_all_results_go_back(
     tooled: Harness, effects: Path
 ) -> None:
-    slow = [FakeToolCall("desk__slow", '{"seconds": 0.5}') for _ in range(3)]
+    slow = [FakeToolCall("desk__slow", '{"seconds": 1}') for _ in range(3)]
     tooled.llm.reply = tools_then_text(slow)
     message = inbound("wait three times")
     await tooled.ingest.receive(message)
