@@ -40,7 +40,8 @@ class Harness:
             meta = await self.sessions.meta(session_key)
             inbox = await self.sessions.inbox(session_key)
             raise AssertionError(
-                f"{session_key} not idle after {timeout:g} s: meta {meta}, {len(inbox)} in its inbox"
+                f"{session_key} not idle after {timeout:g} s: "
+                f"meta {meta}, {len(inbox)} in its inbox"
             ) from None
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:
