@@ -19,7 +19,9 @@ from gateway import commands
 from gateway.approvals import ApprovalStore
 from gateway.commands import Command
 from gateway.config import Settings
+from gateway.metrics import Metrics
 from gateway.model import Address, Decision, Inbound
+from gateway.rate_limit import RateLimiter
 from gateway.session import SessionStore
 from gateway.store import Keys
 
@@ -51,6 +53,7 @@ class Outcome(StrEnum):
     REFUSED = "refused"
     COMMAND = "command"
     SIDE = "side"
+    LIMITED = "limited"  # over a rate limit: nothing written, the sender told once
 
 
 def clean_text(text: str) -> str:
@@ -68,6 +71,8 @@ class Ingest:
         self.redis = redis
         self.sessions = SessionStore(redis, streams)
         self.approvals = ApprovalStore(redis, self.sessions)
+        self.rate_limits = RateLimiter(redis, settings.rate_user, settings.rate_conversation)
+        self.metrics = Metrics(redis)
 
     async def receive(self, inbound: Inbound) -> Outcome:
         if inbound.speaker.is_bot:
@@ -174,8 +179,31 @@ class Ingest:
                 "Please shorten it or send it in parts.",
             )
             return Outcome.IGNORED
+        if await self._over_rate(inbound, inbound.reply):
+            return Outcome.LIMITED
         fresh, _ = await self.sessions.append_user(inbound, self.settings.album_wait)
         return Outcome.QUEUED if fresh else Outcome.DUPLICATE
+
+    async def _over_rate(self, inbound: Inbound, address: Address, seen: bool = False) -> bool:
+        """Take a token for the message; when over a limit, mark its event seen (a retry
+        is a duplicate) and tell the sender once per window. `seen`: marked already."""
+        if not self.rate_limits.active:
+            return False
+        if inbound.media_group and await self._album_addressed(inbound):
+            return False  # a further item of an album counts as the message it joins
+        if not seen and await self.redis.exists(Keys.seen(inbound.session_key, inbound.event_id)):
+            return False  # a retry: the ingest step answers it as a duplicate, taking no token
+        refusal = await self.rate_limits.take(inbound)
+        if refusal is None:
+            return False
+        if not seen:
+            await self.sessions.first_delivery(inbound)
+        # A platform interaction (a Discord slash command) waits for an answer of its own.
+        if refusal.tell or address.token is not None:
+            await self._notice(inbound, address, refusal.text)
+        await self.metrics.count("rate_limited", inbound.platform)
+        log.info("over the rate limit: %s in %s", inbound.user_key, inbound.session_key)
+        return True
 
     async def _notice_once(self, inbound: Inbound, text: str) -> None:
         if await self.sessions.first_delivery(inbound):
@@ -201,6 +229,8 @@ class Ingest:
     async def _side_question(self, inbound: Inbound, question: str) -> Outcome:
         if not question:
             return await self._notice(inbound, inbound.side_reply, commands.BTW_USAGE)
+        if await self._over_rate(inbound, inbound.side_reply, seen=True):
+            return Outcome.LIMITED
         payload = {
             "question": question,
             "address": _dump(inbound.side_reply),
