@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     discord_command_guilds: str | None = Field(default=None, alias="DISCORD_COMMAND_GUILDS")
 
     allowed_users: str = Field(default="", alias="GATEWAY_ALLOWED_USERS")
+    # Strangers on Telegram and Discord get a pairing code the operator can approve.
+    pairing: bool = Field(default=False, alias="GATEWAY_PAIRING")
     # Messages (and `/btw`) per user and per conversation, "N/min"; unset: no limit.
     rate_user_text: str | None = Field(default=None, alias="GATEWAY_RATE_USER")
     rate_conversation_text: str | None = Field(default=None, alias="GATEWAY_RATE_CONVERSATION")

@@ -145,6 +145,13 @@ class Keys:
     # by deadline: where `ApprovalStore.expire_due` finds the ones that timed out.
     APPROVALS_DUE = f"{PREFIX}:approvals"
 
+    # Pairing (gateway/pairing.py): code -> user, codes by expiry, paired users (user ->
+    # approval time, beside GATEWAY_ALLOWED_USERS), and wrong codes in the lock window.
+    PAIRING_CODES = f"{PREFIX}:pairing:codes"
+    PAIRING_PENDING = f"{PREFIX}:pairing:pending"
+    PAIRING_FAILURES = f"{PREFIX}:pairing:failures"
+    PAIRED = f"{PREFIX}:paired"
+
     @staticmethod
     def approval_session(approval_id: str) -> str:
         """approval id -> its session key. Outside any session's hash tag on purpose: a
