@@ -23,6 +23,7 @@ from gateway import embedded_redis, logs, shutdown, store
 from gateway.cli_sessions import cmd_sessions, positive_days
 from gateway.cli_tasks import first, raise_first_failure, serve_web, stop_event, stop_run, task
 from gateway.cli_tools import cmd_tools, doctor_tools
+from gateway.cli_users import cmd_users
 from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
@@ -83,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     tools.add_argument("action", choices=["list"])
     tools.add_argument("--json", action="store_true")
     tools.set_defaults(handler=cmd_tools)
+    users = commands.add_parser("users", help="pairing: approve codes, list, revoke users")
+    users.add_argument("action", choices=["approve", "list", "revoke"])
+    users.add_argument("value", nargs="?", metavar="CODE|USER")
+    users.add_argument("--json", action="store_true")
+    users.set_defaults(handler=cmd_users)
     return parser
 
 

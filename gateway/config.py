@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.errors import ConfigError
+from gateway.rate_limit import Rate, parse_rate
 
 ECHO_MODEL = "echo"
 DEFAULT_SYSTEM_PROMPT = (
@@ -95,6 +96,12 @@ class Settings(BaseSettings):
     discord_command_guilds: str | None = Field(default=None, alias="DISCORD_COMMAND_GUILDS")
 
     allowed_users: str = Field(default="", alias="GATEWAY_ALLOWED_USERS")
+    # Strangers on Telegram and Discord get a pairing code the operator can approve.
+    pairing: bool = Field(default=False, alias="GATEWAY_PAIRING")
+    # Messages (and `/btw`) per user and per conversation, "N/min"; unset: no limit.
+    rate_user_text: str | None = Field(default=None, alias="GATEWAY_RATE_USER")
+    rate_conversation_text: str | None = Field(default=None, alias="GATEWAY_RATE_CONVERSATION")
+    rate_burst: int | None = Field(default=None, alias="GATEWAY_RATE_BURST", ge=1)
 
     # MCP tool servers (gateway.tools); unset: the assistant has no tools.
     mcp_config: Path | None = Field(default=None, alias="GATEWAY_MCP_CONFIG")
@@ -154,6 +161,26 @@ class Settings(BaseSettings):
                 "leave it unset to keep sessions for good"
             )
         return value
+
+    @field_validator("rate_user_text", "rate_conversation_text", mode="before")
+    @classmethod
+    def _rate(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None  # set but empty: no limit, as when unset
+        if isinstance(value, str):
+            parse_rate(value)
+        return value
+
+    @property
+    def rate_user(self) -> Rate | None:
+        return self._rate_of(self.rate_user_text)
+
+    @property
+    def rate_conversation(self) -> Rate | None:
+        return self._rate_of(self.rate_conversation_text)
+
+    def _rate_of(self, text: str | None) -> Rate | None:
+        return None if text is None else parse_rate(text, self.rate_burst)
 
     @property
     def side_model(self) -> str:

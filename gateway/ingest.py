@@ -19,7 +19,11 @@ from gateway import commands
 from gateway.approvals import ApprovalStore
 from gateway.commands import Command
 from gateway.config import Settings
+from gateway.metrics import Metrics
 from gateway.model import Address, Decision, Inbound
+from gateway.pairing import PLATFORMS as PAIRING_PLATFORMS
+from gateway.pairing import Pairing
+from gateway.rate_limit import RateLimiter
 from gateway.session import SessionStore
 from gateway.store import Keys
 
@@ -51,6 +55,7 @@ class Outcome(StrEnum):
     REFUSED = "refused"
     COMMAND = "command"
     SIDE = "side"
+    LIMITED = "limited"  # over a rate limit: nothing written, the sender told once
 
 
 def clean_text(text: str) -> str:
@@ -68,6 +73,9 @@ class Ingest:
         self.redis = redis
         self.sessions = SessionStore(redis, streams)
         self.approvals = ApprovalStore(redis, self.sessions)
+        self.rate_limits = RateLimiter(redis, settings.rate_user, settings.rate_conversation)
+        self.metrics = Metrics(redis)
+        self.pairing = Pairing(redis)
 
     async def receive(self, inbound: Inbound) -> Outcome:
         if inbound.speaker.is_bot:
@@ -76,11 +84,12 @@ class Ingest:
         command = commands.parse(inbound.text)
         if not await self._addressed(inbound):
             return Outcome.IGNORED
-        if command is None and self.allowed(inbound):
+        allowed = self.allowed(inbound) or await self._paired(inbound.platform, inbound.user_key)
+        if command is None and allowed:
             return await self._message(inbound)  # dedupes inside its one atomic step
         if not await self.sessions.first_delivery(inbound):
             return Outcome.DUPLICATE
-        if not self.allowed(inbound):
+        if not allowed:
             return await self._refuse(inbound)
         assert command is not None
         return await self._command(inbound, command)
@@ -92,7 +101,10 @@ class Ingest:
         else). A stranger, who may not use the bot here, is told "not yours" like
         anyone else who is not the asker, and nothing changes.
         """
-        if not self._may_use(decision.platform, decision.user_id):
+        user_key = f"{decision.platform}:{decision.user_id}"
+        if not self._may_use(decision.platform, decision.user_id) and not await self._paired(
+            decision.platform, user_key
+        ):
             log.info("approval click by a stranger refused: %s", decision.approval_id)
             return Verdict.NOT_YOURS
         session_key = await self.approvals.session_of(decision.approval_id)
@@ -124,6 +136,12 @@ class Ingest:
             return True
         return platform in OPEN_PLATFORMS or self._allow_all(platform)
 
+    async def _paired(self, platform: str, user_key: str) -> bool:
+        """Whether an operator approved this user's pairing code (GATEWAY_PAIRING)."""
+        if not self.settings.pairing or platform not in PAIRING_PLATFORMS:
+            return False
+        return await self.pairing.is_paired(user_key)
+
     def _external_allowed(self, platform: str) -> bool:
         return {"slack": self.settings.slack_allow_external}.get(platform, False)
 
@@ -151,13 +169,23 @@ class Ingest:
         # A platform interaction (a Discord slash command) waits for an answer of its
         # own, so it is refused every time; plain messages once per window.
         if first or inbound.reply.token is not None:
-            text = (
-                f"Sorry, you are not allowed to use this bot. Ask its operator to add "
-                f"`{inbound.user_key}` to GATEWAY_ALLOWED_USERS."
-            )
-            await self._notice(inbound, inbound.reply, text)
+            await self._notice(inbound, inbound.reply, await self._refusal_text(inbound))
         log.info("refused %s in %s", inbound.user_key, inbound.session_key)
         return Outcome.REFUSED
+
+    async def _refusal_text(self, inbound: Inbound) -> str:
+        if self.settings.pairing and inbound.platform in PAIRING_PLATFORMS:
+            code = await self.pairing.request(inbound.user_key)
+            if code is None:
+                return "Sorry, too many people are waiting to be let in here; try again later."
+            return (
+                f"To use this bot, give its operator the pairing code `{code}` "
+                f"(valid for an hour). They approve it with `gateway users approve {code}`."
+            )
+        return (
+            f"Sorry, you are not allowed to use this bot. Ask its operator to add "
+            f"`{inbound.user_key}` to GATEWAY_ALLOWED_USERS."
+        )
 
     async def _message(self, inbound: Inbound) -> Outcome:
         if not inbound.text.strip() and not inbound.attachments:
@@ -174,8 +202,31 @@ class Ingest:
                 "Please shorten it or send it in parts.",
             )
             return Outcome.IGNORED
+        if await self._over_rate(inbound, inbound.reply):
+            return Outcome.LIMITED
         fresh, _ = await self.sessions.append_user(inbound, self.settings.album_wait)
         return Outcome.QUEUED if fresh else Outcome.DUPLICATE
+
+    async def _over_rate(self, inbound: Inbound, address: Address, seen: bool = False) -> bool:
+        """Take a token for the message; when over a limit, mark its event seen (a retry
+        is a duplicate) and tell the sender once per window. `seen`: marked already."""
+        if not self.rate_limits.active:
+            return False
+        if inbound.media_group and await self._album_addressed(inbound):
+            return False  # a further item of an album counts as the message it joins
+        if not seen and await self.redis.exists(Keys.seen(inbound.session_key, inbound.event_id)):
+            return False  # a retry: the ingest step answers it as a duplicate, taking no token
+        refusal = await self.rate_limits.take(inbound)
+        if refusal is None:
+            return False
+        if not seen:
+            await self.sessions.first_delivery(inbound)
+        # A platform interaction (a Discord slash command) waits for an answer of its own.
+        if refusal.tell or address.token is not None:
+            await self._notice(inbound, address, refusal.text)
+        await self.metrics.count("rate_limited", inbound.platform)
+        log.info("over the rate limit: %s in %s", inbound.user_key, inbound.session_key)
+        return True
 
     async def _notice_once(self, inbound: Inbound, text: str) -> None:
         if await self.sessions.first_delivery(inbound):
@@ -201,6 +252,8 @@ class Ingest:
     async def _side_question(self, inbound: Inbound, question: str) -> Outcome:
         if not question:
             return await self._notice(inbound, inbound.side_reply, commands.BTW_USAGE)
+        if await self._over_rate(inbound, inbound.side_reply, seen=True):
+            return Outcome.LIMITED
         payload = {
             "question": question,
             "address": _dump(inbound.side_reply),

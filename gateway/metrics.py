@@ -123,6 +123,11 @@ class SnapshotCollector(Collector):
             "gateway_media_download_bytes", "Bytes of attachments downloaded"
         )
         download_bytes.add_metric([], float(self.values.get("download_bytes|total", 0)))
+        rate_limited = CounterMetricFamily(
+            "gateway_rate_limited_messages",
+            "Messages refused over a rate limit",
+            labels=["platform"],
+        )
         for field, raw in self.values.items():
             name, _, rest = field.partition("|")
             if name == "turns":
@@ -138,10 +143,13 @@ class SnapshotCollector(Collector):
                 early.add_metric([rest], float(raw))
             elif name == "downloads":
                 downloads.add_metric([rest], float(raw))
+            elif name == "rate_limited":
+                rate_limited.add_metric([rest], float(raw))
             elif name == "tools":
                 tool, _, outcome = rest.rpartition("|")
                 tools.add_metric([tool, outcome], float(raw))
         yield from (turns, errors, tokens, side, early, tools, downloads, download_bytes)
+        yield rate_limited
         yield self._histogram("", LATENCY_BUCKETS, "gateway_turn_latency_seconds", "Main turn")
         yield self._histogram(
             "tool_", TOOL_LATENCY_BUCKETS, "gateway_tool_latency_seconds", "Tool call"

@@ -100,6 +100,12 @@ class Keys:
         fields): one key per session, so a reset and retention remove them by name."""
         return Keys.session(session_key, "approvals")
 
+    @staticmethod
+    def rate(session_key: str) -> str:
+        """The conversation's rate-limit bucket (`gateway/rate_limit.py`); not a part a
+        reset removes, so `/reset` does not refill it. It expires once full."""
+        return Keys.session(session_key, "rate")
+
     # The parts of a session that a reset removes, by the names the reset script takes.
     _PARTS: ClassVar[dict[str, str]] = {
         "meta": "meta",
@@ -139,6 +145,13 @@ class Keys:
     # by deadline: where `ApprovalStore.expire_due` finds the ones that timed out.
     APPROVALS_DUE = f"{PREFIX}:approvals"
 
+    # Pairing (gateway/pairing.py): code -> user, codes by expiry, paired users (user ->
+    # approval time, beside GATEWAY_ALLOWED_USERS), and wrong codes in the lock window.
+    PAIRING_CODES = f"{PREFIX}:pairing:codes"
+    PAIRING_PENDING = f"{PREFIX}:pairing:pending"
+    PAIRING_FAILURES = f"{PREFIX}:pairing:failures"
+    PAIRED = f"{PREFIX}:paired"
+
     @staticmethod
     def approval_session(approval_id: str) -> str:
         """approval id -> its session key. Outside any session's hash tag on purpose: a
@@ -158,6 +171,16 @@ class Keys:
     @staticmethod
     def refused(user_key: str) -> str:
         return f"{PREFIX}:refused:{user_key}"
+
+    @staticmethod
+    def user_rate(user_key: str) -> str:
+        """A user's rate-limit bucket, across every conversation."""
+        return f"{PREFIX}:rate:{user_key}"
+
+    @staticmethod
+    def rate_told(bucket_key: str) -> str:
+        """A rate-limit bucket's notice-once mark (PX its window)."""
+        return f"{bucket_key}:told"
 
     @staticmethod
     def user_name(platform: str, user_id: str) -> str:

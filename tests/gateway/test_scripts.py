@@ -46,6 +46,9 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "enqueue_turn",
         "approval_open",
         "decide",
+        "rate_limit",
+        "pairing_request",
+        "pairing_approve",
     ):
         script = load(name)
         assert script.keys and script.args, name
