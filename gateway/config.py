@@ -7,11 +7,12 @@ or an error.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.errors import ConfigError
@@ -23,6 +24,18 @@ DEFAULT_SYSTEM_PROMPT = (
     "in a group starts with the speaker's name."
 )
 _TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class ModelPrice(BaseModel):
+    """A model's price in USD per million tokens (GATEWAY_MODEL_PRICES), before litellm's map."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def per_token(self) -> tuple[float, float]:
+        return self.input_per_mtok / 1e6, self.output_per_mtok / 1e6
 
 
 class Settings(BaseSettings):
@@ -129,6 +142,9 @@ class Settings(BaseSettings):
     # so it is the operator's choice, never a default.
     session_retention_days: int | None = Field(default=None, alias="GATEWAY_SESSION_RETENTION_DAYS")
 
+    # JSON: {"model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}}
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="GATEWAY_MODEL_PRICES")
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -154,6 +170,16 @@ class Settings(BaseSettings):
                 "leave it unset to keep sessions for good"
             )
         return value
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _prices(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"must be JSON ({exc.msg} at character {exc.pos})") from None
 
     @property
     def side_model(self) -> str:

@@ -152,6 +152,12 @@ class Keys:
         return f"{PREFIX}:channel:{channel_key}"
 
     @staticmethod
+    def usage(scope: str, ident: str) -> str:
+        """A hash of one user's, session's, workspace's or model's usage, by UTC day
+        (`gateway/usage.py` names its fields)."""
+        return f"{PREFIX}:usage:{scope}:{ident}"
+
+    @staticmethod
     def budget(chat_key: str) -> str:
         return f"{PREFIX}:budget:{chat_key}"
 

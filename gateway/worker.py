@@ -33,13 +33,14 @@ from gateway.jobs import Job, JobQueue
 from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
-from gateway.models import ModelCall, Models
+from gateway.models import Charge, ModelCall, Models
 from gateway.ports import FileSource, Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.transcript import render_transcript
 from gateway.turn import TurnRunner
+from gateway.usage import UsageLedger, usage_text
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class Worker:
         self.redis = redis
         self.senders = dict(senders)
         self.models = models or Models.for_settings(settings, processes=self._model_processes())
+        self.ledger = UsageLedger(redis)
+        self.models.meter = self.ledger.safely
         self.sessions = SessionStore(redis, streams)
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
         self.budget = SendBudget(redis)
@@ -329,6 +332,10 @@ class Worker:
             await self._send(Address.model_validate(job.payload["address"]), job.payload["text"])
         elif job.kind == "status":
             await self._status(job)
+        elif job.kind == "usage":
+            user = str(job.payload.get("user") or "")
+            text = await usage_text(self.ledger, job.session_key, user)
+            await self._send(Address.model_validate(job.payload["address"]), text)
         else:
             log.warning("unknown job kind %r (%s)", job.kind, job.id)
 
@@ -361,6 +368,7 @@ class Worker:
             self.settings.side_timeout,
             max_tokens=self.settings.side_max_tokens,
             temperature=self.settings.side_temperature,
+            charge=Charge(key, str(job.payload.get("user", "")), "side"),
         )
         marker = side_question.answer_marker(question)
         try:
