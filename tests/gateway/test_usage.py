@@ -1,0 +1,269 @@
+"""Usage and cost of every model call, through the real worker, litellm and the fake model."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from redis.asyncio import Redis
+
+from gateway import metrics
+from gateway.config import load_settings
+from gateway.errors import ConfigError
+from gateway.models import Charge, ModelCall, Usage
+from gateway.store import Keys
+from gateway.usage import RETENTION, Totals, UsageLedger, day_of
+from tests.fakes.llm_server import FakeLLM, ReceivedRequest
+from tests.fakes.llm_shapes import count_words
+from tests.gateway.conversation import COMPRESSOR, conversation
+from tests.gateway.harness import Harness, start_workers, texts
+from tests.gateway.helpers import inbound
+from tests.gateway.test_compression import SUMMARY, talk_until_segment
+
+PRICED = "openai/gpt-4o-mini"
+# openai/gpt-4o-mini in litellm's bundled price map: USD per input and output token
+MINI_IN, MINI_OUT = 0.15e-6, 0.6e-6
+
+
+def tokens_of(request: ReceivedRequest, reply: str) -> tuple[int, int]:
+    """The usage the fake model reported for `request` answered with `reply`."""
+    return count_words(request["messages"]), len(reply.split())
+
+
+async def totals(harness: Harness, scope: str, ident: str) -> Totals:
+    today = day_of(dt.datetime.now(dt.UTC))
+    return await UsageLedger(harness.sessions.redis).totals(scope, ident, today)
+
+
+@pytest.fixture
+async def priced(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
+    async for h in start_workers(redis_url, llm, 1, GATEWAY_MODEL=PRICED):
+        yield h
+
+
+async def test_a_turn_on_a_priced_model_is_counted_with_litellms_cost_everywhere(
+    priced: Harness,
+) -> None:
+    priced.llm.reply = "four words of reply"
+    message = inbound("hello there")
+    await priced.ingest.receive(message)
+    await priced.idle(message.session_key)
+    (request,) = priced.llm.requests
+    prompt, completion = tokens_of(request, priced.llm.reply)
+    cost = prompt * MINI_IN + completion * MINI_OUT
+    for scope, ident in (
+        ("user", "test:U1"),
+        ("session", message.session_key),
+        ("workspace", "test:W"),
+        ("model", PRICED),
+    ):
+        found = await totals(priced, scope, ident)
+        assert (found.prompt, found.completion, found.calls) == (prompt, completion, 1), scope
+        assert found.cost == pytest.approx(cost) and found.unpriced == 0, scope
+    stored = await priced.sessions.redis.hgetall(Keys.METRICS)
+    assert int(stored[f"usage_tokens|prompt|test|W|{PRICED}"]) == prompt
+    assert float(stored[f"usage_cost|test|W|{PRICED}"]) == pytest.approx(cost)
+
+
+async def test_an_unpriced_model_counts_tokens_and_its_cost_stays_unknown(
+    harness: Harness,
+) -> None:
+    harness.llm.reply = "a reply"
+    message = inbound("hello")
+    await harness.ingest.receive(message)
+    await harness.idle(message.session_key)
+    (request,) = harness.llm.requests
+    prompt, completion = tokens_of(request, "a reply")
+    found = await totals(harness, "model", "openai/main-model")
+    assert (found.prompt, found.completion, found.calls, found.unpriced) == (
+        prompt,
+        completion,
+        1,
+        1,
+    )
+    assert found.cost_text == "cost unknown"
+    assert found.as_dict()["cost_usd"] is None
+
+    await harness.ingest.receive(inbound("/usage"))
+    await harness.idle(message.session_key)
+    answer = texts(harness.sender)[-1]
+    assert answer.startswith(f"Your usage today: {prompt + completion:,} tokens")
+    assert "cost unknown" in answer
+    assert len(harness.llm.requests) == 1  # /usage itself calls no model
+
+
+async def test_usage_answers_the_caller_and_the_conversation_with_costs(priced: Harness) -> None:
+    priced.llm.reply = "ok"
+    first = inbound("one two three")
+    await priced.ingest.receive(first)
+    await priced.idle(first.session_key)
+    other = inbound("elsewhere", channel="C2")  # the same user, another conversation
+    await priced.ingest.receive(other)
+    await priced.idle(other.session_key)
+    here, there = (tokens_of(r, "ok") for r in priced.llm.requests)
+    mine = sum(here) + sum(there)
+    mine_cost = (here[0] + there[0]) * MINI_IN + (here[1] + there[1]) * MINI_OUT
+
+    await priced.ingest.receive(inbound("/usage"))
+    await priced.idle(first.session_key)
+    answer = texts(priced.sender)[-1].splitlines()
+    assert answer[0] == (
+        f"Your usage today: {mine:,} tokens ({here[0] + there[0]:,} in, "
+        f"{here[1] + there[1]:,} out), ${mine_cost:.4f}"
+    )
+    assert answer[1].startswith(f"Your usage this month: {mine:,} tokens")
+    assert answer[2].startswith(f"This conversation this month: {sum(here):,} tokens")
+
+
+async def test_a_side_question_is_counted_against_its_asker_on_the_side_model(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    async for h in start_workers(redis_url, llm, 1, GATEWAY_SIDE_MODEL=PRICED):
+        llm.reply = "side answer"
+        message = inbound("/btw what was said?", user="U1")
+        await h.ingest.receive(message)
+        await h.idle(message.session_key)
+        (request,) = llm.requests
+        prompt, completion = tokens_of(request, "side answer")
+        found = await totals(h, "user", "test:U1")
+        assert (found.prompt, found.completion, found.calls, found.unpriced) == (
+            prompt,
+            completion,
+            1,
+            0,
+        )
+        assert found.cost == pytest.approx(prompt * MINI_IN + completion * MINI_OUT)
+        assert (await totals(h, "model", PRICED)).calls == 1
+
+
+async def test_custom_prices_come_before_litellms_map(redis_url: str, llm: FakeLLM) -> None:
+    prices = {
+        PRICED: {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+        "openai/main-model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5},
+    }
+    values = {"GATEWAY_MODEL_PRICES": json.dumps(prices), "GATEWAY_SIDE_MODEL": PRICED}
+    async for h in start_workers(redis_url, llm, 1, **values):
+        llm.reply = "three word reply"
+        message = inbound("hello")
+        await h.ingest.receive(message)
+        await h.idle(message.session_key)
+        await h.ingest.receive(inbound("/btw and?"))
+        await h.idle(message.session_key)
+        main, side = (tokens_of(r, "three word reply") for r in llm.requests)
+        assert (await totals(h, "model", "openai/main-model")).cost == pytest.approx(
+            main[0] * 0.5e-6 + main[1] * 1.5e-6
+        )
+        assert (await totals(h, "model", PRICED)).cost == pytest.approx(
+            side[0] * 1e-6 + side[1] * 2e-6
+        )
+
+
+async def test_a_summary_is_counted_against_the_conversation_not_a_user(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY)
+    async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=400) as talk:
+        await talk_until_segment(talk)
+        asked = talk.compression_requests()
+        prompt = sum(count_words(r["messages"]) for r in asked)
+        redis = talk.redis
+        today = day_of(dt.datetime.now(dt.UTC))
+        ledger = UsageLedger(redis)
+        summaries = await ledger.totals("model", COMPRESSOR, today)
+        assert (summaries.calls, summaries.prompt) == (len(asked), prompt)
+        assert summaries.completion == len(asked) * len(SUMMARY.split())
+        session = await ledger.totals("session", talk.key, today)
+        user = await ledger.totals("user", "test:U1", today)
+        assert session.calls == user.calls + len(asked)  # the turns, and the summaries
+
+
+async def test_a_call_is_written_at_once_by_day_and_kept_400_days(redis_client: Redis) -> None:
+    ledger = UsageLedger(redis_client)
+    charge = Charge("slack:T1:C1:17.5", "U7", "turn")
+    call = ModelCall(PRICED, [], 10.0, charge=charge)
+    monday = dt.datetime(2026, 3, 2, 23, 59, tzinfo=dt.UTC)
+    await ledger.record(call, Usage(100, 20, 0.5), monday)
+    await ledger.record(call, Usage(10, 2, None), monday + dt.timedelta(minutes=2))
+    await ledger.record(ModelCall(PRICED, [], 10.0), Usage(5, 5, 1.0), monday)  # no charge
+    fields = await redis_client.hgetall(Keys.usage("user", "slack:U7"))
+    assert fields == {
+        "2026-03-02|prompt": "100",
+        "2026-03-02|completion": "20",
+        "2026-03-02|calls": "1",
+        "2026-03-02|cost": "0.5",
+        "2026-03-03|prompt": "10",
+        "2026-03-03|completion": "2",
+        "2026-03-03|calls": "1",
+        "2026-03-03|unpriced": "1",
+    }
+    for scope, ident in (("session", charge.session_key), ("workspace", "slack:T1")):
+        assert 0 < await redis_client.ttl(Keys.usage(scope, ident)) <= RETENTION
+    tuesday = await ledger.totals("workspace", "slack:T1", "2026-03-03")
+    assert (tuesday.calls, tuesday.cost_text) == (1, "cost unknown")
+    both = await ledger.totals("model", PRICED, "2026-03-01")
+    assert both.cost_text == "$0.5000 (+ cost unknown for 1 calls)"
+    assert list(await ledger.by("user", "2026-03-03")) == ["slack:U7"]
+    assert await ledger.by("user", "2026-03-04") == {}
+
+
+async def test_metrics_show_tokens_and_cost_by_platform_workspace_and_model(
+    redis_client: Redis,
+) -> None:
+    ledger = UsageLedger(redis_client)
+    priced = ModelCall(PRICED, [], 10.0, charge=Charge("slack:T1:C1", "U1", "turn"))
+    local = ModelCall("ollama/llama3", [], 10.0, charge=Charge("slack:T1:C1", "U2", "side"))
+    await ledger.record(priced, Usage(100, 20, 0.25))
+    await ledger.record(priced, Usage(50, 10, 0.125))
+    await ledger.record(local, Usage(7, 3, None))
+    values, depth = await metrics.snapshot(redis_client, [])
+    registry = CollectorRegistry()
+    registry.register(metrics.SnapshotCollector(values, depth))
+    text = generate_latest(registry).decode()
+    labels = f'model="{PRICED}",platform="slack",workspace="T1"'
+    assert f"gateway_usage_cost_usd_total{{{labels}}} 0.375" in text
+    assert f'gateway_usage_tokens_total{{kind="prompt",{labels}}} 150.0' in text
+    assert f'gateway_usage_tokens_total{{kind="completion",{labels}}} 30.0' in text
+    local_labels = 'model="ollama/llama3",platform="slack",workspace="T1"'
+    assert f"gateway_usage_unpriced_calls_total{{{local_labels}}} 1.0" in text
+    assert "U1" not in text and "U2" not in text  # never a label per user
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("{not json", "GATEWAY_MODEL_PRICES: Value error, must be JSON"),
+        ('{"m": {"input_per_mtok": -1, "output_per_mtok": 1}}', "GATEWAY_MODEL_PRICES"),
+        ('{"m": {"input_per_mtok": 1}}', "GATEWAY_MODEL_PRICES"),
+    ],
+)
+def test_bad_custom_prices_are_one_line_naming_the_setting(value: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        load_settings(_env_file=None, GATEWAY_MODEL_PRICES=value)
+
+
+async def test_costs_and_custom_prices_cross_from_the_model_process(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    prices = {"openai/main-model": {"input_per_mtok": 3.0, "output_per_mtok": 4.0}}
+    values = {
+        "GATEWAY_MODEL_PROCESSES": 1,
+        "GATEWAY_MODEL_PRICES": json.dumps(prices),
+        "GATEWAY_SIDE_MODEL": PRICED,
+    }
+    async for h in start_workers(redis_url, llm, 1, **values):
+        llm.reply = "from afar"
+        message = inbound("hello")
+        await h.ingest.receive(message)
+        await h.idle(message.session_key)
+        await h.ingest.receive(inbound("/btw and?"))
+        await h.idle(message.session_key)
+        main, side = (tokens_of(r, "from afar") for r in llm.requests)
+        assert (await totals(h, "model", "openai/main-model")).cost == pytest.approx(
+            main[0] * 3e-6 + main[1] * 4e-6
+        )
+        assert (await totals(h, "model", PRICED)).cost == pytest.approx(
+            side[0] * MINI_IN + side[1] * MINI_OUT
+        )
