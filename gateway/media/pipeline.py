@@ -34,7 +34,7 @@ from gateway.media.items import Kind, MediaItem, image_entry_ids
 from gateway.media.store import MediaStore, item_field
 from gateway.metrics import Metrics
 from gateway.model import Attachment
-from gateway.models import Models
+from gateway.models import Charge, Models
 from gateway.ports import FileSource, PlainSource
 
 log = logging.getLogger(__name__)
@@ -140,17 +140,20 @@ class MediaPipeline:
         stored: Mapping[str, MediaItem],
     ) -> dict[str, MediaItem]:
         entry_id, allowance = str(entry["id"]), _MessageBytes(self.settings.media_message_bytes)
+        speaker = entry.get("speaker")
+        asker = str(speaker.get("id") or "") if isinstance(speaker, dict) else ""
+        charge = Charge(session_key, asker, "transcription")  # counted for the voice's sender
         work = []
         for index, raw in enumerate(_attachments(entry)):
             name_field = item_field(entry_id, index)
             if name_field not in stored:
-                task = self._one(session_key, source, name_field, (index, raw), allowance)
+                task = self._one(charge, source, name_field, (index, raw), allowance)
                 work.append(task)
         return dict(await asyncio.gather(*work))
 
     async def _one(
         self,
-        session_key: str,
+        charge: Charge,
         source: FileSource,
         name_field: str,
         numbered: tuple[int, object],
@@ -167,13 +170,13 @@ class MediaPipeline:
                 if data is None:
                     data = await self._download(source, attachment)
                     allowance.take(len(data))
-                item = await self._convert(attachment, kind, name, data)
+                item = await self._convert(attachment, kind, name, data, charge)
             except MediaError as exc:
                 item = MediaItem(kind, name, note=str(exc), failed=True)
-            return name_field, await self.store.save(session_key, name_field, item)
+            return name_field, await self.store.save(charge.session_key, name_field, item)
 
     async def _convert(
-        self, attachment: Attachment, kind: Kind, name: str, data: bytes
+        self, attachment: Attachment, kind: Kind, name: str, data: bytes, charge: Charge
     ) -> MediaItem:
         if kind == "voice" and not self.transcriber.enabled:
             return MediaItem("voice", name, note=NOT_ENABLED)  # not downloaded at all
@@ -185,7 +188,8 @@ class MediaPipeline:
             encoded = base64.b64encode(picture.data).decode("ascii")
             return MediaItem("image", name, image_mime=picture.mime, image=encoded)
         if kind == "voice":
-            return MediaItem("voice", name, text=await self.transcriber.transcribe(data, name))
+            text = await self.transcriber.transcribe(data, name, charge)
+            return MediaItem("voice", name, text=text)
         document = await asyncio.to_thread(
             read_document,
             data,

@@ -43,3 +43,27 @@ def call_cost(litellm: ModuleType, model: str, usage: Usage, prices: Prices) -> 
         log.debug("no price for %s: %s", model, type(exc).__name__)
         return None
     return float(prompt_cost) + float(completion_cost)
+
+
+def transcription_usage(
+    litellm: ModuleType, model: str, response: Any, usage: Usage, prices: Prices
+) -> None:
+    """A transcription's tokens, where the provider reports them, and its cost: by tokens
+    with a price for them, else as litellm reckons it (by the audio's seconds, which
+    a plain JSON answer does not carry: then unknown)."""
+    reported = getattr(response, "usage", None)
+    if reported is not None:
+        get = reported.get if isinstance(reported, dict) else lambda k: getattr(reported, k, 0)
+        usage.prompt_tokens = int(get("input_tokens") or 0)
+        usage.completion_tokens = int(get("output_tokens") or 0)
+    if model in prices or usage.prompt_tokens:
+        usage.cost = call_cost(litellm, model, usage, prices)
+        return
+    try:
+        cost = litellm.completion_cost(
+            completion_response=response, model=model, call_type="atranscription"
+        )
+    except Exception as exc:  # no price, or nothing to reckon it by
+        log.debug("no transcription price for %s: %s", model, type(exc).__name__)
+        cost = None
+    usage.cost = float(cost) if cost else None

@@ -17,6 +17,7 @@ from gateway.models.litellm_backend import LitellmBackend, model_window
 from gateway.models.pool import ModelPool
 from gateway.models.scripted import echo
 from gateway.models.types import (
+    Charge,
     Message,
     ModelCall,
     ModelSettings,
@@ -132,9 +133,15 @@ class Models:
             self._vision[model] = await self._serving(model).vision(model)
         return self._vision[model]
 
-    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+    async def transcribe(
+        self, model: str, audio: bytes, filename: str, timeout: float, charge: Charge | None = None
+    ) -> str:
         """The text of a voice message, through `model` (a transcription model)."""
-        return await self._serving(model).transcribe(model, audio, filename, timeout)
+        usage = Usage()
+        text = await self._serving(model).transcribe(model, audio, filename, timeout, usage)
+        if self.meter is not None:
+            await self.meter(ModelCall(model, (), timeout, charge=charge), usage)
+        return text
 
     def known_window(self, model: str) -> int | None:
         """`window` without waiting: the one found before, else litellm's map read here.

@@ -28,7 +28,7 @@ from gateway.errors import (
     ModelUnavailable,
     ProviderStateLost,
 )
-from gateway.models.cost import call_cost
+from gateway.models.cost import call_cost, transcription_usage
 from gateway.models.providers import (
     base_model,
     means_state_lost,
@@ -184,7 +184,9 @@ class LitellmBackend:
     async def vision(self, model: str) -> bool:
         return await asyncio.to_thread(model_vision, model)
 
-    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+    async def transcribe(
+        self, model: str, audio: bytes, filename: str, timeout: float, usage: Usage
+    ) -> str:
         """The text of a voice message (litellm's transcription endpoint), not retried."""
         litellm = load_litellm()
         kwargs: dict[str, Any] = {
@@ -198,6 +200,7 @@ class LitellmBackend:
             response = await asyncio.wait_for(litellm.atranscription(**kwargs), timeout)
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
             raise self._map(exc) from exc
+        transcription_usage(litellm, model, response, usage, self.prices)
         return str(getattr(response, "text", "") or "")
 
     async def _acompletion(self, call: ModelCall, *, stream: bool) -> Any:

@@ -13,9 +13,11 @@ from redis.asyncio import Redis
 from gateway import metrics
 from gateway.config import load_settings
 from gateway.errors import ConfigError
+from gateway.model import Attachment
 from gateway.models import Charge, ModelCall, Usage
 from gateway.store import Keys
 from gateway.usage import RETENTION, Totals, UsageLedger, day_of
+from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM, ReceivedRequest
 from tests.fakes.llm_shapes import count_words
 from tests.gateway.conversation import COMPRESSOR, conversation
@@ -267,3 +269,41 @@ async def test_costs_and_custom_prices_cross_from_the_model_process(
         assert (await totals(h, "model", PRICED)).cost == pytest.approx(
             side[0] * MINI_IN + side[1] * MINI_OUT
         )
+
+
+@pytest.mark.parametrize(
+    ("model", "reported", "cost", "processes"),
+    [
+        # gpt-4o-transcribe answers with token usage; litellm prices its tokens
+        ("openai/gpt-4o-transcribe", (100, 10), 100 * 2.5e-6 + 10 * 1e-5, 0),
+        ("openai/gpt-4o-transcribe", (100, 10), 100 * 2.5e-6 + 10 * 1e-5, 1),
+        # whisper-1 is priced by the second, which a plain JSON answer does not carry
+        ("openai/whisper-1", None, None, 0),
+    ],
+)
+async def test_a_voice_note_is_counted_against_its_sender(
+    redis_url: str,
+    llm: FakeLLM,
+    files: FakeFiles,
+    model: str,
+    reported: tuple[int, int] | None,
+    cost: float | None,
+    processes: int,
+) -> None:
+    llm.transcription_tokens = reported
+    values = {"GATEWAY_TRANSCRIPTION_MODEL": model, "GATEWAY_MODEL_PROCESSES": processes}
+    async for h in start_workers(redis_url, llm, 1, **values):
+        url = files.add("note.ogg", b"OggS" + b"\1" * 2000, content_type="audio/ogg")
+        note = Attachment(kind="voice", url=url, name="note.ogg", mime_type="audio/ogg")
+        message = inbound("", attachments=(note,), user="U1")
+        await h.ingest.receive(message)
+        await h.idle(message.session_key)
+        assert len(llm.transcriptions) == 1
+        heard = await totals(h, "model", model)
+        assert (heard.calls, heard.prompt, heard.completion) == (1, *(reported or (0, 0)))
+        if cost is None:
+            assert heard.cost_text == "cost unknown"
+        else:
+            assert heard.unpriced == 0 and heard.cost == pytest.approx(cost)
+        mine = await totals(h, "user", "test:U1")
+        assert mine.calls == 2  # the transcription and the turn
