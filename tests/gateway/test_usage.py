@@ -35,6 +35,15 @@ def tokens_of(request: ReceivedRequest, reply: str) -> tuple[int, int]:
     return count_words(request["messages"]), len(reply.split())
 
 
+async def one_turn(harness: Harness, text: str, reply: str) -> tuple[str, int, int]:
+    """Say `text`, answered with `reply`: the session key, and the usage the model reported."""
+    harness.llm.reply = reply
+    message = inbound(text)
+    await harness.ingest.receive(message)
+    await harness.idle(message.session_key)
+    return message.session_key, *tokens_of(harness.llm.requests[-1], reply)
+
+
 async def totals(harness: Harness, scope: str, ident: str) -> Totals:
     today = day_of(dt.datetime.now(dt.UTC))
     return await UsageLedger(harness.sessions.redis).totals(scope, ident, today)
@@ -49,16 +58,11 @@ async def priced(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
 async def test_a_turn_on_a_priced_model_is_counted_with_litellms_cost_everywhere(
     priced: Harness,
 ) -> None:
-    priced.llm.reply = "four words of reply"
-    message = inbound("hello there")
-    await priced.ingest.receive(message)
-    await priced.idle(message.session_key)
-    (request,) = priced.llm.requests
-    prompt, completion = tokens_of(request, priced.llm.reply)
+    key, prompt, completion = await one_turn(priced, "hello there", "four words of reply")
     cost = prompt * MINI_IN + completion * MINI_OUT
     for scope, ident in (
         ("user", "test:U1"),
-        ("session", message.session_key),
+        ("session", key),
         ("workspace", "test:W"),
         ("model", PRICED),
     ):
@@ -73,12 +77,7 @@ async def test_a_turn_on_a_priced_model_is_counted_with_litellms_cost_everywhere
 async def test_an_unpriced_model_counts_tokens_and_its_cost_stays_unknown(
     harness: Harness,
 ) -> None:
-    harness.llm.reply = "a reply"
-    message = inbound("hello")
-    await harness.ingest.receive(message)
-    await harness.idle(message.session_key)
-    (request,) = harness.llm.requests
-    prompt, completion = tokens_of(request, "a reply")
+    key, prompt, completion = await one_turn(harness, "hello", "a reply")
     found = await totals(harness, "model", "openai/main-model")
     assert (found.prompt, found.completion, found.calls, found.unpriced) == (
         prompt,
@@ -90,7 +89,7 @@ async def test_an_unpriced_model_counts_tokens_and_its_cost_stays_unknown(
     assert found.as_dict()["cost_usd"] is None
 
     await harness.ingest.receive(inbound("/usage"))
-    await harness.idle(message.session_key)
+    await harness.idle(key)
     answer = texts(harness.sender)[-1]
     assert answer.startswith(f"Your usage today: {prompt + completion:,} tokens")
     assert "cost unknown" in answer
@@ -141,25 +140,38 @@ async def test_a_side_question_is_counted_against_its_asker_on_the_side_model(
         assert (await totals(h, "model", PRICED)).calls == 1
 
 
-async def test_custom_prices_come_before_litellms_map(redis_url: str, llm: FakeLLM) -> None:
-    prices = {
-        PRICED: {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
-        "openai/main-model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5},
+@pytest.mark.parametrize(
+    ("processes", "side_prices", "side_per_token"),
+    [
+        # the operator's price for a model litellm knows wins over litellm's
+        (0, {PRICED: {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}, (1e-6, 2e-6)),
+        # costs and custom prices cross from a model process; litellm's map where none is set
+        (1, {}, (MINI_IN, MINI_OUT)),
+    ],
+)
+async def test_custom_prices_come_before_litellms_map(
+    redis_url: str,
+    llm: FakeLLM,
+    processes: int,
+    side_prices: dict[str, dict[str, float]],
+    side_per_token: tuple[float, float],
+) -> None:
+    prices = {"openai/main-model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}} | side_prices
+    values = {
+        "GATEWAY_MODEL_PRICES": json.dumps(prices),
+        "GATEWAY_SIDE_MODEL": PRICED,
+        "GATEWAY_MODEL_PROCESSES": processes,
     }
-    values = {"GATEWAY_MODEL_PRICES": json.dumps(prices), "GATEWAY_SIDE_MODEL": PRICED}
     async for h in start_workers(redis_url, llm, 1, **values):
-        llm.reply = "three word reply"
-        message = inbound("hello")
-        await h.ingest.receive(message)
-        await h.idle(message.session_key)
+        key, *main = await one_turn(h, "hello", "three word reply")
         await h.ingest.receive(inbound("/btw and?"))
-        await h.idle(message.session_key)
-        main, side = (tokens_of(r, "three word reply") for r in llm.requests)
+        await h.idle(key)
+        side = tokens_of(llm.requests[-1], "three word reply")
         assert (await totals(h, "model", "openai/main-model")).cost == pytest.approx(
             main[0] * 0.5e-6 + main[1] * 1.5e-6
         )
         assert (await totals(h, "model", PRICED)).cost == pytest.approx(
-            side[0] * 1e-6 + side[1] * 2e-6
+            side[0] * side_per_token[0] + side[1] * side_per_token[1]
         )
 
 
@@ -244,31 +256,6 @@ async def test_metrics_show_tokens_and_cost_by_platform_workspace_and_model(
 def test_bad_custom_prices_are_one_line_naming_the_setting(value: str, said: str) -> None:
     with pytest.raises(ConfigError, match=said):
         load_settings(_env_file=None, GATEWAY_MODEL_PRICES=value)
-
-
-async def test_costs_and_custom_prices_cross_from_the_model_process(
-    redis_url: str, llm: FakeLLM
-) -> None:
-    prices = {"openai/main-model": {"input_per_mtok": 3.0, "output_per_mtok": 4.0}}
-    values = {
-        "GATEWAY_MODEL_PROCESSES": 1,
-        "GATEWAY_MODEL_PRICES": json.dumps(prices),
-        "GATEWAY_SIDE_MODEL": PRICED,
-    }
-    async for h in start_workers(redis_url, llm, 1, **values):
-        llm.reply = "from afar"
-        message = inbound("hello")
-        await h.ingest.receive(message)
-        await h.idle(message.session_key)
-        await h.ingest.receive(inbound("/btw and?"))
-        await h.idle(message.session_key)
-        main, side = (tokens_of(r, "from afar") for r in llm.requests)
-        assert (await totals(h, "model", "openai/main-model")).cost == pytest.approx(
-            main[0] * 3e-6 + main[1] * 4e-6
-        )
-        assert (await totals(h, "model", PRICED)).cost == pytest.approx(
-            side[0] * MINI_IN + side[1] * MINI_OUT
-        )
 
 
 @pytest.mark.parametrize(
