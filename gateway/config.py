@@ -24,6 +24,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "in a group starts with the speaker's name."
 )
 _TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(usd|tokens)\s*$", re.IGNORECASE)
 
 
 class ModelPrice(BaseModel):
@@ -144,6 +145,13 @@ class Settings(BaseSettings):
 
     # JSON: {"model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}}
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="GATEWAY_MODEL_PRICES")
+    # "2usd" or "500000tokens"; unset: no such budget (gateway/budgets.py)
+    budget_user_daily: str | None = Field(default=None, alias="GATEWAY_BUDGET_USER_DAILY")
+    budget_user_monthly: str | None = Field(default=None, alias="GATEWAY_BUDGET_USER_MONTHLY")
+    budget_workspace_daily: str | None = Field(default=None, alias="GATEWAY_BUDGET_WORKSPACE_DAILY")
+    budget_workspace_monthly: str | None = Field(
+        default=None, alias="GATEWAY_BUDGET_WORKSPACE_MONTHLY"
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -170,6 +178,23 @@ class Settings(BaseSettings):
                 "leave it unset to keep sessions for good"
             )
         return value
+
+    @field_validator(
+        "budget_user_daily",
+        "budget_user_monthly",
+        "budget_workspace_daily",
+        "budget_workspace_monthly",
+    )
+    @classmethod
+    def _budget(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        match = _BUDGET.match(value)
+        if not match or float(match[1]) <= 0:
+            raise ValueError(
+                f"must be an amount above 0 in usd or tokens, such as 2usd (got {value!r})"
+            )
+        return f"{match[1]}{match[2].lower()}"
 
     @field_validator("model_prices", mode="before")
     @classmethod

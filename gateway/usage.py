@@ -19,6 +19,7 @@ from typing import cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway.budgets import add_use
 from gateway.models import Charge, ModelCall, Usage
 from gateway.store import Keys
 
@@ -90,7 +91,8 @@ class UsageLedger:
         """Count a finished call against its charge (a call without one is not counted)."""
         if call.charge is None:
             return
-        day = day_of(now or dt.datetime.now(dt.UTC))
+        now = now or dt.datetime.now(dt.UTC)
+        day = day_of(now)
         ids = scopes_of(call.charge) | {"model": call.model}
         platform, workspace = ids["workspace"].split(":", 1)
         labels = f"{platform}|{workspace}|{call.model}"
@@ -111,6 +113,8 @@ class UsageLedger:
                 pipe.hincrby(Keys.METRICS, f"usage_unpriced|{labels}", 1)
             else:
                 pipe.hincrbyfloat(Keys.METRICS, f"usage_cost|{labels}", usage.cost)
+            tokens = usage.prompt_tokens + usage.completion_tokens
+            add_use(pipe, call.charge, tokens, usage.cost, now)
             await pipe.execute()
 
     async def safely(self, call: ModelCall, usage: Usage) -> None:

@@ -46,6 +46,7 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "enqueue_turn",
         "approval_open",
         "decide",
+        "budget_hold",
     ):
         script = load(name)
         assert script.keys and script.args, name
