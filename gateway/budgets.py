@@ -15,8 +15,10 @@ whose worker died is let go of when its period's key expires.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -24,12 +26,13 @@ from redis.asyncio.client import Pipeline
 
 from gateway.config import Settings
 from gateway.errors import BudgetExceeded
-from gateway.models import Charge
+from gateway.models import Charge, Message, ModelCall
+from gateway.models.cost import Prices
 from gateway.scripts import load
 from gateway.store import Keys
 
 DAY_TTL, MONTH_TTL = 2 * 86_400, 32 * 86_400
-WARN_AT = 0.8
+DEFAULT_OUTPUT = 4096  # a call's most output when no GATEWAY_MAX_TOKENS bounds it
 # The spend keys a call touches, in the script's order: (scope, period).
 SLOTS = (("user", "daily"), ("user", "monthly"), ("workspace", "daily"), ("workspace", "monthly"))
 _AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)(usd|tokens)$")
@@ -73,9 +76,12 @@ def spend_keys(charge: Charge, now: dt.datetime) -> tuple[str, ...]:
 class Budgets:
     """The budgets of the settings, checked and held before turns and side questions."""
 
-    def __init__(self, redis: Redis, budgets: Sequence[Budget | None]) -> None:
+    def __init__(
+        self, redis: Redis, budgets: Sequence[Budget | None], prices: Prices | None = None
+    ) -> None:
         self.redis = redis
         self.budgets = tuple(budgets)
+        self.prices = prices or {}
         self._hold = load("budget_hold").bind(redis)
 
     @classmethod
@@ -84,7 +90,19 @@ class Budgets:
         found = [
             Budget.parse(getattr(settings, f"budget_{scope}_{period}")) for scope, period in SLOTS
         ]
-        return cls(redis, found) if any(found) else None
+        prices = {name: price.per_token() for name, price in settings.model_prices.items()}
+        return cls(redis, found, prices) if any(found) else None
+
+    async def hold_call(
+        self, charge: Charge, model: str, messages: Sequence[Message], max_output: int | None
+    ) -> Hold:
+        """`hold` with a call's estimate: its request's tokens (about 4 characters each)
+        and its most output; in USD only at a price set in GATEWAY_MODEL_PRICES (the
+        worker has no price map: a call of another model holds tokens alone)."""
+        prompt = len(json.dumps(list(messages), ensure_ascii=False)) // 4
+        output = max_output or DEFAULT_OUTPUT
+        per_input, per_output = self.prices.get(model, (0.0, 0.0))
+        return await self.hold(charge, prompt + output, prompt * per_input + output * per_output)
 
     async def hold(
         self, charge: Charge, tokens: int, usd: float, now: dt.datetime | None = None
@@ -118,6 +136,20 @@ class Budgets:
         scope, period = SLOTS[slot]
         whose = "Your" if scope == "user" else "This workspace's"
         return f"{whose} {period} budget ({self.budgets[slot]}) {state}; {_resets(period, now)}."
+
+
+@asynccontextmanager
+async def holding(caps: Budgets | None, call: ModelCall) -> AsyncIterator[Hold | None]:
+    """`call`'s budgets held while it runs (None without budgets); BudgetExceeded when
+    one is used up."""
+    if caps is None or call.charge is None:
+        yield None
+        return
+    hold = await caps.hold_call(call.charge, call.model, call.messages, call.max_tokens)
+    try:
+        yield hold
+    finally:
+        await caps.release(hold)
 
 
 def _resets(period: str, now: dt.datetime) -> str:

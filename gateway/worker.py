@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from gateway import side_question, tools
 from gateway.approvals import ApprovalStore
+from gateway.budgets import holding
 from gateway.compiler import split_view
 from gateway.config import ECHO_MODEL, Settings
 from gateway.confirmations import Confirmations
@@ -372,10 +373,12 @@ class Worker:
         )
         marker = side_question.answer_marker(question)
         try:
-            answer, _ = await self.models.complete(call)
+            async with holding(self.turns.caps, call) as hold:
+                answer, _ = await self.models.complete(call)
             body, outcome = answer.strip() or "_(the side model returned an empty answer)_", "ok"
+            body += f"\n\n⚠️ {hold.warning}" if hold is not None and hold.warning else ""
         except ModelError as exc:
-            body, outcome = f"⚠️ The side question failed: {exc.user_text} ({exc}).", "failed"
+            body, outcome = side_question.failure_text(exc), "failed"
         await self._send(address, f"{marker}\n\n{body}")
         await self.metrics.count("side", outcome)
         log.info("side question in %s %s in %.2fs", key, outcome, time.monotonic() - started)
