@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NAMES = frozenset({"btw", "reset", "new", "stop", "status", "help"})
+NAMES = frozenset({"btw", "reset", "new", "stop", "status", "usage", "help"})
 _COMMAND = re.compile(r"^\s*([/!])([A-Za-z]+)(?:@[\w.-]+)?(?=\s|$)\s*(.*)\Z", re.DOTALL)
 
 HELP_TEXT = (
@@ -15,6 +15,7 @@ HELP_TEXT = (
     "• `/reset` (or `/new`): start a fresh conversation\n"
     "• `/stop`: stop the reply being written\n"
     "• `/status`: model, conversation size, queued messages\n"
+    "• `/usage`: your tokens and cost today and this month, and this conversation's\n"
     "• `/help`: this list"
 )
 # The commands a platform's menu offers (`/new` is `/reset`'s other name, not listed).
@@ -23,6 +24,7 @@ MENU = (
     ("reset", "Start a fresh conversation"),
     ("stop", "Stop the answer being written"),
     ("status", "Model, conversation size, queued messages"),
+    ("usage", "Your tokens and cost, and this conversation's"),
     ("help", "The commands"),
 )
 BTW_USAGE = "Usage: /btw <question> — ask a side question about this conversation."

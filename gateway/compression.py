@@ -37,7 +37,7 @@ from redis.asyncio import Redis
 from gateway.config import Settings
 from gateway.errors import ModelError
 from gateway.lease import Lease
-from gateway.models import ModelCall, Models
+from gateway.models import Charge, ModelCall, Models
 from gateway.scripts import load
 from gateway.segments import Plan, Segment, plan_segment
 from gateway.session import Entry, HistoryView, SessionStore
@@ -228,6 +228,7 @@ class Compressor:
             self.settings.model_timeout,
             max_tokens=self.summary_tokens,
             temperature=0.2,
+            charge=Charge(session_key, "", "compression"),
         )
         try:
             text, _ = await self.models.complete(call)

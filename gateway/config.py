@@ -7,11 +7,12 @@ or an error.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.errors import ConfigError
@@ -24,6 +25,19 @@ DEFAULT_SYSTEM_PROMPT = (
     "in a group starts with the speaker's name."
 )
 _TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(usd|tokens)\s*$", re.IGNORECASE)
+
+
+class ModelPrice(BaseModel):
+    """A model's price in USD per million tokens (GATEWAY_MODEL_PRICES), before litellm's map."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def per_token(self) -> tuple[float, float]:
+        return self.input_per_mtok / 1e6, self.output_per_mtok / 1e6
 
 
 class Settings(BaseSettings):
@@ -136,6 +150,16 @@ class Settings(BaseSettings):
     # so it is the operator's choice, never a default.
     session_retention_days: int | None = Field(default=None, alias="GATEWAY_SESSION_RETENTION_DAYS")
 
+    # JSON: {"model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}}
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="GATEWAY_MODEL_PRICES")
+    # "2usd" or "500000tokens"; unset: no such budget (gateway/budgets.py)
+    budget_user_daily: str | None = Field(default=None, alias="GATEWAY_BUDGET_USER_DAILY")
+    budget_user_monthly: str | None = Field(default=None, alias="GATEWAY_BUDGET_USER_MONTHLY")
+    budget_workspace_daily: str | None = Field(default=None, alias="GATEWAY_BUDGET_WORKSPACE_DAILY")
+    budget_workspace_monthly: str | None = Field(
+        default=None, alias="GATEWAY_BUDGET_WORKSPACE_MONTHLY"
+    )
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -181,6 +205,33 @@ class Settings(BaseSettings):
 
     def _rate_of(self, text: str | None) -> Rate | None:
         return None if text is None else parse_rate(text, self.rate_burst)
+
+    @field_validator(
+        "budget_user_daily",
+        "budget_user_monthly",
+        "budget_workspace_daily",
+        "budget_workspace_monthly",
+    )
+    @classmethod
+    def _budget(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        match = _BUDGET.match(value)
+        if not match or float(match[1]) <= 0:
+            raise ValueError(
+                f"must be an amount above 0 in usd or tokens, such as 2usd (got {value!r})"
+            )
+        return f"{match[1]}{match[2].lower()}"
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _prices(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"must be JSON ({exc.msg} at character {exc.pos})") from None
 
     @property
     def side_model(self) -> str:

@@ -22,6 +22,7 @@
           ├── ModelUnavailable    connection refused, 5xx
           ├── ModelRejected       4xx other than 429: bad request, auth, unknown model
           ├── ModelBadResponse    an answer of a shape the gateway cannot read (no choices, …)
+          ├── BudgetExceeded      a user's or workspace's budget is used up; no call is made
           └── ProviderStateLost   a stateful provider no longer holds the conversation
 
 Callers catch the narrowest class they can act on. Every message is written so
@@ -103,6 +104,15 @@ class ModelError(GatewayError):
     """A model call failed for good (after any retries)."""
 
     user_text = "the model failed"
+
+
+class BudgetExceeded(ModelError):
+    """A user's or workspace's budget is used up: the call is not made. Its text says
+    which budget, and when it resets."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.user_text = text
 
 
 class ModelTimeout(ModelError):

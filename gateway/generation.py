@@ -14,7 +14,7 @@ from gateway.delivery import ReplyStream
 from gateway.early import EarlyStart
 from gateway.errors import ModelBadResponse, ModelError, ProviderStateLost
 from gateway.lease import Lease
-from gateway.models import Message, ModelCall, Models, ResponseChain, ToolCall, Usage
+from gateway.models import Charge, Message, ModelCall, Models, ResponseChain, ToolCall, Usage
 from gateway.prepare import PreparedTurn
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class Generation:
 
     async def step(
         self,
-        key: str,
+        charge: Charge,
         messages: Sequence[Message],
         usage: Usage,
         stream: ReplyStream,
@@ -91,15 +91,19 @@ class Generation:
         calls: list[ToolCall] | None,
     ) -> TurnResult:
         """One call of a tool loop: `messages` offered `tools`; `calls` gets what the
-        model asked for (filled in only when the answer ended cleanly)."""
-        pieces = self._stream(messages, usage, chain, tools, calls)
+        model asked for (filled in only when the answer ended cleanly); its usage is
+        counted against `charge`."""
+        pieces = self._stream(messages, usage, chain, tools, calls, charge)
         return await generate(pieces, stream, running)
 
     def pieces(
         self, prepared: PreparedTurn, usage: Usage, chain: ResponseChain | None
     ) -> AsyncIterator[str]:
         """The reply's pieces, as the model streams them (on `chain` for a stateful one)."""
-        return self._stream(prepared.request.messages, usage, chain, None, None)
+        context = prepared.context
+        user = context.target.speaker_id if context.target is not None else ""
+        charge = Charge(context.session_key, user, "turn")
+        return self._stream(prepared.request.messages, usage, chain, None, None, charge)
 
     def _stream(
         self,
@@ -108,6 +112,7 @@ class Generation:
         chain: ResponseChain | None,
         tools: Sequence[Message] | None,
         calls: list[ToolCall] | None,
+        charge: Charge,
     ) -> AsyncIterator[str]:
         call = ModelCall(
             self.settings.model,
@@ -115,6 +120,7 @@ class Generation:
             self.settings.model_timeout,
             max_tokens=self.settings.max_tokens,
             tools=tools,
+            charge=charge,
         )
         if chain is None:
             return self.models.stream(call, usage, calls)

@@ -245,8 +245,9 @@ class Ingest:
             await self._cancel(key)
             text = "Stopping the reply." if running else "Nothing is running."
             return await self._notice(inbound, inbound.reply, text)
-        if command.name == "status":
-            return await self._enqueue(inbound, "status", {"address": _dump(inbound.reply)})
+        if command.name in ("status", "usage"):
+            payload = {"address": _dump(inbound.reply), "user": inbound.speaker.id}
+            return await self._enqueue(inbound, command.name, payload)
         return await self._notice(inbound, inbound.reply, commands.HELP_TEXT)
 
     async def _side_question(self, inbound: Inbound, question: str) -> Outcome:
@@ -258,6 +259,7 @@ class Ingest:
             "question": question,
             "address": _dump(inbound.side_reply),
             "speaker": inbound.speaker.name,
+            "user": inbound.speaker.id,
         }
         status, _ = await self.sessions.enqueue(
             inbound,

@@ -128,6 +128,7 @@ class SnapshotCollector(Collector):
             "Messages refused over a rate limit",
             labels=["platform"],
         )
+        usage = _UsageFamilies()
         for field, raw in self.values.items():
             name, _, rest = field.partition("|")
             if name == "turns":
@@ -148,8 +149,11 @@ class SnapshotCollector(Collector):
             elif name == "tools":
                 tool, _, outcome = rest.rpartition("|")
                 tools.add_metric([tool, outcome], float(raw))
+            elif name.startswith("usage_"):
+                usage.add(name, rest, float(raw))
         yield from (turns, errors, tokens, side, early, tools, downloads, download_bytes)
         yield rate_limited
+        yield from (usage.tokens, usage.cost, usage.unpriced)
         yield self._histogram("", LATENCY_BUCKETS, "gateway_turn_latency_seconds", "Main turn")
         yield self._histogram(
             "tool_", TOOL_LATENCY_BUCKETS, "gateway_tool_latency_seconds", "Tool call"
@@ -177,3 +181,30 @@ class SnapshotCollector(Collector):
         for platform, depth in self.depth.items():
             gauge.add_metric([platform], depth)
         return gauge
+
+
+class _UsageFamilies:
+    """Tokens and cost of every model call (`gateway.usage`), by platform, workspace and
+    model: the model is the label last, so a `|` in its name stays in it."""
+
+    LABELS = ("platform", "workspace", "model")
+
+    def __init__(self) -> None:
+        self.tokens = CounterMetricFamily(
+            "gateway_usage_tokens", "Model tokens of every call", labels=["kind", *self.LABELS]
+        )
+        self.cost = CounterMetricFamily(
+            "gateway_usage_cost_usd", "Cost of the calls with a known price", labels=self.LABELS
+        )
+        self.unpriced = CounterMetricFamily(
+            "gateway_usage_unpriced_calls", "Calls whose cost is unknown", labels=self.LABELS
+        )
+
+    def add(self, name: str, rest: str, value: float) -> None:
+        if name == "usage_tokens":
+            kind, _, rest = rest.partition("|")
+            self.tokens.add_metric([kind, *rest.split("|", 2)], value)
+        elif name == "usage_cost":
+            self.cost.add_metric(rest.split("|", 2), value)
+        elif name == "usage_unpriced":
+            self.unpriced.add_metric(rest.split("|", 2), value)

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from gateway.delivery import ReplyStream, SendBudget
-from gateway.errors import ModelError, ModelStalled, PlatformError
+from gateway.errors import BudgetExceeded, ModelError, ModelStalled, PlatformError
 from gateway.generation import TurnResult
 from gateway.metrics import Metrics
 from gateway.model import Address
@@ -90,4 +90,6 @@ class Replies:
 
 
 def failure_text(error: ModelError) -> str:
+    if isinstance(error, BudgetExceeded):
+        return f"⚠️ {error.user_text}"  # which budget, and when it resets: trying again won't do
     return f"⚠️ Sorry, I could not answer: {error.user_text}. Please try again in a moment."

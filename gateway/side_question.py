@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from gateway.errors import BudgetExceeded, ModelError
 from gateway.transcript import CUT
 
 TRANSCRIPT_OPEN: Final = "===== CONVERSATION TRANSCRIPT (read-only snapshot) ====="
@@ -48,3 +49,10 @@ def answer_marker(question: str) -> str:
     if len(one_line) > MARKER_QUOTE_CHARS:
         one_line = one_line[: MARKER_QUOTE_CHARS - 1].rstrip() + CUT
     return f"> btw: “{one_line}”"
+
+
+def failure_text(error: ModelError) -> str:
+    """The side answer's place when the call failed, or was refused by a budget."""
+    if isinstance(error, BudgetExceeded):
+        return f"⚠️ {error.user_text}"
+    return f"⚠️ The side question failed: {error.user_text} ({error})."

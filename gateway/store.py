@@ -165,6 +165,18 @@ class Keys:
         return f"{PREFIX}:channel:{channel_key}"
 
     @staticmethod
+    def usage(scope: str, ident: str) -> str:
+        """A hash of one user's, session's, workspace's or model's usage, by UTC day
+        (`gateway/usage.py` names its fields)."""
+        return f"{PREFIX}:usage:{scope}:{ident}"
+
+    @staticmethod
+    def spend(scope: str, ident: str, period: str) -> str:
+        """A hash of what a user or workspace used in one day or month (`YYYY-MM[-DD]`)
+        and what calls in flight hold: budgets read it (`gateway/scripts/budget_hold.lua`)."""
+        return f"{PREFIX}:spend:{scope}:{ident}:{period}"
+
+    @staticmethod
     def budget(chat_key: str) -> str:
         return f"{PREFIX}:budget:{chat_key}"
 

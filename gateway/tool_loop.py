@@ -29,7 +29,7 @@ from gateway.confirmations import Asker, Confirmations
 from gateway.delivery import ReplyStream
 from gateway.errors import LeaseLost
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
-from gateway.models import Message, ResponseChain, ToolCall, Usage
+from gateway.models import Charge, Message, ResponseChain, ToolCall, Usage
 from gateway.ports import Sender, StatusSender
 from gateway.prepare import PreparedTurn
 from gateway.session import Claim, Entry, SessionStore, new_entry_id
@@ -149,8 +149,9 @@ class ToolLoop:
     ) -> TurnResult:
         """One model call; the text it streams is this step's (the stream shows them all)."""
         before = len(stream.text)
+        charge = Charge(state.session_key, state.asker.user_id, "turn")  # the asker's usage
         result = await self.generation.step(
-            state.session_key, state.messages, usage, stream, running, state.chain, tools, calls
+            charge, state.messages, usage, stream, running, state.chain, tools, calls
         )
         if running.reason == LEASE_LOST:
             raise LeaseLost(f"lease of {state.session_key} expired during a tool step")

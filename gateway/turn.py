@@ -15,6 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from gateway.budgets import Budgets, Hold
 from gateway.chains import Chains
 from gateway.claims import Claims, Turn, last_user
 from gateway.compiler import TurnContext
@@ -29,7 +30,7 @@ from gateway.jobs import Job, JobQueue
 from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
-from gateway.models import Models, ResponseChain, Usage
+from gateway.models import Charge, Models, ResponseChain, Usage
 from gateway.models.providers import is_stateful
 from gateway.ports import Sender
 from gateway.prepare import PreparedTurn, Preparer
@@ -72,6 +73,8 @@ class TurnRunner:
         self.claims = Claims(sessions, settings.lease_ttl, self.early)
         self.replies = Replies(sessions, budget, metrics)
         self.tools = tools
+        self.caps = Budgets.of(sessions.redis, settings)
+        self.model, self.max_output = settings.model, settings.max_tokens
         self.loop = (
             ToolLoop(sessions, self.generation, tools, settings.tool_max_steps, confirmations)
             if tools is not None
@@ -88,7 +91,8 @@ class TurnRunner:
         lease = self.claims.lease(key)
         try:
             # A call started early offers no tools: with tools, every turn starts claimed.
-            early = self.early.start(job) if self.loop is None else None
+            # Nor with budgets: no call is sent before its budgets are checked.
+            early = self.early.start(job) if self.loop is None and self.caps is None else None
         except Exception as exc:  # a job with a payload of the wrong shape: start as usual
             log.warning("%s: no early start for job %s (%r)", key, job.id, exc)
             early = None
@@ -129,10 +133,11 @@ class TurnRunner:
             str(user.get("id") or ""),
             may_post=turn.lease.renew,  # a new message only while the lease is held
         )
-        usage, prepared, chain, length = Usage(), None, None, claim.length
+        usage, prepared, chain, length, hold = Usage(), None, None, claim.length, None
         try:
             try:
                 prepared = await self._prepare(turn, context)
+                hold = await self._hold(key, user, prepared, sender, address)
                 if self.loop is not None:
                     asker = Asker(str(user["speaker"]["id"]), _speaker_name(user), address)
                     ran = await self.loop.run(
@@ -164,11 +169,28 @@ class TurnRunner:
         except BaseException:
             await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
             raise
+        finally:
+            if hold is not None and self.caps is not None:
+                await self.caps.release(hold)
         outcome = await self._finish(turn, prepared, chain, result, entry, length)
         if length != claim.length and outcome != "superseded":
             # Messages that came while the loop was open stayed in the inbox: their turn.
             await self.sessions.enqueue_turn(key, address.platform)
         await _report(self.metrics, turn, address, time.monotonic() - started, usage, outcome)
+
+    async def _hold(
+        self, key: str, user: Entry, prepared: PreparedTurn, sender: Sender, address: Address
+    ) -> Hold | None:
+        """The turn's budgets checked and its estimate held (BudgetExceeded when one is
+        used up); the asker is told once when one passes 80%."""
+        if self.caps is None:
+            return None
+        charge = Charge(key, str(user["speaker"]["id"]), "turn")
+        messages = prepared.request.messages
+        hold = await self.caps.hold_call(charge, self.model, messages, self.max_output)
+        if hold.warning:
+            await _tell(sender, address, (f"⚠️ {hold.warning}",), self.replies.budget)
+        return hold
 
     async def _wait_for_approval(self, turn: Turn, stream: ReplyStream) -> None:
         """A call waits for its approval: the reply says so, and the turn lets go of its
@@ -226,9 +248,9 @@ class TurnRunner:
 async def _tell(
     sender: Sender, address: Address, notices: tuple[str, ...], budget: SendBudget
 ) -> None:
-    """What was heard in the message's voice notes and the files that could not be used,
-    a line each, in one message before the answer (paced like every other message to the
-    chat); a failure to send it does not stop the turn."""
+    """Lines for the asker before the answer (what was heard in voice notes, files of the
+    message that could not be used, a budget past 80%), in one message paced like every
+    other message to the chat; a failure to send it does not stop the turn."""
     if not notices:
         return
     try:

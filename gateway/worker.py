@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from gateway import side_question, tools
 from gateway.approvals import ApprovalStore
+from gateway.budgets import holding
 from gateway.compiler import split_view
 from gateway.config import ECHO_MODEL, Settings
 from gateway.confirmations import Confirmations
@@ -33,13 +34,14 @@ from gateway.jobs import Job, JobQueue
 from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
-from gateway.models import ModelCall, Models
+from gateway.models import Charge, ModelCall, Models
 from gateway.ports import FileSource, Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.transcript import render_transcript
 from gateway.turn import TurnRunner
+from gateway.usage import UsageLedger, usage_text
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class Worker:
         self.redis = redis
         self.senders = dict(senders)
         self.models = models or Models.for_settings(settings, processes=self._model_processes())
+        self.ledger = UsageLedger(redis)
+        self.models.meter = self.ledger.safely
         self.sessions = SessionStore(redis, streams)
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
         self.budget = SendBudget(redis)
@@ -329,6 +333,10 @@ class Worker:
             await self._send(Address.model_validate(job.payload["address"]), job.payload["text"])
         elif job.kind == "status":
             await self._status(job)
+        elif job.kind == "usage":
+            user = str(job.payload.get("user") or "")
+            text = await usage_text(self.ledger, job.session_key, user)
+            await self._send(Address.model_validate(job.payload["address"]), text)
         else:
             log.warning("unknown job kind %r (%s)", job.kind, job.id)
 
@@ -361,13 +369,16 @@ class Worker:
             self.settings.side_timeout,
             max_tokens=self.settings.side_max_tokens,
             temperature=self.settings.side_temperature,
+            charge=Charge(key, str(job.payload.get("user", "")), "side"),
         )
         marker = side_question.answer_marker(question)
         try:
-            answer, _ = await self.models.complete(call)
+            async with holding(self.turns.caps, call) as hold:
+                answer, _ = await self.models.complete(call)
             body, outcome = answer.strip() or "_(the side model returned an empty answer)_", "ok"
+            body += f"\n\n⚠️ {hold.warning}" if hold is not None and hold.warning else ""
         except ModelError as exc:
-            body, outcome = f"⚠️ The side question failed: {exc.user_text} ({exc}).", "failed"
+            body, outcome = side_question.failure_text(exc), "failed"
         await self._send(address, f"{marker}\n\n{body}")
         await self.metrics.count("side", outcome)
         log.info("side question in %s %s in %.2fs", key, outcome, time.monotonic() - started)

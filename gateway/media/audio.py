@@ -9,7 +9,7 @@ from __future__ import annotations
 from gateway.errors import MediaTooLarge, ModelError, UnreadableMedia
 from gateway.media.documents import cut
 from gateway.media.download import megabytes
-from gateway.models import Models
+from gateway.models import Charge, Models
 
 NOT_ENABLED = (
     "voice messages are not transcribed here (the operator can turn it on with "
@@ -30,13 +30,14 @@ class Transcriber:
     def enabled(self) -> bool:
         return self.model is not None
 
-    async def transcribe(self, data: bytes, name: str) -> str:
-        """The transcript; MediaError when it is too long to send or the model failed."""
+    async def transcribe(self, data: bytes, name: str, charge: Charge | None = None) -> str:
+        """The transcript; MediaError when it is too long to send or the model failed.
+        Its usage is counted for `charge`."""
         assert self.model is not None
         if len(data) > self.max_bytes:
             raise MediaTooLarge(f"over the {megabytes(self.max_bytes)} a transcription takes")
         try:
-            text = await self.models.transcribe(self.model, data, name, self.timeout)
+            text = await self.models.transcribe(self.model, data, name, self.timeout, charge)
         except ModelError as exc:
             raise UnreadableMedia(f"could not be transcribed: {exc.user_text}") from None
         return cut(text.strip(), self.max_chars)

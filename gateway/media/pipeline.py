@@ -37,7 +37,7 @@ from gateway.media.memory import return_large_buffers
 from gateway.media.store import MediaStore, item_field
 from gateway.metrics import Metrics
 from gateway.model import Attachment
-from gateway.models import Models
+from gateway.models import Charge, Models
 from gateway.ports import FileSource, PlainSource
 
 log = logging.getLogger(__name__)
@@ -163,17 +163,20 @@ class MediaPipeline:
         stored: Mapping[str, MediaItem],
     ) -> dict[str, MediaItem]:
         entry_id, allowance = str(entry["id"]), _MessageBytes(self.settings.media_message_bytes)
+        speaker = entry.get("speaker")
+        asker = str(speaker.get("id") or "") if isinstance(speaker, dict) else ""
+        charge = Charge(session_key, asker, "transcription")  # counted for the voice's sender
         work = []
         for index, raw in enumerate(_attachments(entry)):
             name_field = item_field(entry_id, index)
             if name_field not in stored:
-                task = self._one(session_key, source, name_field, (index, raw), allowance)
+                task = self._one(charge, source, name_field, (index, raw), allowance)
                 work.append(task)
         return dict(await asyncio.gather(*work))
 
     async def _one(
         self,
-        session_key: str,
+        charge: Charge,
         source: FileSource,
         name_field: str,
         numbered: tuple[int, object],
@@ -181,11 +184,16 @@ class MediaPipeline:
     ) -> tuple[str, MediaItem]:
         index, attachment = numbered[0], _attachment(numbered[1])
         async with self.slots:  # the download too: a file's bytes are held in a slot only
-            item = await self._processed(source, index, attachment, allowance)
-            return name_field, await self.store.save(session_key, name_field, item)
+            item = await self._processed(source, index, attachment, allowance, charge)
+            return name_field, await self.store.save(charge.session_key, name_field, item)
 
     async def _processed(
-        self, source: FileSource, index: int, attachment: Attachment, allowance: _MessageBytes
+        self,
+        source: FileSource,
+        index: int,
+        attachment: Attachment,
+        allowance: _MessageBytes,
+        charge: Charge,
     ) -> MediaItem:
         """One attachment downloaded and converted; its bytes are let go on return."""
         kind, name = _kind(attachment), _name(attachment, index)
@@ -197,12 +205,12 @@ class MediaPipeline:
             if data is None:
                 data = await self._download(source, attachment)
                 allowance.take(len(data))
-            return await self._convert(attachment, kind, name, data)
+            return await self._convert(attachment, kind, name, data, charge)
         except MediaError as exc:
             return MediaItem(kind, name, note=str(exc), failed=True)
 
     async def _convert(
-        self, attachment: Attachment, kind: Kind, name: str, data: bytes
+        self, attachment: Attachment, kind: Kind, name: str, data: bytes, charge: Charge
     ) -> MediaItem:
         if kind == "voice" and not self.transcriber.enabled:
             return MediaItem("voice", name, note=NOT_ENABLED)  # not downloaded at all
@@ -213,7 +221,8 @@ class MediaPipeline:
             )
             return MediaItem("image", name, image_mime=mime, image=url)
         if kind == "voice":
-            return MediaItem("voice", name, text=await self.transcriber.transcribe(data, name))
+            text = await self.transcriber.transcribe(data, name, charge)
+            return MediaItem("voice", name, text=text)
         document = await self._in_thread(
             read_document,
             data,

@@ -16,9 +16,18 @@ Nothing here imports litellm until a call, count or window needs it.
 """
 
 from gateway.models.facade import Models
-from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
+from gateway.models.types import (
+    Charge,
+    Message,
+    ModelCall,
+    ModelSettings,
+    ResponseChain,
+    ToolCall,
+    Usage,
+)
 
 __all__ = [
+    "Charge",
     "Message",
     "ModelCall",
     "ModelSettings",

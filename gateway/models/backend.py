@@ -68,6 +68,9 @@ class ModelBackend(Protocol):
         """Whether `model` reads images."""
         ...
 
-    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
-        """The text spoken in `audio` (a voice message named `filename`)."""
+    async def transcribe(
+        self, model: str, audio: bytes, filename: str, timeout: float, usage: Usage
+    ) -> str:
+        """The text spoken in `audio` (a voice message named `filename`); `usage` is filled
+        in with what the provider reported, and the cost where litellm can reckon it."""
         ...

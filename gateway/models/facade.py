@@ -8,7 +8,7 @@ provider at all.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Self
 
 from gateway.config import ECHO_MODEL, Settings
@@ -17,6 +17,7 @@ from gateway.models.litellm_backend import LitellmBackend, model_window
 from gateway.models.pool import ModelPool
 from gateway.models.scripted import echo
 from gateway.models.types import (
+    Charge,
     Message,
     ModelCall,
     ModelSettings,
@@ -24,6 +25,9 @@ from gateway.models.types import (
     ToolCall,
     Usage,
 )
+
+# Told of every call that ended with its usage: the worker counts it (`gateway.usage`).
+Meter = Callable[[ModelCall, Usage], Awaitable[None]]
 
 
 class Models:
@@ -34,6 +38,7 @@ class Models:
         self.offline = offline or echo()
         self._windows: dict[str, int | None] = {}  # a model's window does not change
         self._vision: dict[str, bool] = {}
+        self.meter: Meter | None = None
 
     @classmethod
     def for_settings(cls, settings: Settings, *, processes: int = 0) -> Self:
@@ -69,7 +74,7 @@ class Models:
         cut off with ModelStalled: retried like a timeout before the first
         piece, the end of the stream after it.
         """
-        return self._serving(call.model).stream(call, usage, calls)
+        return self._metered(call, usage, self._serving(call.model).stream(call, usage, calls))
 
     def stream_response(
         self,
@@ -85,13 +90,26 @@ class Models:
         that no longer holds the previous response raises ProviderStateLost
         (never retried here: the caller resends the turn in full).
         """
-        return self._serving(call.model).stream_response(call, usage, chain, calls)
+        pieces = self._serving(call.model).stream_response(call, usage, chain, calls)
+        return self._metered(call, usage, pieces)
 
     async def complete(self, call: ModelCall) -> tuple[str, Usage]:
         """One non-streamed answer (side questions, summaries); `call.tools` is not sent."""
         usage = Usage()
         text = await self._serving(call.model).complete(call, usage)
+        if self.meter is not None:
+            await self.meter(call, usage)
         return text, usage
+
+    async def _metered(
+        self, call: ModelCall, usage: Usage, pieces: AsyncIterator[str]
+    ) -> AsyncIterator[str]:
+        """`pieces`, and the meter told of the usage once they have all come (a stream
+        that failed or was stopped reports none)."""
+        async for piece in pieces:
+            yield piece
+        if self.meter is not None:
+            await self.meter(call, usage)
 
     def count_tokens(self, model: str, messages: Sequence[Message]) -> int:
         """Tokens of `messages` with the model's tokenizer where litellm has one, counted
@@ -115,9 +133,15 @@ class Models:
             self._vision[model] = await self._serving(model).vision(model)
         return self._vision[model]
 
-    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+    async def transcribe(
+        self, model: str, audio: bytes, filename: str, timeout: float, charge: Charge | None = None
+    ) -> str:
         """The text of a voice message, through `model` (a transcription model)."""
-        return await self._serving(model).transcribe(model, audio, filename, timeout)
+        usage = Usage()
+        text = await self._serving(model).transcribe(model, audio, filename, timeout, usage)
+        if self.meter is not None:
+            await self.meter(ModelCall(model, (), timeout, charge=charge), usage)
+        return text
 
     def known_window(self, model: str) -> int | None:
         """`window` without waiting: the one found before, else litellm's map read here.

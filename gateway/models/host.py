@@ -96,17 +96,21 @@ class Host:
 
     async def _transcribe(self, request_id: int, message: dict[str, Any]) -> None:
         """A voice message's text: one request, answered with its end (or its error)."""
-        audio = base64.b64decode(message["audio"])
+        audio, usage = base64.b64decode(message["audio"]), Usage()
         try:
             text = await self.backend.transcribe(
-                str(message["model"]), audio, str(message["filename"]), float(message["timeout"])
+                str(message["model"]),
+                audio,
+                str(message["filename"]),
+                float(message["timeout"]),
+                usage,
             )
         except asyncio.CancelledError:
             return
         except Exception as exc:  # every failure goes back to the worker, as a ModelError
             await self.send({"id": request_id, "error": error_fields(exc)})
             return
-        await self.send({"id": request_id, "end": {"text": text}})
+        await self.send({"id": request_id, "end": {"text": text} | usage_fields(usage)})
 
     async def _call(self, request_id: int, message: dict[str, Any]) -> None:
         """A model call: its pieces as they come, then its end (or its error)."""

@@ -28,6 +28,7 @@ from gateway.errors import (
     ModelUnavailable,
     ProviderStateLost,
 )
+from gateway.models.cost import call_cost, transcription_usage
 from gateway.models.providers import (
     base_model,
     means_state_lost,
@@ -108,6 +109,7 @@ class LitellmBackend:
         self.api_key = settings.api_key
         self.retries = settings.retries
         self.idle_timeout = settings.idle_timeout
+        self.prices = settings.prices
 
     async def start(self) -> None:
         """Import litellm now (seconds of it), so that no call pays for it."""
@@ -132,6 +134,7 @@ class LitellmBackend:
         async for piece in self._read_stream(opened, call, usage):
             yield piece
         _hand_over(opened, calls)
+        self._price(call, usage)
 
     async def stream_response(
         self,
@@ -151,6 +154,7 @@ class LitellmBackend:
         async for piece in self._read_response_stream(opened, call, usage, chain):
             yield piece
         _hand_over(opened, calls)
+        self._price(call, usage)
 
     async def complete(self, call: ModelCall, usage: Usage) -> str:
         """One non-streamed answer (side questions, summaries): offered no tools."""
@@ -160,7 +164,12 @@ class LitellmBackend:
             raise ModelBadResponse("the answer held no choices")
         text = choices[0].message.content or ""
         _fill_usage(usage, getattr(response, "usage", None))
+        self._price(call, usage)
         return str(text)
+
+    def _price(self, call: ModelCall, usage: Usage) -> None:
+        """The ended call's cost, beside its tokens (None where no price is known)."""
+        usage.cost = call_cost(load_litellm(), call.model, usage, self.prices)
 
     def count_tokens(self, model: str, messages: Sequence[Message]) -> int:
         return count_tokens(model, messages)
@@ -175,7 +184,9 @@ class LitellmBackend:
     async def vision(self, model: str) -> bool:
         return await asyncio.to_thread(model_vision, model)
 
-    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+    async def transcribe(
+        self, model: str, audio: bytes, filename: str, timeout: float, usage: Usage
+    ) -> str:
         """The text of a voice message (litellm's transcription endpoint), not retried."""
         litellm = load_litellm()
         kwargs: dict[str, Any] = {
@@ -189,6 +200,7 @@ class LitellmBackend:
             response = await asyncio.wait_for(litellm.atranscription(**kwargs), timeout)
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
             raise self._map(exc) from exc
+        transcription_usage(litellm, model, response, usage, self.prices)
         return str(getattr(response, "text", "") or "")
 
     async def _acompletion(self, call: ModelCall, *, stream: bool) -> Any:

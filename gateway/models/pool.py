@@ -227,7 +227,9 @@ class ModelPool:
         end = await self._end("vision", {"model": model})
         return bool(end.get("vision"))
 
-    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+    async def transcribe(
+        self, model: str, audio: bytes, filename: str, timeout: float, usage: Usage
+    ) -> str:
         body = {
             "model": model,
             "audio": base64.b64encode(audio).decode("ascii"),
@@ -235,6 +237,7 @@ class ModelPool:
             "timeout": timeout,
         }
         end = await self._end("transcribe", body)
+        fill_usage(usage, end)
         return str(end.get("text", ""))
 
     async def stream(

@@ -100,7 +100,9 @@ class ScriptedBackend:
     async def vision(self, model: str) -> bool:
         return self.sees_images
 
-    async def transcribe(self, model: str, audio: bytes, filename: str, timeout: float) -> str:
+    async def transcribe(
+        self, model: str, audio: bytes, filename: str, timeout: float, usage: Usage
+    ) -> str:
         return f"(a voice message of {len(audio)} bytes)"
 
     def _answer(self, call: ModelCall) -> ScriptedAnswer:

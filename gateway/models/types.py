@@ -32,6 +32,17 @@ class ModelCall:
     max_tokens: int | None = None
     temperature: float | None = None
     tools: Sequence[Message] | None = None
+    charge: Charge | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """Who a call's usage is counted against: the session it serves, the user it answers
+    ("" for work nobody asked for, such as a summary), and the kind of call."""
+
+    session_key: str
+    user: str
+    kind: str  # "turn", "side", "compression", "transcription"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +62,11 @@ class ToolCall:
 
 @dataclass(slots=True)
 class Usage:
+    """A call's tokens, and its cost in USD where a price is known (None: unknown, not 0)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost: float | None = None
 
 
 @dataclass(slots=True)
@@ -80,11 +94,20 @@ class ModelSettings:
     api_key: str | None = field(default=None, repr=False)
     retries: int = RETRIES
     idle_timeout: float = IDLE_TIMEOUT
+    # model -> (USD per input token, USD per output token), used before litellm's map
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, settings: Settings) -> ModelSettings:
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
-        return cls(settings.api_base, api_key, settings.model_retries, settings.stream_idle_timeout)
+        prices = {name: price.per_token() for name, price in settings.model_prices.items()}
+        return cls(
+            settings.api_base,
+            api_key,
+            settings.model_retries,
+            settings.stream_idle_timeout,
+            prices,
+        )
 
     @classmethod
     def from_init(cls, init: Mapping[str, Any]) -> ModelSettings:
@@ -95,6 +118,7 @@ class ModelSettings:
             init.get("api_key"),
             int(init["retries"]),
             float(idle_timeout) if idle_timeout else IDLE_TIMEOUT,
+            {str(m): (float(p[0]), float(p[1])) for m, p in (init.get("prices") or {}).items()},
         )
 
     def to_init(self) -> dict[str, Any]:

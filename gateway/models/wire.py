@@ -68,12 +68,18 @@ def calls_from(end: dict[str, Any]) -> list[ToolCall]:
 
 
 def usage_fields(usage: Usage) -> dict[str, Any]:
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cost": usage.cost,
+    }
 
 
 def fill_usage(usage: Usage, end: dict[str, Any]) -> None:
     usage.prompt_tokens = int(end.get("prompt_tokens", 0) or 0)
     usage.completion_tokens = int(end.get("completion_tokens", 0) or 0)
+    cost = end.get("cost")
+    usage.cost = float(cost) if cost is not None else None
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:

@@ -89,7 +89,8 @@ async def test_private_message_is_answered(web: Gateway, fake: FakeTelegram, llm
     # The reply's first piece may be posted before the rest: wait for the whole text.
     [reply] = await answered(fake, ALICE_CHAT, contains="fake reply to: hello there")
     assert reply.reply_to is None and reply.thread_id is None
-    assert [c["command"] for c in fake.commands] == ["btw", "reset", "stop", "status", "help"]
+    registered = [c["command"] for c in fake.commands]
+    assert registered == ["btw", "reset", "stop", "status", "usage", "help"]
     assert fake.token not in web.output()
 
 

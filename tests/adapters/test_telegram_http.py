@@ -79,7 +79,8 @@ def post(
 async def test_startup_registers_the_commands(
     fake: FakeTelegram, platform: TelegramPlatform
 ) -> None:
-    assert [c["command"] for c in fake.commands] == ["btw", "reset", "stop", "status", "help"]
+    registered = [c["command"] for c in fake.commands]
+    assert registered == ["btw", "reset", "stop", "status", "usage", "help"]
 
 
 @pytest.mark.parametrize("secret", [None, "", "wrong", SECRET + "x"])

@@ -197,6 +197,8 @@ class FakeLLM(LoopbackServer):
         self._response_ids: set[str] = set()
         self._release: asyncio.Event | None = None
         self.transcript = "fake transcript"
+        # Set: the answer carries OpenAI's token usage (gpt-4o-transcribe's shape).
+        self.transcription_tokens: tuple[int, int] | None = None
         self.transcriptions: CallLog[Transcription] = CallLog()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -600,7 +602,16 @@ class FakeLLM(LoopbackServer):
             elif part.name:
                 fields[part.name] = await part.text()  # type: ignore[union-attr]
         self.transcriptions.record(Transcription(fields.get("model", ""), filename, audio))
-        return web.json_response({"text": self.transcript})
+        answer: JSON = {"text": self.transcript}
+        if self.transcription_tokens is not None:
+            given, said = self.transcription_tokens
+            answer["usage"] = {
+                "type": "tokens",
+                "input_tokens": given,
+                "output_tokens": said,
+                "total_tokens": given + said,
+            }
+        return web.json_response(answer)
 
     def image_parts(self, request: JSON) -> list[str]:
         """The data URLs of every image part a chat request carried."""

@@ -49,6 +49,7 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "rate_limit",
         "pairing_request",
         "pairing_approve",
+        "budget_hold",
     ):
         script = load(name)
         assert script.keys and script.args, name

@@ -1,0 +1,174 @@
+"""Budgets: daily and monthly caps per user and per workspace, in USD or tokens.
+
+Before a main turn or a side question calls its model, one script checks every
+budget of its user and workspace and holds an estimate (the request's tokens
+and its most output) on each, atomically across workers: calls in flight count
+against the cap, so many at once overshoot it by no more than they hold. The
+use itself is added by `UsageLedger.record` as each call ends, and the turn lets
+go of its hold when it is done. At 80% of a budget the user is told once; at
+100% the call is refused with one line that names the budget and when it resets.
+
+A call whose cost is unknown adds its tokens, and nothing to a USD budget. A hold
+whose worker died is let go of when its period's key expires.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from gateway.config import Settings
+from gateway.errors import BudgetExceeded
+from gateway.models import Charge, Message, ModelCall
+from gateway.models.cost import Prices
+from gateway.scripts import load
+from gateway.store import Keys
+
+DAY_TTL, MONTH_TTL = 2 * 86_400, 32 * 86_400
+DEFAULT_OUTPUT = 4096  # a call's most output when no GATEWAY_MAX_TOKENS bounds it
+# The spend keys a call touches, in the script's order: (scope, period).
+SLOTS = (("user", "daily"), ("user", "monthly"), ("workspace", "daily"), ("workspace", "monthly"))
+_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)(usd|tokens)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    limit: float
+    unit: str  # "usd" or "tokens"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Budget | None:
+        match = _AMOUNT.match(text or "")
+        return cls(float(match[1]), match[2]) if match else None
+
+    def __str__(self) -> str:
+        return f"${self.limit:,.2f}" if self.unit == "usd" else f"{self.limit:,.0f} tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What one call holds on its spend keys until it is let go of."""
+
+    keys: tuple[str, ...]
+    tokens: int
+    usd: float
+    warning: str | None = None
+
+
+def spend_keys(charge: Charge, now: dt.datetime) -> tuple[str, ...]:
+    """The user's and the workspace's spend keys of `now`'s day and month, in SLOTS order."""
+    platform, workspace = [*charge.session_key.split(":", 2), "", ""][:2]
+    day = now.astimezone(dt.UTC).strftime("%Y-%m-%d")
+    ids = {"user": f"{platform}:{charge.user}", "workspace": f"{platform}:{workspace}"}
+    return tuple(
+        Keys.spend(scope, ids[scope], day if period == "daily" else day[:7])
+        for scope, period in SLOTS
+    )
+
+
+class Budgets:
+    """The budgets of the settings, checked and held before turns and side questions."""
+
+    def __init__(
+        self, redis: Redis, budgets: Sequence[Budget | None], prices: Prices | None = None
+    ) -> None:
+        self.redis = redis
+        self.budgets = tuple(budgets)
+        self.prices = prices or {}
+        self._hold = load("budget_hold").bind(redis)
+
+    @classmethod
+    def of(cls, redis: Redis, settings: Settings) -> Budgets | None:
+        """The settings' budgets, or None when none is set."""
+        found = [
+            Budget.parse(getattr(settings, f"budget_{scope}_{period}")) for scope, period in SLOTS
+        ]
+        prices = {name: price.per_token() for name, price in settings.model_prices.items()}
+        return cls(redis, found, prices) if any(found) else None
+
+    async def hold_call(
+        self, charge: Charge, model: str, messages: Sequence[Message], max_output: int | None
+    ) -> Hold:
+        """`hold` with a call's estimate: its request's tokens (about 4 characters each)
+        and its most output; in USD only at a price set in GATEWAY_MODEL_PRICES (the
+        worker has no price map: a call of another model holds tokens alone)."""
+        prompt = len(json.dumps(list(messages), ensure_ascii=False)) // 4
+        output = max_output or DEFAULT_OUTPUT
+        per_input, per_output = self.prices.get(model, (0.0, 0.0))
+        return await self.hold(charge, prompt + output, prompt * per_input + output * per_output)
+
+    async def hold(
+        self, charge: Charge, tokens: int, usd: float, now: dt.datetime | None = None
+    ) -> Hold:
+        """Check every budget and hold the estimate; BudgetExceeded when one is used up."""
+        now = now or dt.datetime.now(dt.UTC)
+        keys = spend_keys(charge, now)
+        limits: list[str | float] = []
+        for budget in self.budgets:
+            limits += [budget.limit, budget.unit] if budget else [0, "tokens"]
+        verdict, index = await self._hold(
+            keys=dict(zip(self._hold.script.keys, keys, strict=True)),
+            args={"tokens": tokens, "usd": usd, "day_ttl_s": DAY_TTL, "month_ttl_s": MONTH_TTL},
+            rest=limits,
+        )
+        if verdict == "over":
+            raise BudgetExceeded(self._text(int(index) - 1, now, "is used up"))
+        warning = self._text(int(index) - 1, now, "is 80% used") if int(index) else None
+        return Hold(keys, tokens, usd, warning)
+
+    async def release(self, hold: Hold) -> None:
+        """Let go of what a call held (its use was added when it ended)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for key, budget in zip(hold.keys, self.budgets, strict=True):
+                if budget is not None:
+                    pipe.hincrbyfloat(key, "held_tokens", -hold.tokens)
+                    pipe.hincrbyfloat(key, "held_usd", -hold.usd)
+            await pipe.execute()
+
+    def _text(self, slot: int, now: dt.datetime, state: str) -> str:
+        scope, period = SLOTS[slot]
+        whose = "Your" if scope == "user" else "This workspace's"
+        return f"{whose} {period} budget ({self.budgets[slot]}) {state}; {_resets(period, now)}."
+
+
+@asynccontextmanager
+async def holding(caps: Budgets | None, call: ModelCall) -> AsyncIterator[Hold | None]:
+    """`call`'s budgets held while it runs (None without budgets); BudgetExceeded when
+    one is used up."""
+    if caps is None or call.charge is None:
+        yield None
+        return
+    hold = await caps.hold_call(call.charge, call.model, call.messages, call.max_tokens)
+    try:
+        yield hold
+    finally:
+        await caps.release(hold)
+
+
+def _resets(period: str, now: dt.datetime) -> str:
+    if period == "daily":
+        return "it resets at 00:00 UTC"
+    first = (now.replace(day=1) + dt.timedelta(days=32)).replace(day=1)
+    return f"it resets on {first:%Y-%m-%d} at 00:00 UTC"
+
+
+def add_use(
+    pipe: Pipeline, charge: Charge, tokens: int, usd: float | None, now: dt.datetime
+) -> None:
+    """A finished call's use, added to its spend keys inside the caller's transaction
+    (a call for nobody in particular, a summary, only to its workspace's)."""
+    keys = spend_keys(charge, now)
+    for (scope, _), key, ttl in zip(SLOTS, keys, (DAY_TTL, MONTH_TTL) * 2, strict=True):
+        if scope == "user" and not charge.user:
+            continue
+        pipe.hincrby(key, "tokens", tokens)
+        if usd:
+            pipe.hincrbyfloat(key, "usd", usd)
+        pipe.expire(key, ttl)

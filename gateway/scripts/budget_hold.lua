@@ -1,0 +1,42 @@
+-- KEYS: user_day user_month workspace_day workspace_month
+-- ARGV: tokens usd day_ttl_s month_ttl_s ...
+-- A model call's budget check and its hold, in one step for every worker. Further
+-- arguments: a limit and its unit ("usd" or "tokens") for each key in order; a limit
+-- of 0 is no budget. Each key is a spend hash: `tokens` and `usd` used (added by each
+-- finished call), `held_tokens` and `held_usd` held by calls in flight, `warned`.
+-- Refused ({'over', i}) when the i-th budget's use and holds reach its limit; else the
+-- estimate is held on every budget and {'ok', i} names the first budget found at 80%
+-- or more of its limit by use that has not been warned of yet (0: none).
+local tokens, usd = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ttls = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[3]), tonumber(ARGV[4])}
+
+local function budget(i)
+  return tonumber(ARGV[3 + 2 * i]), ARGV[4 + 2 * i]
+end
+
+local warn = 0
+for i, key in ipairs(KEYS) do
+  local limit, unit = budget(i)
+  if limit > 0 then
+    local used = tonumber(redis.call('HGET', key, unit) or '0')
+    local held = tonumber(redis.call('HGET', key, 'held_' .. unit) or '0')
+    if used + held >= limit then
+      return {'over', i}
+    end
+    if warn == 0 and used >= 0.8 * limit and redis.call('HEXISTS', key, 'warned') == 0 then
+      warn = i
+    end
+  end
+end
+for i, key in ipairs(KEYS) do
+  local limit = budget(i)
+  if limit > 0 then
+    redis.call('HINCRBYFLOAT', key, 'held_tokens', tokens)
+    redis.call('HINCRBYFLOAT', key, 'held_usd', usd)
+    redis.call('EXPIRE', key, ttls[i])
+  end
+end
+if warn > 0 then
+  redis.call('HSET', KEYS[warn], 'warned', 1)
+end
+return {'ok', warn}
