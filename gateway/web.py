@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 # Probes give up after 1 to 5 s. The Redis client retries a lost connection for
 # about 9 s, which is right for ingest and wrong here: past this, Redis counts as down.
-PROBE_TIMEOUT = 0.5
+PROBE_TIMEOUT = 0.3
 REDIS_DOWN = (RedisError, OSError, TimeoutError)
 
 

@@ -21,7 +21,7 @@ from tests.adapters.telegram_helpers import (
     gateway,
 )
 from tests.conftest import free_port
-from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_server import FakeLLM, default_reply
 from tests.fakes.telegram_api import FakeTelegram, Message, running
 from tests.gateway.media_files import pdf, png
 
@@ -84,11 +84,14 @@ async def deliver(web: Gateway, update: dict[str, Any]) -> None:
     assert response.status_code == 200
 
 
-async def replies(fake: FakeTelegram, count: int = 1) -> list[Message]:
-    """The bot's messages in the chat once `count` of them are complete answers."""
+async def replies(fake: FakeTelegram, llm: FakeLLM) -> list[Message]:
+    """The bot's messages in the chat once every answer the model gave is on screen whole
+    (an answer still being streamed into its message does not count)."""
 
     def done() -> bool:
-        return len([m for m in fake.messages_in(CHAT) if "fake reply" in m.text]) >= count
+        answers = [default_reply(r) for r in llm.requests_for("gpt-4o")]
+        shown = [m.text for m in fake.messages_in(CHAT)]
+        return bool(answers) and all(answer in shown for answer in answers)
 
     await fake.wait_for(done, within=60)
     return fake.messages_in(CHAT)
@@ -106,7 +109,7 @@ async def test_a_photo_reaches_a_vision_model_as_an_image(
     data = png(1200, 900)
     file_id = fake.add_file(data)
     await deliver(web, file_message("what is this?", photo=photo(file_id, len(data))))
-    await replies(fake)
+    await replies(fake, llm)
     [request] = llm.requests_for("gpt-4o")
     [image] = llm.image_parts(request)
     assert image.startswith("data:image/")
@@ -123,7 +126,7 @@ async def test_a_voice_note_is_transcribed_and_answered(
     audio = b"OggS" + bytes(3000)
     voice = {"file_id": fake.add_file(audio, "voice", ".oga"), "file_unique_id": "v"}
     await deliver(web, file_message(voice=voice | {"duration": 2, "mime_type": "audio/ogg"}))
-    await replies(fake)
+    await replies(fake, llm)
     [heard] = llm.transcriptions
     assert (heard.model, heard.filename, heard.audio) == ("whisper-1", "voice.ogg", audio)
     content = user_messages(llm.requests_for("gpt-4o")[-1])[-1]
@@ -142,7 +145,7 @@ async def test_a_pdf_documents_text_reaches_the_model(
         "file_size": len(data),
     }
     await deliver(web, file_message("summarise", document=document))
-    await replies(fake)
+    await replies(fake, llm)
     content = user_messages(llm.requests_for("gpt-4o")[-1])[-1]
     assert "summarise\n[file: q3.pdf]\nQuarterly revenue grew 12 percent" in content
 
@@ -155,7 +158,7 @@ async def test_an_album_of_two_photos_is_one_message_with_two_images(
         caption = "compare these" if index == 0 else None
         media = {"photo": photo(fake.add_file(data), len(data)), "media_group_id": "4242"}
         await deliver(web, file_message(caption, **media))
-    await replies(fake)
+    await replies(fake, llm)
     [request] = llm.requests_for("gpt-4o")
     assert len(llm.image_parts(request)) == 2
     [content] = user_messages(request)
@@ -169,7 +172,7 @@ async def test_a_file_telegram_will_not_give_gets_one_notice_and_the_caption_is_
     fake.fail_next("getFile", status=400, description="Bad Request: file is too big")
     data = png()
     await deliver(web, file_message("here is the scan", photo=photo(fake.add_file(data), 1000)))
-    messages = await replies(fake)
+    messages = await replies(fake, llm)
     notice, answer = [m.text for m in messages]
     assert notice == "⚠️ photo.jpg: over the 20 MB Telegram lets bots download"
     assert answer.startswith("fake reply to: here is the scan")
