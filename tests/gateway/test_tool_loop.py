@@ -136,8 +136,12 @@ async def test_a_resumed_loop_runs_no_recorded_call_again_and_reruns_only_read_o
     done = FakeToolCall("desk__add", '{"a": 1, "b": 2}')
     read_only = FakeToolCall("desk__lookup_ticket", '{"id": "T-9"}')
     destructive = FakeToolCall("desk__delete_item", '{"name": "old"}')
+    # The dead run holds the lease before the message arrives, so the worker's turn
+    # for it waits (polling) until the run has "died", whatever the machine's speed.
+    await sessions.claim(key, "dead-run", 30)
     await sessions.append_user(message)
     claim = await sessions.claim(key, "dead-run", 30)
+    assert claim.has_work
     step = {
         "id": new_entry_id(),
         "role": "assistant",
@@ -159,9 +163,8 @@ async def test_a_resumed_loop_runs_no_recorded_call_again_and_reruns_only_read_o
         key, "dead-run", claim, claim.length, [step, result], loop_open=True
     )
     assert length == 3
-    await sessions.redis.delete(f"gw:{{{key}}}:lease")  # the run died; its lease ran out
     tooled.llm.reply = "resumed answer"
-    await sessions.enqueue_turn(key, "test")
+    await sessions.redis.delete(f"gw:{{{key}}}:lease")  # the run died; its lease ran out
     await tooled.idle(key)
     assert texts(tooled.sender) == ["resumed answer"]
     assert "deleted old" not in lines(effects)  # the destructive call did not run again
