@@ -4,8 +4,9 @@ Before a main turn or a side question calls its model, one script checks every
 budget of its user and workspace and holds an estimate (the request's tokens
 and its most output) on each, atomically across workers: calls in flight count
 against the cap, so many at once overshoot it by no more than they hold. The
-use itself is added by `UsageLedger.record` as each call ends, and the turn lets
-go of its hold when it is done. At 80% of a budget the user is told once; at
+use itself is added by `UsageLedger.record` as the first call ends, and the hold
+is settled in the same transaction (one round trip, not two); a turn whose call
+never ended lets go of its hold when it is done. At 80% of a budget the user is told once; at
 100% the call is refused with one line that names the budget and when it resets.
 
 A call whose cost is unknown adds its tokens, and nothing to a USD budget. A hold
@@ -19,6 +20,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -52,14 +54,34 @@ class Budget:
         return f"${self.limit:,.2f}" if self.unit == "usd" else f"{self.limit:,.0f} tokens"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hold:
-    """What one call holds on its spend keys until it is let go of."""
+    """What one call holds on the spend keys that have a budget, until it is settled
+    (with its call's use) or let go of."""
 
-    keys: tuple[str, ...]
+    charge: Charge
+    keys: tuple[str, ...]  # those with a budget: the script held on these alone
     tokens: int
     usd: float
     warning: str | None = None
+    settled: bool = False
+
+    def settle(self, pipe: Pipeline) -> None:
+        """Let go of the hold inside the caller's transaction."""
+        for key in self.keys:
+            pipe.hincrbyfloat(key, "held_tokens", -self.tokens)
+            pipe.hincrbyfloat(key, "held_usd", -self.usd)
+
+
+# The hold of the call this task is about to make: the usage write of that call (its
+# meter runs in the same task) settles it in its own transaction.
+_OPEN: ContextVar[Hold | None] = ContextVar("open_hold", default=None)
+
+
+def open_hold(charge: Charge) -> Hold | None:
+    """This task's unsettled hold for a call counted against `charge`, if any."""
+    hold = _OPEN.get()
+    return hold if hold is not None and not hold.settled and hold.charge == charge else None
 
 
 def spend_keys(charge: Charge, now: dt.datetime) -> tuple[str, ...]:
@@ -121,16 +143,21 @@ class Budgets:
         if verdict == "over":
             raise BudgetExceeded(self._text(int(index) - 1, now, "is used up"))
         warning = self._text(int(index) - 1, now, "is 80% used") if int(index) else None
-        return Hold(keys, tokens, usd, warning)
+        held = tuple(key for key, budget in zip(keys, self.budgets, strict=True) if budget)
+        hold = Hold(charge, held, tokens, usd, warning)
+        _OPEN.set(hold)
+        return hold
 
     async def release(self, hold: Hold) -> None:
-        """Let go of what a call held (its use was added when it ended)."""
+        """Let go of what a call held, unless its usage write settled it already."""
+        if _OPEN.get() is hold:
+            _OPEN.set(None)
+        if hold.settled:
+            return
         async with self.redis.pipeline(transaction=True) as pipe:
-            for key, budget in zip(hold.keys, self.budgets, strict=True):
-                if budget is not None:
-                    pipe.hincrbyfloat(key, "held_tokens", -hold.tokens)
-                    pipe.hincrbyfloat(key, "held_usd", -hold.usd)
+            hold.settle(pipe)
             await pipe.execute()
+        hold.settled = True
 
     def _text(self, slot: int, now: dt.datetime, state: str) -> str:
         scope, period = SLOTS[slot]

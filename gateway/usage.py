@@ -19,7 +19,7 @@ from typing import cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.budgets import add_use
+from gateway.budgets import add_use, open_hold
 from gateway.models import Charge, ModelCall, Usage
 from gateway.store import Keys
 
@@ -115,7 +115,12 @@ class UsageLedger:
                 pipe.hincrbyfloat(Keys.METRICS, f"usage_cost|{labels}", usage.cost)
             tokens = usage.prompt_tokens + usage.completion_tokens
             add_use(pipe, call.charge, tokens, usage.cost, now)
+            hold = open_hold(call.charge)
+            if hold is not None:
+                hold.settle(pipe)  # the use is counted: what the call held is let go of
             await pipe.execute()
+            if hold is not None:
+                hold.settled = True
 
     async def safely(self, call: ModelCall, usage: Usage) -> None:
         """`record`, for a call whose answer is already given: Redis being down loses

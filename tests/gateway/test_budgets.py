@@ -74,6 +74,28 @@ async def test_holds_in_flight_count_and_are_let_go_of(redis_client: Redis) -> N
     await caps.hold(ALICE, 100, 0.0, NOW)  # free again
 
 
+async def test_the_calls_usage_write_settles_its_hold_and_no_other_does(
+    redis_client: Redis,
+) -> None:
+    caps = budgets(redis_client, user_daily=Budget(1000, "tokens"))
+    user_day = spend_keys(ALICE, NOW)[0]
+
+    async def held() -> float:
+        return float(await redis_client.hget(user_day, "held_tokens") or 0)
+
+    hold = await caps.hold(ALICE, 100, 0.0, NOW)
+    summary = ModelCall("m", [], 1.0, charge=Charge(ALICE.session_key, "", "compression"))
+    await UsageLedger(redis_client).record(summary, Usage(5, 0, None), NOW)
+    assert await held() == 100  # another call's use leaves the turn's hold alone
+    await use(redis_client, 40)  # the turn's own call ends: counted and settled at once
+    assert (await held(), hold.settled) == (0, True)
+    assert int(await redis_client.hget(user_day, "tokens") or 0) == 40
+    await caps.release(hold)  # the turn's end: nothing left to let go of
+    assert await held() == 0
+    await use(redis_client, 10)  # a later call of the same turn settles nothing again
+    assert await held() == 0
+
+
 async def test_a_new_day_starts_a_daily_budget_afresh(redis_client: Redis) -> None:
     caps = budgets(redis_client, user_daily=Budget(10, "tokens"))
     await use(redis_client, 10)
