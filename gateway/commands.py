@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NAMES = frozenset({"btw", "reset", "new", "stop", "status", "usage", "help"})
+NAMES = frozenset({"btw", "reset", "new", "stop", "status", "usage", "help", "approve"})
 _COMMAND = re.compile(r"^\s*([/!])([A-Za-z]+)(?:@[\w.-]+)?(?=\s|$)\s*(.*)\Z", re.DOTALL)
 
 HELP_TEXT = (
@@ -16,9 +16,12 @@ HELP_TEXT = (
     "• `/stop`: stop the reply being written\n"
     "• `/status`: model, conversation size, queued messages\n"
     "• `/usage`: your tokens and cost today and this month, and this conversation's\n"
+    "• `/approve CODE`: (admins, in a direct message) let in whoever was given this "
+    "pairing code\n"
     "• `/help`: this list"
 )
-# The commands a platform's menu offers (`/new` is `/reset`'s other name, not listed).
+# The commands a platform's menu offers (`/new` is `/reset`'s other name, and
+# `/approve` is for the few admins: neither is listed).
 MENU = (
     ("btw", "Ask a side question about this conversation"),
     ("reset", "Start a fresh conversation"),
@@ -28,6 +31,7 @@ MENU = (
     ("help", "The commands"),
 )
 BTW_USAGE = "Usage: /btw <question> — ask a side question about this conversation."
+APPROVE_USAGE = "Usage: /approve CODE — let in whoever was given this pairing code."
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,7 +180,8 @@ class Ingest:
                 return "Sorry, too many people are waiting to be let in here; try again later."
             return (
                 f"To use this bot, give its operator the pairing code `{code}` "
-                f"(valid for an hour). They approve it with `gateway users approve {code}`."
+                f"(valid for an hour). They approve it with `gateway users approve {code}`, "
+                f"or with `/approve {code}` in a direct message with the bot."
             )
         return (
             f"Sorry, you are not allowed to use this bot. Ask its operator to add "
@@ -245,10 +246,33 @@ class Ingest:
             await self._cancel(key)
             text = "Stopping the reply." if running else "Nothing is running."
             return await self._notice(inbound, inbound.reply, text)
+        if command.name == "approve":
+            return await self._notice(inbound, inbound.reply, await self._approve(inbound, command))
         if command.name in ("status", "usage"):
             payload = {"address": _dump(inbound.reply), "user": inbound.speaker.id}
             return await self._enqueue(inbound, command.name, payload)
         return await self._notice(inbound, inbound.reply, commands.HELP_TEXT)
+
+    async def _approve(self, inbound: Inbound, command: Command) -> str:
+        """`/approve CODE`: an admin (a user the operator named in GATEWAY_ALLOWED_USERS,
+        or the console's) lets a stranger in, in a DM, so the code is not shown to a
+        group. Wrong codes count toward the same lock as `gateway users approve`."""
+        if not self._is_admin(inbound):
+            return "Only the bot's admins can approve pairing codes."
+        if not inbound.is_dm:
+            return "Send `/approve CODE` in a direct message with the bot."
+        if not command.argument:
+            return commands.APPROVE_USAGE
+        status, detail = await self.pairing.approve(command.argument)
+        log.info("pairing code approval by %s: %s", inbound.user_key, status)
+        if status == "approved":
+            return f"Approved: `{detail}` may use the bot now."
+        if status == "locked":
+            return f"Too many wrong codes; approving is locked for {detail} s."
+        return "No such pending code (or it expired)."
+
+    def _is_admin(self, inbound: Inbound) -> bool:
+        return inbound.platform == "console" or inbound.user_key in self.settings.allowed_user_set
 
     async def _side_question(self, inbound: Inbound, question: str) -> Outcome:
         if not question:

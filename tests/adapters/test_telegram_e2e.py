@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.pairing import ALPHABET, CODE_LENGTH
 from tests.adapters.telegram_helpers import (
     BOB,
     GROUP,
@@ -154,6 +156,25 @@ async def test_unknown_user_gets_a_one_line_refusal_and_no_model_call(
     assert len(bot_messages(fake, 777)) == 1
     assert all("me again" not in request_text(r) for r in llm.requests)
     assert len(llm.requests) == 1
+
+
+async def test_a_stranger_let_in_by_an_admins_approve_in_a_dm_is_answered(
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
+) -> None:
+    env = environment(redis_url, llm, fake, free_port(), GATEWAY_PAIRING="1")
+    stranger = {"id": 778, "is_bot": False, "first_name": "Eve"}
+    async with gateway(tmp_path, env, "web", "worker") as web:
+        await deliver(web, message("knock knock", user=stranger))
+        [offer] = await answered(fake, 778, contains="pairing code")
+        code = re.findall(rf"\b[{ALPHABET}]{{{CODE_LENGTH}}}\b", offer.text)[0]
+        command = f"/approve {code}"
+        await deliver(web, message(command, entities=command_entities(command)))
+        [approved] = await answered(fake, ALICE_CHAT, contains="Approved")
+        assert approved.text == "Approved: telegram:778 may use the bot now."  # `` as code
+        await deliver(web, message("now may I?", user=stranger))
+        await answered(fake, 778, contains="fake reply to: now may I?")
+    [request] = llm.requests  # the refused message never reached the model
+    assert "knock knock" not in request_text(request)
 
 
 async def test_btw_in_a_topic_is_a_reply_in_the_topic_and_stays_out_of_history(

@@ -130,3 +130,45 @@ async def test_the_operator_approves_lists_and_revokes_from_the_command_line(
     assert not await Pairing(redis_client).is_paired("discord:123")
     missing = users("approve")
     assert missing.returncode == 2 and "needs a CODE" in missing.stderr
+
+
+async def test_an_admin_approves_a_code_in_a_dm_and_nobody_else_can(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    admin = "telegram:42"  # named by the operator in GATEWAY_ALLOWED_USERS
+    values = {"GATEWAY_PAIRING": True, "GATEWAY_ALLOWED_USERS": admin}
+    ingest = Ingest(settings(redis_url, **values), redis_client)
+    stranger = await Pairing(redis_client).request("discord:99")
+    paired = await Pairing(redis_client).request("telegram:7")
+    assert stranger is not None and paired is not None
+    await Pairing(redis_client).approve(paired)
+
+    async def approve(text: str, user: str = "42", dm: bool = True) -> str:
+        message = inbound(text, platform="telegram", user=user, dm=dm, mentions_bot=True)
+        outcome = await ingest.receive(message)
+        assert outcome == Outcome.COMMAND
+        return (await _notices(redis_client, "telegram"))[-1]
+
+    # A paired user may talk to the bot, but not let others in; nor may anyone in a group.
+    assert "Only the bot's admins" in await approve(f"/approve {stranger}", user="7")
+    assert "direct message" in await approve(f"/approve {stranger}", dm=False)
+    assert not await Pairing(redis_client).is_paired("discord:99")
+    assert "Usage: /approve CODE" in await approve("/approve")
+    assert "No such pending code" in await approve("/approve ZZZZ2222")
+    lowercase = stranger.lower()[:4] + "-" + stranger.lower()[4:]  # as a person types it
+    assert await approve(f"/approve {lowercase}") == "Approved: `discord:99` may use the bot now."
+    assert await Pairing(redis_client).is_paired("discord:99")
+
+
+async def test_wrong_codes_in_chat_lock_approving_like_the_command_line(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    values = {"GATEWAY_PAIRING": True, "GATEWAY_ALLOWED_USERS": "telegram:42"}
+    ingest = Ingest(settings(redis_url, **values), redis_client)
+    code = await Pairing(redis_client).request("discord:99")
+    for attempt in range(MAX_FAILURES + 1):
+        guess = code if attempt == MAX_FAILURES else f"WRONG{attempt:03d}"
+        await ingest.receive(inbound(f"/approve {guess}", platform="telegram", user="42"))
+    last = (await _notices(redis_client, "telegram"))[-1]
+    assert last.startswith("Too many wrong codes; approving is locked for ")
+    assert not await Pairing(redis_client).is_paired("discord:99")
