@@ -20,7 +20,7 @@ from gateway.early import EarlyStart, EarlyStarts
 from gateway.errors import LeaseLost
 from gateway.generation import RunningTurn
 from gateway.jobs import Job
-from gateway.lease import Lease
+from gateway.lease import Fence, Lease
 from gateway.model import Address
 from gateway.session import Claim, Entry, Finish, SessionStore
 from gateway.store import Keys
@@ -74,6 +74,7 @@ class Claims:
             hold = clock() < hold_until
             claim = await self.sessions.claim(job.session_key, lease.token, self.ttl, hold)
             if claim.ok:
+                lease.fence = Fence(Keys.meta(job.session_key), claim.epoch, claim.answered)
                 return claim
             if early is not None and not early.call.cancelled:
                 log.info("%s is busy; cancelled its early model call", job.session_key)

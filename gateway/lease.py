@@ -11,6 +11,9 @@ one compression at a time rewrite its segments. Both are held the same way:
 
 The heartbeat is the only writer of the TTL, so a holder that dies or hangs
 loses the key within one TTL, and a live one never does while its loop runs.
+A turn's lease has a fence (its claim's epoch and `answered` mark): when its
+loop stalled past the TTL and nobody took the key meanwhile, the heartbeat takes
+it again rather than leave the turn to a re-run (`retake.lua` says when).
 """
 
 from __future__ import annotations
@@ -20,13 +23,24 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.scripts import load
+from gateway.scripts import Arg, load
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What must not have moved for an expired turn lease to be taken again: the
+    session's meta key, and the claim's epoch and `answered` mark."""
+
+    meta: str
+    epoch: str
+    answered: int
 
 
 class Lease:
@@ -38,8 +52,10 @@ class Lease:
         self.ttl = ttl
         self.token = token or secrets.token_hex(8)
         self.lost = asyncio.Event()
-        self.released = False  # given up by a script (a turn's finish): nothing left to renew
+        self.released = False  # given up (or by a turn's finish): nothing left to renew
+        self.fence: Fence | None = None  # set by a turn's claim
         self._renew = load("renew").bind(redis)
+        self._retake = load("retake").bind(redis)
         self._release = load("release").bind(redis)
 
     @property
@@ -51,18 +67,25 @@ class Lease:
         return bool(await self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
 
     async def renew(self) -> bool:
-        """Extend the TTL; False (and `lost` set) when another owner holds the key or it expired."""
-        held = bool(
-            await self._renew(
-                keys={"lease": self.key}, args={"token": self.token, "ttl_ms": self.ttl_ms}
+        """Extend the TTL; False (and `lost` set) when another owner holds the key or it
+        expired (a turn's lease that expired untaken is taken again: True)."""
+        args: dict[str, Arg] = {"token": self.token, "ttl_ms": self.ttl_ms}
+        held = bool(await self._renew(keys={"lease": self.key}, args=args))
+        if not held and self.fence is not None and not self.released:
+            fence = self.fence
+            retake = {**args, "epoch": fence.epoch, "answered": fence.answered}
+            held = bool(
+                await self._retake(keys={"lease": self.key, "meta": fence.meta}, args=retake)
             )
-        )
+            if held:
+                log.info("lease %s expired with nobody taking it: taken again", self.key)
         if not held:
             self.lost.set()
         return held
 
     async def release(self) -> None:
-        """Give the key up, if it is still ours."""
+        """Give the key up, if it is still ours; it is not renewed (nor taken again) after."""
+        self.released = True
         await self._release(keys={"lease": self.key}, args={"token": self.token})
 
     @contextlib.asynccontextmanager

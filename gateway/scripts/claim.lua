@@ -19,6 +19,7 @@ if hold ~= '' then
   if gathering > 0 then return {2, gathering} end
 end
 redis.call('SET', lease, token, 'PX', ttl_ms)
+redis.call('HSET', meta, 'claimant', token)  -- whose claim was last (retake.lua)
 redis.call('DEL', queued)
 local loop_open = redis.call('HGET', meta, 'loop')
 while not loop_open do

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from gateway.ingest import Ingest
 from gateway.ports import FileSource, Sender
 from gateway.session import SessionStore
+from gateway.store import Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.helpers import settings
@@ -43,6 +44,14 @@ class Harness:
                 f"{session_key} not idle after {timeout:g} s: "
                 f"meta {meta}, {len(inbox)} in its inbox"
             ) from None
+
+    async def take_over(self, session_key: str) -> None:
+        """What a running turn meets when its lease expired and another run claimed the
+        session and died too: the key gone, and the last claim not its own (a lease that
+        expired with nobody taking it is taken again, not lost)."""
+        redis = self.sessions.redis
+        await redis.hset(Keys.meta(session_key), "claimant", "a-run-that-died")
+        await redis.delete(Keys.lease(session_key))
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         return await self.sessions.history(session_key)

@@ -62,6 +62,24 @@ async def test_stop_cancels_the_running_turn(harness: Harness) -> None:
     assert "Stopping the reply." in texts(harness.sender)
 
 
+async def test_a_turn_whose_lease_expired_untaken_goes_on_without_a_rerun(
+    harness: Harness,
+) -> None:
+    """As after an event loop stalled past the TTL: nobody took the key, so the
+    heartbeat takes it again and the one run answers."""
+    harness.llm.reply = "the one answer"
+    harness.llm.duration = 2.0
+    message = inbound("hello")
+    await harness.ingest.receive(message)
+    await harness.sender.wait_for(lambda: harness.sender.messages)
+    await harness.sessions.redis.delete(f"gw:{{{message.session_key}}}:lease")  # expired
+    await harness.idle(message.session_key, timeout=30)
+    history = await harness.history(message.session_key)
+    assert [e["role"] for e in history] == ["user", "assistant"]
+    assert harness.sender.messages == {"1": "the one answer"}
+    assert len(harness.llm.requests) == 1
+
+
 async def test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message(
     harness: Harness,
 ) -> None:
@@ -70,7 +88,7 @@ async def test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message(
     message = inbound("hello")
     await harness.ingest.receive(message)
     await harness.sender.wait_for(lambda: harness.sender.messages)
-    await harness.sessions.redis.delete(f"gw:{{{message.session_key}}}:lease")  # expired
+    await harness.take_over(message.session_key)
     await harness.idle(message.session_key, timeout=30)
     history = await harness.history(message.session_key)
     assert [e["role"] for e in history] == ["user", "assistant"]

@@ -50,6 +50,7 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "pairing_request",
         "pairing_approve",
         "budget_hold",
+        "retake",
     ):
         script = load(name)
         assert script.keys and script.args, name
@@ -96,6 +97,37 @@ async def test_finish_on_an_expired_lease_after_another_claim_writes_nothing(
     await sessions.redis.delete(Keys.lease(KEY))
     outcome = await sessions.finish(KEY, "t1", claim, {"id": "a", "role": "assistant"})
     assert outcome is Finish.LOST
+
+
+@pytest.mark.parametrize(
+    ("moved", "taken"),
+    [
+        ("nothing", True),
+        ("held by another", False),
+        ("claimed by another", False),
+        ("reset", False),
+        ("answered", False),
+    ],
+)
+async def test_retake_takes_an_expired_lease_only_when_nothing_moved(
+    sessions: SessionStore, moved: str, taken: bool
+) -> None:
+    claim = await _claimed(sessions)
+    redis, lease, meta = sessions.redis, Keys.lease(KEY), Keys.meta(KEY)
+    await redis.delete(lease)  # expired
+    if moved == "held by another":
+        await redis.set(lease, "t2")
+    elif moved == "claimed by another":
+        assert (await sessions.claim(KEY, "t2", 30)).ok
+        await redis.delete(lease)  # and that run's lease ran out too
+    elif moved == "reset":
+        await sessions.reset(KEY)
+    elif moved == "answered":
+        await redis.hset(meta, "answered", claim.length)
+    retake = load("retake").bind(redis)
+    args = {"token": "t1", "ttl_ms": 30_000, "epoch": claim.epoch, "answered": claim.answered}
+    assert await retake(keys={"lease": lease, "meta": meta}, args=args) == int(taken)
+    assert (await redis.get(lease) == "t1") is taken
 
 
 async def test_finish_after_a_reset_is_superseded(sessions: SessionStore) -> None:

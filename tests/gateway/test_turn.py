@@ -80,7 +80,7 @@ async def test_an_injection_reaches_one_turn_and_its_rerun_but_not_the_next(
     await harness.sessions.inject(key, "the deploy finished at noon")
     await harness.ingest.receive(message)
     await harness.sender.wait_for(lambda: harness.sender.messages)
-    await harness.sessions.redis.delete(f"gw:{{{key}}}:lease")  # expired: the turn runs again
+    await harness.take_over(key)  # the turn runs again
     await harness.idle(key, timeout=30)
     harness.llm.duration = 0.0
     await harness.ingest.receive(inbound("second"))
