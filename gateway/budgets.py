@@ -6,8 +6,10 @@ and its most output) on each, atomically across workers: calls in flight count
 against the cap, so many at once overshoot it by no more than they hold. The
 use itself is added by `UsageLedger.record` as the first call ends, and the hold
 is settled in the same transaction (one round trip, not two); a turn whose call
-never ended lets go of its hold when it is done. At 80% of a budget the user is told once; at
-100% the call is refused with one line that names the budget and when it resets.
+never ended lets go of its hold when it is done. A settlement whose write failed
+(Redis away) leaves the hold until its period's key expires. At 80% of a budget
+the user is told once; at 100% the call is refused with one line that names the
+budget and when it resets.
 
 A call whose cost is unknown adds its tokens, and nothing to a USD budget. A hold
 whose worker died is let go of when its period's key expires.
@@ -78,10 +80,15 @@ class Hold:
 _OPEN: ContextVar[Hold | None] = ContextVar("open_hold", default=None)
 
 
-def open_hold(charge: Charge) -> Hold | None:
-    """This task's unsettled hold for a call counted against `charge`, if any."""
+def settling(charge: Charge) -> Hold | None:
+    """This task's unsettled hold for a call counted against `charge`, if any, marked
+    settled now, before anything is awaited: whoever took it (the call's usage write,
+    or the turn's end letting go) settles it, and the other finds nothing to do."""
     hold = _OPEN.get()
-    return hold if hold is not None and not hold.settled and hold.charge == charge else None
+    if hold is None or hold.settled or hold.charge != charge:
+        return None
+    hold.settled = True
+    return hold
 
 
 def spend_keys(charge: Charge, now: dt.datetime) -> tuple[str, ...]:
@@ -154,10 +161,10 @@ class Budgets:
             _OPEN.set(None)
         if hold.settled:
             return
+        hold.settled = True
         async with self.redis.pipeline(transaction=True) as pipe:
             hold.settle(pipe)
             await pipe.execute()
-        hold.settled = True
 
     def _text(self, slot: int, now: dt.datetime, state: str) -> str:
         scope, period = SLOTS[slot]

@@ -19,7 +19,7 @@ from typing import cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.budgets import add_use, open_hold
+from gateway.budgets import add_use, settling
 from gateway.models import Charge, ModelCall, Usage
 from gateway.store import Keys
 
@@ -91,6 +91,7 @@ class UsageLedger:
         """Count a finished call against its charge (a call without one is not counted)."""
         if call.charge is None:
             return
+        hold = settling(call.charge)  # taken before anything is awaited
         now = now or dt.datetime.now(dt.UTC)
         day = day_of(now)
         ids = scopes_of(call.charge) | {"model": call.model}
@@ -115,12 +116,9 @@ class UsageLedger:
                 pipe.hincrbyfloat(Keys.METRICS, f"usage_cost|{labels}", usage.cost)
             tokens = usage.prompt_tokens + usage.completion_tokens
             add_use(pipe, call.charge, tokens, usage.cost, now)
-            hold = open_hold(call.charge)
             if hold is not None:
                 hold.settle(pipe)  # the use is counted: what the call held is let go of
             await pipe.execute()
-            if hold is not None:
-                hold.settled = True
 
     async def safely(self, call: ModelCall, usage: Usage) -> None:
         """`record`, for a call whose answer is already given: Redis being down loses

@@ -278,6 +278,7 @@ class Worker:
                     await self._give_up(job)
                 else:
                     await self._dispatch(job)
+                await self.models.metered()  # its calls' usage written before it completes
         except LeaseLost as exc:
             # Left pending on purpose: reclaimed once idle, the turn runs again and
             # edits the message this run had posted.

@@ -8,8 +8,9 @@ provider at all.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Self
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any, Self
 
 from gateway.config import ECHO_MODEL, Settings
 from gateway.models.backend import ModelBackend
@@ -27,7 +28,7 @@ from gateway.models.types import (
 )
 
 # Told of every call that ended with its usage: the worker counts it (`gateway.usage`).
-Meter = Callable[[ModelCall, Usage], Awaitable[None]]
+Meter = Callable[[ModelCall, Usage], Coroutine[Any, Any, None]]
 
 
 class Models:
@@ -39,6 +40,7 @@ class Models:
         self._windows: dict[str, int | None] = {}  # a model's window does not change
         self._vision: dict[str, bool] = {}
         self.meter: Meter | None = None
+        self._metering: set[asyncio.Task[None]] = set()
 
     @classmethod
     def for_settings(cls, settings: Settings, *, processes: int = 0) -> Self:
@@ -97,8 +99,7 @@ class Models:
         """One non-streamed answer (side questions, summaries); `call.tools` is not sent."""
         usage = Usage()
         text = await self._serving(call.model).complete(call, usage)
-        if self.meter is not None:
-            await self.meter(call, usage)
+        self._count(call, usage)
         return text, usage
 
     async def _metered(
@@ -108,8 +109,21 @@ class Models:
         that failed or was stopped reports none)."""
         async for piece in pieces:
             yield piece
-        if self.meter is not None:
-            await self.meter(call, usage)
+        self._count(call, usage)
+
+    def _count(self, call: ModelCall, usage: Usage) -> None:
+        """Tell the meter of a finished call beside what comes next: a stream's end
+        reaches its reader at once, and the usage write goes on meanwhile."""
+        if self.meter is None:
+            return
+        task = asyncio.create_task(self.meter(call, usage))
+        self._metering.add(task)
+        task.add_done_callback(self._metering.discard)
+
+    async def metered(self) -> None:
+        """Until every usage write started so far has ended: a job completes after its own."""
+        if self._metering:
+            await asyncio.wait(set(self._metering))
 
     def count_tokens(self, model: str, messages: Sequence[Message]) -> int:
         """Tokens of `messages` with the model's tokenizer where litellm has one, counted
@@ -139,8 +153,7 @@ class Models:
         """The text of a voice message, through `model` (a transcription model)."""
         usage = Usage()
         text = await self._serving(model).transcribe(model, audio, filename, timeout, usage)
-        if self.meter is not None:
-            await self.meter(ModelCall(model, (), timeout, charge=charge), usage)
+        self._count(ModelCall(model, (), timeout, charge=charge), usage)
         return text
 
     def known_window(self, model: str) -> int | None:

@@ -96,6 +96,20 @@ async def test_the_calls_usage_write_settles_its_hold_and_no_other_does(
     assert await held() == 0
 
 
+@pytest.mark.parametrize("first", ["usage write", "turn's end"])
+async def test_a_hold_is_settled_once_whichever_comes_first(
+    redis_client: Redis, first: str
+) -> None:
+    """The usage write runs beside the turn's end, in either order: one of them settles."""
+    caps = budgets(redis_client, user_daily=Budget(1000, "tokens"))
+    user_day = spend_keys(ALICE, NOW)[0]
+    hold = await caps.hold(ALICE, 100, 0.0, NOW)
+    steps = [use(redis_client, 40), caps.release(hold)]
+    await asyncio.gather(*(steps if first == "usage write" else steps[::-1]))
+    assert float(await redis_client.hget(user_day, "held_tokens") or 0) == 0
+    assert int(await redis_client.hget(user_day, "tokens") or 0) == 40
+
+
 async def test_a_new_day_starts_a_daily_budget_afresh(redis_client: Redis) -> None:
     caps = budgets(redis_client, user_daily=Budget(10, "tokens"))
     await use(redis_client, 10)
