@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from gateway.budgets import spend_keys
 from gateway.models import Charge, ModelCall, Usage
 from gateway.usage import UsageLedger
+from gateway.worker import GIVE_UP_TEXT
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import start_workers, texts
 from tests.gateway.helpers import inbound
@@ -92,3 +93,20 @@ async def test_two_workers_racing_turns_overshoot_no_more_than_turns_in_flight(
         largest = max(len(str(r["messages"])) // 4 + 20 for r in llm.requests)
         assert used < cap + largest  # past the cap by at most the last turn let in
         assert float(spend["held_tokens"]) == 0  # every hold let go of
+
+
+async def test_a_budget_check_redis_refuses_calls_no_model_and_says_so_once(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    """The user's spend key is damaged (not a hash): every check fails in Redis, so no
+    model is called unchecked; the job is tried on each delivery, then given up with one
+    apology, and the session is not left owing an answer."""
+    values = {"GATEWAY_BUDGET_USER_DAILY": "1000tokens", "GATEWAY_ALLOWED_USERS": "test:U1"}
+    async for h in start_workers(redis_url, llm, 1, **values):
+        user_day = spend_keys(ALICE, dt.datetime.now(dt.UTC))[0]
+        await h.sessions.redis.set(user_day, "not a hash")
+        message = inbound("hello")
+        await h.ingest.receive(message)
+        await h.idle(message.session_key, timeout=60)
+        assert texts(h.sender) == [GIVE_UP_TEXT]
+        assert llm.requests == []

@@ -294,3 +294,17 @@ async def test_a_voice_note_is_counted_against_its_sender(
             assert heard.unpriced == 0 and heard.cost == pytest.approx(cost)
         mine = await totals(h, "user", "test:U1")
         assert mine.calls == 2  # the transcription and the turn
+
+
+async def test_a_usage_write_redis_refuses_loses_the_count_not_the_answer(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The user's usage key is of the wrong type (a damaged key): the write fails in
+    Redis, the answer is delivered and recorded anyway, and the log says what was lost."""
+    await harness.sessions.redis.set(Keys.usage("user", "test:U1"), "not a hash")
+    key, _, _ = await one_turn(harness, "hello", "the answer")
+    assert texts(harness.sender) == ["the answer"]
+    assert [e["role"] for e in await harness.history(key)] == ["user", "assistant"]
+    assert "usage of a openai/main-model call not recorded" in caplog.text
+    found = await totals(harness, "session", key)
+    assert found.calls == 1  # Redis runs the rest of a transaction: the other scopes count
