@@ -11,7 +11,15 @@ import pytest
 
 from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.workspaces import NotInstalled
-from tests.adapters.slack_helpers import InstallsApp, installed_event, installs_app, team_mention
+from gateway.cipher import TokenCipher, WrongSecretKey
+from tests.adapters.slack_helpers import (
+    OTHER_SECRET_KEY,
+    SECRET_KEY,
+    InstallsApp,
+    installed_event,
+    installs_app,
+    team_mention,
+)
 from tests.fakes.slack_api import CLIENT_ID, FakeSlack
 
 
@@ -174,3 +182,20 @@ async def test_an_org_wide_install_serves_its_workspaces(
     assert (await web.post_event(body)).status_code == 200
     assert await web.redis.llen(f"gw:{{slack:T0009:C1:{event['ts']}}}:inbox") == 1
     assert await web.platform.workspaces.token("T0009") == org.bot_token
+
+
+async def test_a_new_key_listed_before_the_old_opens_the_tokens_and_seals_them_anew(
+    web: InstallsApp, slack: FakeSlack
+) -> None:
+    two = await web.install(slack, "T0002")
+    new_only = RedisInstallationStore(web.redis, TokenCipher(OTHER_SECRET_KEY))
+    with pytest.raises(WrongSecretKey, match=r"^GATEWAY_SECRET_KEY does not decrypt"):
+        await new_only.check_key()
+    rotating = RedisInstallationStore(web.redis, TokenCipher(f"{OTHER_SECRET_KEY},{SECRET_KEY}"))
+    bot = await rotating.async_find_bot(enterprise_id=None, team_id="T0002")
+    assert bot is not None and bot.bot_token == two.bot_token
+    # Read once with both keys, the bot's record now opens with the new key alone.
+    assert await new_only.check_key() == 1
+    found = await new_only.async_find_bot(enterprise_id=None, team_id="T0002")
+    assert found is not None and found.bot_token == two.bot_token
+    assert two.bot_token not in await raw_values(web)
