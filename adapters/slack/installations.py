@@ -120,10 +120,15 @@ class RedisInstallationStore(AsyncInstallationStore):
         return sorted(str(owner) for owner in await self.redis.smembers(Keys.installed(PLATFORM)))
 
     async def check_key(self) -> int:
-        """How many bots are installed; WrongSecretKey when one of them does not decrypt."""
+        """How many bots are installed; WrongSecretKey when a record of theirs does not
+        decrypt. Every record is read, so each one sealed with an older key is sealed
+        again with the newest."""
         owners = await self.owners()
         for owner in owners:
-            await self._open(Keys.installed_bot(PLATFORM, owner))
+            latest = Keys.installation(PLATFORM, owner)
+            installers = [key async for key in self.redis.scan_iter(f"{latest}:user:*")]
+            for key in (Keys.installed_bot(PLATFORM, owner), latest, *installers):
+                await self._open(key)
         return len(owners)
 
     def _seal(self, fields: dict[str, Any]) -> str:

@@ -194,8 +194,12 @@ async def test_a_new_key_listed_before_the_old_opens_the_tokens_and_seals_them_a
     rotating = RedisInstallationStore(web.redis, TokenCipher(f"{OTHER_SECRET_KEY},{SECRET_KEY}"))
     bot = await rotating.async_find_bot(enterprise_id=None, team_id="T0002")
     assert bot is not None and bot.bot_token == two.bot_token
-    # Read once with both keys, the bot's record now opens with the new key alone.
+    # Checked once with both keys (as every start does), each record opens with the new
+    # key alone: the bot, the latest installation and the installer's.
+    assert await rotating.check_key() == 1
     assert await new_only.check_key() == 1
     found = await new_only.async_find_bot(enterprise_id=None, team_id="T0002")
     assert found is not None and found.bot_token == two.bot_token
+    mine = await new_only.async_find_installation(enterprise_id=None, team_id="T0002", user_id="U1")
+    assert mine is not None and mine.bot_token == two.bot_token
     assert two.bot_token not in await raw_values(web)
