@@ -18,6 +18,7 @@ from tests.adapters.slack_helpers import (
     InstallsApp,
     installed_event,
     installs_app,
+    message,
     team_mention,
 )
 from tests.fakes.slack_api import CLIENT_ID, FakeSlack
@@ -170,6 +171,13 @@ async def test_a_message_from_an_installed_workspace_is_taken_with_its_bot_ident
     session = f"gw:{{slack:T0002:C1:{event['ts']}}}:inbox"
     [entry] = await web.redis.lrange(session, 0, -1)
     assert "hello there" in entry and "UBT0002" not in entry  # the mention is stripped
+    # The bot's own message in that workspace (its user there) is not taken for a user's.
+    own = message("my own reply", user=two.bot_user_id, thread_ts=event["ts"])
+    assert (await web.post_event(installed_event(own, two))).status_code == 200
+    person = message("a person again", user="U2", thread_ts=event["ts"])
+    assert (await web.post_event(installed_event(person, two))).status_code == 200
+    texts = " ".join(await web.redis.lrange(session, 0, -1))
+    assert "a person again" in texts and "my own reply" not in texts
 
 
 async def test_an_org_wide_install_serves_its_workspaces(
