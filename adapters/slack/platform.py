@@ -39,6 +39,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from starlette.routing import BaseRoute
 
 from adapters.common import SHAPE_ERRORS, invalid, refusal_text
+from adapters.slack.client import web_client
 from adapters.slack.connection import Backoff, SocketSupervisor, Timing
 from adapters.slack.files import SlackFileSource, WorkspaceFileSource
 from adapters.slack.http import events_route, oauth_routes
@@ -56,7 +57,7 @@ from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.names import UserNames
 from adapters.slack.oauth import oauth_settings
 from adapters.slack.render import escape
-from adapters.slack.sender import SlackSender, platform_error, web_client
+from adapters.slack.sender import SlackSender, platform_error
 from adapters.slack.workspaces import Workspaces
 from gateway.cipher import TokenCipher
 from gateway.errors import ConfigError, GatewayError, PlatformError

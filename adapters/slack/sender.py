@@ -20,6 +20,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import APPROVE_LABEL, DECLINE_LABEL, retry_after_seconds
+from adapters.slack.client import web_client as web_client  # where callers have found it
 from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn
 from adapters.slack.workspaces import Workspaces
@@ -58,16 +59,6 @@ def is_assistant_thread(address: Address) -> bool:
     `is_user_message_event_in_assistant_thread` reads an event the same way: an IM
     message with a thread_ts)."""
     return bool(address.thread) and address.channel.startswith("D")
-
-
-def web_client(token: str | None, base_url: str) -> AsyncWebClient:
-    """An AsyncWebClient on `SLACK_API_URL`, without rate-limit retries (the core paces);
-    without a token when each call's workspace gives its own."""
-    return AsyncWebClient(token=token, base_url=_with_slash(base_url))
-
-
-def _with_slash(url: str) -> str:
-    return url if url.endswith("/") else url + "/"
 
 
 def approval_blocks(mrkdwn: str, approval_id: str | None) -> list[dict[str, Any]]:

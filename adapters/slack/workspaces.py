@@ -16,6 +16,7 @@ import time
 from redis.asyncio import Redis
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.client import web_client
 from adapters.slack.installations import PLATFORM, RedisInstallationStore
 from gateway.errors import PlatformError
 from gateway.store import Keys
@@ -66,7 +67,7 @@ class Workspaces:
         if found is not None and found[0] > time.monotonic():
             return found[1], found[2]
         token = await self._lookup(workspace)
-        client = AsyncWebClient(token=token, base_url=_with_slash(self.api_url))
+        client = web_client(token, self.api_url)
         self._found[workspace] = (time.monotonic() + self.ttl, token, client)
         return token, client
 
@@ -81,7 +82,3 @@ class Workspaces:
         if bot is None or not bot.bot_token:
             raise NotInstalled(f"Slack: the app is not installed in workspace {workspace}")
         return bot.bot_token
-
-
-def _with_slash(url: str) -> str:
-    return url if url.endswith("/") else url + "/"
