@@ -63,7 +63,7 @@ class RedisInstallationStore(AsyncInstallationStore):
             pipe.set(Keys.installation(PLATFORM, owner, installation.user_id), record)
             await pipe.execute()
         await self.async_save_bot(installation.to_bot())
-        log.info("slack: installed in %s (%s)", owner, installation.team_name or "org")
+        log.info("slack: installed in %s", owner)
 
     async def async_save_bot(self, bot: Bot) -> None:
         owner = owner_id(bot.enterprise_id, bot.team_id, bot.is_enterprise_install)

@@ -29,7 +29,7 @@ from tests.adapters.slack_helpers import (
 )
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Install, Message
+from tests.fakes.slack_api import BOT_TOKEN, CLIENT_SECRET, FakeSlack, Install, Message
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -101,6 +101,9 @@ async def test_two_workspaces_are_each_answered_with_their_own_token(
     assert posted_with(slack, "C2") == {two.bot_token}
     assert posted_with(slack, "C3") == {three.bot_token}
     assert BOT_TOKEN not in {c.token for c in slack.calls}
+    logs = web.output()
+    for secret in (two.bot_token, three.bot_token, CLIENT_SECRET, SECRET_KEY):
+        assert secret not in logs
 
 
 async def test_after_an_uninstall_only_the_other_workspace_is_answered(
