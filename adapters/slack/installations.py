@@ -155,5 +155,6 @@ class RedisInstallationStore(AsyncInstallationStore):
 
 
 def _plain(value: Any) -> Any:
-    """JSON's form of a record's value (slack-sdk gives times as datetimes)."""
-    return value.timestamp() if isinstance(value, datetime) else value
+    """JSON's form of a record's value: slack-sdk gives times as datetimes, and reads
+    them back from ISO text (an expiry must come back whole, a float is refused)."""
+    return value.isoformat() if isinstance(value, datetime) else value

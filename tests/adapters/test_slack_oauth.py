@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from slack_sdk.oauth.installation_store import Installation
 
 from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.workspaces import NotInstalled
@@ -211,3 +212,32 @@ async def test_a_new_key_listed_before_the_old_opens_the_tokens_and_seals_them_a
     mine = await new_only.async_find_installation(enterprise_id=None, team_id="T0002", user_id="U1")
     assert mine is not None and mine.bot_token == two.bot_token
     assert two.bot_token not in await raw_values(web)
+
+
+async def test_rotating_tokens_and_a_users_token_are_kept_sealed_and_come_back_whole(
+    web: InstallsApp,
+) -> None:
+    installation = Installation(
+        enterprise_id="E0001",
+        team_id="T0005",
+        bot_token="xoxe.xoxb-rotating-bot",
+        bot_user_id="UBT0005",
+        bot_refresh_token="xoxe-1-bot-refresh",
+        bot_token_expires_in=43_200,
+        user_id="U5",
+        user_token="xoxe.xoxp-user",
+        user_refresh_token="xoxe-1-user-refresh",
+        user_token_expires_in=43_200,
+    )
+    await store(web).async_save(installation)
+    found = await store(web).async_find_installation(
+        enterprise_id="E0001", team_id="T0005", user_id="U5"
+    )
+    assert found is not None
+    assert found.to_dict() == installation.to_dict()
+    bot = await store(web).async_find_bot(enterprise_id="E0001", team_id="T0005")
+    assert bot is not None and bot.bot_refresh_token == "xoxe-1-bot-refresh"
+    assert bot.bot_token_expires_at == installation.bot_token_expires_at
+    stored = await raw_values(web)
+    for secret in ("rotating-bot", "bot-refresh", "xoxp-user", "user-refresh"):
+        assert secret not in stored
