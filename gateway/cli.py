@@ -13,7 +13,7 @@ import gc
 import logging
 import secrets
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -104,6 +104,8 @@ def _setup_logging(settings: Settings, *, quiet: bool) -> None:
             settings.slack_bot_token,
             settings.slack_signing_secret,
             settings.slack_app_token,
+            settings.slack_client_secret,
+            settings.secret_key,
             settings.telegram_bot_token,
             settings.telegram_webhook_secret,
             settings.discord_bot_token,
@@ -133,6 +135,12 @@ def _platforms(settings: Settings, redis: aioredis.Redis, mode: Mode) -> list[Pl
     return found
 
 
+async def _preflight(platforms: Sequence[Platform]) -> None:
+    """What each platform keeps in Redis is usable (stored tokens open with their key)."""
+    for platform in platforms:
+        await platform.preflight()
+
+
 # --- commands --------------------------------------------------------------------------------
 
 
@@ -144,6 +152,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         platforms = _platforms(settings, redis, "send")
         for platform in platforms:
             platform.validate("http" if platform.uses_http() else "connect")
+        await _preflight(platforms)
         use_console = args.console or not platforms
         senders: dict[str, Sender] = {p.name: p.sender() for p in platforms}
         sources: dict[str, FileSource] = {p.name: p.file_source() for p in platforms}
@@ -233,6 +242,7 @@ async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
 
     async with store.open_redis(settings.redis_url, settings.data_dir) as redis:
         platforms = [p for p in _platforms(settings, redis, "http") if p.uses_http()]
+        await _preflight(platforms)
         ingest = Ingest(settings, redis)
         app = create_app(redis, ingest, platforms, ["console", *settings.enabled_platforms])
         log.info(
@@ -256,6 +266,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 "no platform is configured for this worker: set SLACK_BOT_TOKEN, "
                 "TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN"
             )
+        await _preflight(platforms)
         senders = {p.name: p.sender() for p in platforms}
         sources = {p.name: p.file_source() for p in platforms}
         worker = Worker(settings, redis, senders, concurrency=args.concurrency, sources=sources)
@@ -341,15 +352,29 @@ async def _doctor_platforms(settings: Settings) -> list[tuple[str, bool, str]]:
     import adapters
 
     results = []
-    client = aioredis.Redis()  # platforms are checked without touching Redis
-    for name in settings.enabled_platforms:
-        try:
-            platform = adapters.load(name)(settings, client)
-            results.append((name, True, await platform.doctor()))
-        except (GatewayError, PlatformError) as exc:
-            results.append((name, False, str(exc)))
-    await client.aclose()
+    async with _doctor_redis(settings) as client:
+        for name in settings.enabled_platforms:
+            try:
+                platform = adapters.load(name)(settings, client)
+                results.append((name, True, await platform.doctor()))
+            except (GatewayError, PlatformError, RedisError) as exc:
+                results.append((name, False, str(exc)))
     return results
+
+
+@contextlib.asynccontextmanager
+async def _doctor_redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    """Platforms are checked without touching Redis, unless their tokens live there
+    (Slack installed in many workspaces)."""
+    if not settings.slack_many_workspaces:
+        client = aioredis.Redis()
+        try:
+            yield client
+        finally:
+            await client.aclose()
+        return
+    async with store.open_redis(settings.redis_url, settings.data_dir) as client:
+        yield client
 
 
 if __name__ == "__main__":

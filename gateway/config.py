@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.cipher import check_keys
 from gateway.errors import ConfigError
 from gateway.rate_limit import Rate, parse_rate
 
@@ -23,6 +24,20 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant taking part in a team chat. Answer clearly and "
     "concisely, in Markdown. Several people may be talking; each user message "
     "in a group starts with the speaker's name."
+)
+# What the Slack adapter calls and the events it reads, as bot scopes of an OAuth install.
+DEFAULT_SLACK_SCOPES = (
+    "app_mentions:read",
+    "channels:history",
+    "groups:history",
+    "im:history",
+    "mpim:history",
+    "chat:write",
+    "reactions:write",
+    "commands",
+    "files:read",
+    "users:read",
+    "assistant:write",
 )
 _TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(usd|tokens)\s*$", re.IGNORECASE)
@@ -89,6 +104,13 @@ class Settings(BaseSettings):
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     slack_edit_interval: float = Field(default=1.0, alias="SLACK_EDIT_INTERVAL", ge=0)
     slack_allow_external: bool = Field(default=False, alias="SLACK_ALLOW_EXTERNAL")
+    # Slack in many workspaces (OAuth v2 installs): the names slack-bolt itself reads.
+    slack_client_id: str | None = Field(default=None, alias="SLACK_CLIENT_ID")
+    slack_client_secret: SecretStr | None = Field(default=None, alias="SLACK_CLIENT_SECRET")
+    slack_scopes_text: str | None = Field(default=None, alias="SLACK_SCOPES")
+    slack_redirect_uri: str | None = Field(default=None, alias="SLACK_REDIRECT_URI")
+    # Fernet keys, newest first: installation tokens are encrypted with them in Redis.
+    secret_key: SecretStr | None = Field(default=None, alias="GATEWAY_SECRET_KEY")
 
     telegram_bot_token: SecretStr | None = Field(default=None, alias="TELEGRAM_BOT_TOKEN")
     telegram_webhook_secret: SecretStr | None = Field(default=None, alias="TELEGRAM_WEBHOOK_SECRET")
@@ -175,6 +197,18 @@ class Settings(BaseSettings):
             raise ValueError("must be 1 to 256 characters of A-Z a-z 0-9 _ -")
         return value
 
+    @field_validator("secret_key")
+    @classmethod
+    def _secret_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_keys(value.get_secret_value())
+        return value
+
+    @field_validator("slack_client_id", "slack_scopes_text", "slack_redirect_uri")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
+
     @field_validator("session_retention_days", mode="before")
     @classmethod
     def _retention(cls, value: object) -> object:
@@ -250,8 +284,19 @@ class Settings(BaseSettings):
         return frozenset(u.strip() for u in self.allowed_users.split(",") if u.strip())
 
     @property
+    def slack_many_workspaces(self) -> bool:
+        """Slack installed through OAuth into any number of workspaces (SLACK_CLIENT_ID)."""
+        return self.slack_client_id is not None
+
+    @property
+    def slack_scopes(self) -> tuple[str, ...]:
+        if self.slack_scopes_text is None:
+            return DEFAULT_SLACK_SCOPES
+        return tuple(s.strip() for s in self.slack_scopes_text.split(",") if s.strip())
+
+    @property
     def slack_enabled(self) -> bool:
-        return self.slack_bot_token is not None
+        return self.slack_bot_token is not None or self.slack_many_workspaces
 
     @property
     def telegram_enabled(self) -> bool:

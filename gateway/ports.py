@@ -125,6 +125,14 @@ class FileSource(Protocol):
     async def locate(self, attachment: Attachment) -> Download: ...
 
 
+@runtime_checkable
+class WorkspaceFiles(Protocol):
+    """A FileSource whose access differs by workspace (Slack installed in many, a token
+    each), optional: the worker asks it for the source of the session's workspace."""
+
+    def in_workspace(self, workspace: str) -> FileSource: ...
+
+
 class PlainSource:
     """The attachment's own URL, no headers: for platforms whose file URLs are public."""
 
@@ -162,6 +170,10 @@ class Platform(ABC):
     def uses_http(self) -> bool:
         """Whether this platform, as configured, receives events over `gateway web`."""
         return False
+
+    async def preflight(self) -> None:
+        """Checks of what is stored, before anything serves or works (stored tokens that
+        open with the configured key...): raise ConfigError, one line, no secret."""
 
     async def startup(self) -> None:
         """Called once before routes serve or `connect` runs (learn the bot's own ids...)."""

@@ -198,6 +198,36 @@ class Keys:
     def user_name(platform: str, user_id: str) -> str:
         return f"{PREFIX}:user:{platform}:{user_id}"
 
+    # A platform installed through OAuth into many workspaces (Slack): each installation's
+    # owner is `team:<workspace>` or, for an org-wide install, `org:<org>`. Tokens
+    # in these records are encrypted with GATEWAY_SECRET_KEY (gateway/cipher.py).
+
+    @staticmethod
+    def installed(platform: str) -> str:
+        """The set of owners whose bot is installed: counted by `doctor`, checked at start."""
+        return f"{PREFIX}:installed:{platform}"
+
+    @staticmethod
+    def installation(platform: str, owner: str, user_id: str | None = None) -> str:
+        """The latest installation of an owner (JSON), or the one a user made."""
+        suffix = f":user:{user_id}" if user_id else ""
+        return f"{PREFIX}:installation:{platform}:{owner}{suffix}"
+
+    @staticmethod
+    def installed_bot(platform: str, owner: str) -> str:
+        """The bot of an owner's installation (JSON): the token replies are sent with."""
+        return f"{PREFIX}:bot:{platform}:{owner}"
+
+    @staticmethod
+    def workspace_org(platform: str, workspace: str) -> str:
+        """workspace -> the org whose org-wide install serves it (seen on its events)."""
+        return f"{PREFIX}:org_of:{platform}:{workspace}"
+
+    @staticmethod
+    def oauth_state(platform: str, state: str) -> str:
+        """An install's one-time OAuth state (EX its lifetime), consumed by the redirect."""
+        return f"{PREFIX}:oauth_state:{platform}:{state}"
+
 
 def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
     """An asyncio client that retries dropped connections with backoff.

@@ -7,6 +7,11 @@ sender.py      SlackSender: chat.postMessage / chat.update / thinking signals, a
 connection.py  the Socket Mode supervisor (reconnect with backoff, health)
 http.py        POST /slack/events: signature and body checked before bolt sees it
 names.py       speakers' display names (users.info, cached in Redis)
+files.py       shared files' private URLs, with the bot token
+client.py      the Web API client every part builds (SLACK_API_URL, no retries)
+oauth.py       many workspaces: bolt's OAuth flow settings, the OAuth state in Redis
+installations.py  bolt's installation store on Redis, tokens encrypted at rest
+workspaces.py  each workspace's token, for the replies workers send
 """
 
 from adapters.slack.platform import SlackPlatform

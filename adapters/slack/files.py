@@ -9,6 +9,9 @@ address anywhere else, however it got into the event, is refused before any
 request, so a forged or odd URL never receives the token. A redirect to another
 origin loses the header on the way (the downloader's HTTP client drops it).
 
+Installed in many workspaces, a file is fetched with the token of the
+session's workspace (`WorkspaceFileSource`).
+
 Without a valid token or the scope, Slack answers with its sign-in page (HTML,
 status 200) instead of the file: an image then reads as "not an image", a PDF as
 "not a PDF", each one line to the user.
@@ -19,9 +22,10 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit
 
+from adapters.slack.workspaces import NotInstalled, Workspaces
 from gateway.errors import DownloadFailed
 from gateway.model import Attachment
-from gateway.ports import Download
+from gateway.ports import Download, FileSource
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +44,46 @@ class SlackFileSource:
         self._trusted = trusted_origins(api_url)
 
     async def locate(self, attachment: Attachment) -> Download:
-        if not attachment.url:
-            raise DownloadFailed(NO_ADDRESS)
-        if origin(attachment.url) not in self._trusted:
-            log.warning("slack: a file whose address is not on Slack's file host was not fetched")
-            raise DownloadFailed(FOREIGN)
-        return Download(attachment.url, self._headers)
+        return Download(checked_url(attachment, self._trusted), self._headers)
+
+
+class WorkspaceFileSource:
+    """Installed in many workspaces: each workspace's files with its own bot token."""
+
+    def __init__(self, workspaces: Workspaces, api_url: str) -> None:
+        self.workspaces = workspaces
+        self._trusted = trusted_origins(api_url)
+
+    def in_workspace(self, workspace: str) -> FileSource:
+        return _InWorkspace(self.workspaces, workspace, self._trusted)
+
+    async def locate(self, attachment: Attachment) -> Download:
+        raise DownloadFailed("it is not known which workspace it belongs to")
+
+
+class _InWorkspace:
+    def __init__(self, workspaces: Workspaces, workspace: str, trusted: frozenset[Origin]) -> None:
+        self.workspaces = workspaces
+        self.workspace = workspace
+        self._trusted = trusted
+
+    async def locate(self, attachment: Attachment) -> Download:
+        url = checked_url(attachment, self._trusted)
+        try:
+            token = await self.workspaces.token(self.workspace)
+        except NotInstalled:
+            raise DownloadFailed("the app is no longer installed in this workspace") from None
+        return Download(url, {"Authorization": f"Bearer {token}"})
+
+
+def checked_url(attachment: Attachment, trusted: frozenset[Origin]) -> str:
+    """The attachment's address, when the bot token may be sent there."""
+    if not attachment.url:
+        raise DownloadFailed(NO_ADDRESS)
+    if origin(attachment.url) not in trusted:
+        log.warning("slack: a file whose address is not on Slack's file host was not fetched")
+        raise DownloadFailed(FOREIGN)
+    return attachment.url
 
 
 def trusted_origins(api_url: str) -> frozenset[Origin]:

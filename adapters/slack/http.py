@@ -11,6 +11,9 @@ signature check still on. Each refusal is one log line, without the body.
 
 Slack retries a delivery that gets no 2xx three times, then stops, so a
 malformed delivery is answered 4xx; a delivery Redis could not take stays a 5xx.
+
+In many workspaces, `GET /slack/install` and `GET /slack/oauth_redirect` run
+bolt's OAuth flow (adapters/slack/oauth.py); neither reads a body.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import time
 from urllib.parse import parse_qs
 
 from slack_bolt.adapter.starlette.async_handler import to_async_bolt_request, to_starlette_response
-from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
+from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
@@ -60,6 +64,28 @@ def events_route(app: AsyncApp, signing_secret: str) -> Route:
         return await _dispatch(app, request, body)
 
     return Route(PATH, events, methods=["POST"])
+
+
+def oauth_routes(flow: AsyncOAuthFlow) -> list[Route]:
+    """The install link, and where Slack sends the installer back."""
+
+    async def install(request: Request) -> Response:
+        return to_starlette_response(await flow.handle_installation(_bodiless(request)))
+
+    async def redirect(request: Request) -> Response:
+        response = await flow.handle_callback(_bodiless(request))
+        if response.status >= 400:
+            log.warning("slack: an install was refused (%d)", response.status)
+        return to_starlette_response(response)
+
+    return [
+        Route(flow.install_path, install, methods=["GET"]),
+        Route(flow.redirect_uri_path, redirect, methods=["GET"]),
+    ]
+
+
+def _bodiless(request: Request) -> AsyncBoltRequest:
+    return to_async_bolt_request(request, b"")
 
 
 def _signed(secret: bytes, body: bytes, request: Request) -> bool:

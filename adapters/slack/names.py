@@ -54,15 +54,17 @@ class UserNames:
         self.client = client
         self._local: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
-    async def get(self, user_id: str) -> str:
+    async def get(self, user_id: str, client: AsyncWebClient | None = None) -> str:
+        """`client` asks users.info with the token of the event's workspace (the app
+        installed in many); the one given at construction otherwise."""
         local = self._local.get(user_id)
         if local is not None and local[0] > time.monotonic():
             return local[1]
-        name = await self._shared(user_id)
+        name = await self._shared(user_id, client or self.client)
         self._remember(user_id, name)
         return name
 
-    async def _shared(self, user_id: str) -> str:
+    async def _shared(self, user_id: str, client: AsyncWebClient) -> str:
         key = Keys.user_name("slack", user_id)
         try:
             cached = await self.redis.get(key)
@@ -70,7 +72,7 @@ class UserNames:
             cached = None
         if cached:
             return str(cached)
-        name, ttl = await self._lookup(user_id)
+        name, ttl = await self._lookup(user_id, client)
         try:
             await self.redis.set(key, name, ex=ttl)
         except RedisError:
@@ -83,9 +85,9 @@ class UserNames:
         while len(self._local) > LOCAL_SIZE:
             self._local.popitem(last=False)
 
-    async def _lookup(self, user_id: str) -> tuple[str, int]:
+    async def _lookup(self, user_id: str, client: AsyncWebClient) -> tuple[str, int]:
         try:
-            response = await self.client.users_info(user=user_id)
+            response = await client.users_info(user=user_id)
         except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.warning("users.info for %s failed: %s", user_id, type(exc).__name__)
             return user_id, UNKNOWN_TTL

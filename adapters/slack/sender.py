@@ -3,6 +3,10 @@
 The core does the pacing (edit interval, coalescing on 429, splitting), so no
 slack-sdk retry handler for rate limits is installed here: a 429 becomes
 `RateLimited(retry_after)` at once and the core decides what to send next.
+
+Installed in many workspaces, each call goes out with the token of the
+address's workspace (adapters/slack/workspaces.py); a token Slack calls dead
+is forgotten, so the next call reads the installation store again.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import APPROVE_LABEL, DECLINE_LABEL, retry_after_seconds
+from adapters.slack.client import web_client as web_client  # where callers have found it
 from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn
+from adapters.slack.workspaces import Workspaces
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
 from gateway.ports import Limits
@@ -53,15 +59,6 @@ def is_assistant_thread(address: Address) -> bool:
     `is_user_message_event_in_assistant_thread` reads an event the same way: an IM
     message with a thread_ts)."""
     return bool(address.thread) and address.channel.startswith("D")
-
-
-def web_client(token: str, base_url: str) -> AsyncWebClient:
-    """An AsyncWebClient on `SLACK_API_URL`, without rate-limit retries (the core paces)."""
-    return AsyncWebClient(token=token, base_url=_with_slash(base_url))
-
-
-def _with_slash(url: str) -> str:
-    return url if url.endswith("/") else url + "/"
 
 
 def approval_blocks(mrkdwn: str, approval_id: str | None) -> list[dict[str, Any]]:
@@ -106,8 +103,17 @@ class SlackSender:
 
     platform = "slack"
 
-    def __init__(self, client: AsyncWebClient, edit_interval: float) -> None:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        edit_interval: float,
+        *,
+        workspaces: Workspaces | None = None,
+    ) -> None:
+        """`client` holds the one bot token; with `workspaces`, each call takes its
+        workspace's client instead."""
         self.client = client
+        self.workspaces = workspaces
         self.edit_interval = edit_interval
         self.assistant_status = True  # until Slack says the app has no assistant feature
         self._status_set: set[tuple[str, str]] = set()
@@ -122,7 +128,7 @@ class SlackSender:
     async def send(self, address: Address, markdown: str, *, final: bool) -> str:
         result = await self._call(
             "chat.postMessage",
-            self.client.chat_postMessage,
+            address,
             channel=address.channel,
             thread_ts=address.thread,
             text=to_mrkdwn(markdown) or " ",
@@ -133,7 +139,7 @@ class SlackSender:
     async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
         await self._call(
             "chat.update",
-            self.client.chat_update,
+            address,
             channel=address.channel,
             ts=message_id,
             text=to_mrkdwn(markdown) or " ",
@@ -143,7 +149,7 @@ class SlackSender:
         text = to_mrkdwn(markdown)
         result = await self._call(
             "chat.postMessage",
-            self.client.chat_postMessage,
+            address,
             channel=address.channel,
             thread_ts=address.thread,
             text=text or " ",  # what notifications and screen readers show
@@ -156,7 +162,7 @@ class SlackSender:
         text = to_mrkdwn(markdown)
         await self._call(
             "chat.update",
-            self.client.chat_update,
+            address,
             channel=address.channel,
             ts=message_id,
             text=text or " ",
@@ -195,10 +201,12 @@ class SlackSender:
         failure once (at debug: the reaction or the reply's own status line stands in)."""
         key = (address.channel, address.thread or "")
         try:
-            await self.client.assistant_threads_setStatus(
+            client = await self._client(address)
+            await client.assistant_threads_setStatus(
                 channel_id=address.channel, thread_ts=address.thread or "", status=status
             )
         except SlackApiError as exc:
+            self._dead_token(address, exc)
             error = platform_error(exc, "assistant.threads.setStatus")
             if isinstance(error, RateLimited):
                 raise error from None
@@ -222,12 +230,11 @@ class SlackSender:
             log.debug("assistant.threads.setStatus failed (%s); not shown natively", reason)
 
     async def _react(self, address: Address, on: bool) -> None:
-        method = self.client.reactions_add if on else self.client.reactions_remove
         api_method = "reactions.add" if on else "reactions.remove"
         try:
             await self._call(
                 api_method,
-                method,
+                address,
                 channel=address.channel,
                 timestamp=address.reply_to,
                 name=THINKING_REACTION,
@@ -237,10 +244,23 @@ class SlackSender:
             if "already_reacted" not in str(exc) and "no_reaction" not in str(exc):
                 raise
 
-    async def _call(self, api_method: str, method: Any, **kwargs: Any) -> Any:
+    async def _client(self, address: Address) -> AsyncWebClient:
+        if self.workspaces is None:
+            return self.client
+        return await self.workspaces.client(address.workspace)
+
+    def _dead_token(self, address: Address, exc: SlackApiError) -> None:
+        if self.workspaces is not None and isinstance(exc.response.data, dict):
+            self.workspaces.forget_if_dead(address.workspace, str(exc.response.get("error")))
+
+    async def _call(self, api_method: str, address: Address, **kwargs: Any) -> Any:
+        """Slack's `api_method` with the address's token; None arguments left out."""
+        client = await self._client(address)
+        method = getattr(client, api_method.replace(".", "_"))  # chat.update -> chat_update
         try:
             return await method(**{k: v for k, v in kwargs.items() if v is not None})
         except SlackApiError as exc:
+            self._dead_token(address, exc)
             raise platform_error(exc, api_method) from None
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformError(f"Slack {api_method} failed: {type(exc).__name__}") from None

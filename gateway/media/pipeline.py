@@ -38,7 +38,7 @@ from gateway.media.store import MediaStore, item_field
 from gateway.metrics import Metrics
 from gateway.model import Attachment
 from gateway.models import Charge, Models
-from gateway.ports import FileSource, PlainSource
+from gateway.ports import FileSource, PlainSource, WorkspaceFiles
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,13 @@ class MediaPipeline:
         self.threads.shutdown(wait=False, cancel_futures=True)
 
     def _source(self, session_key: str) -> FileSource:
-        """The platform's source (the session key starts with the platform's name)."""
-        return self.sources.get(session_key.partition(":")[0]) or PlainSource()
+        """The platform's source (the session key starts with the platform's name, then
+        its workspace): the workspace's own where access differs by workspace."""
+        platform, _, rest = session_key.partition(":")
+        source = self.sources.get(platform) or PlainSource()
+        if isinstance(source, WorkspaceFiles):
+            return source.in_workspace(rest.partition(":")[0])
+        return source
 
     async def _process_entry(
         self,

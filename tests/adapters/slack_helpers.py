@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 from redis.asyncio import Redis
@@ -21,7 +21,15 @@ from gateway.config import load_settings
 from gateway.ingest import Ingest
 from gateway.web import create_app
 from tests import processes
-from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, TEAM_ID, FakeSlack
+from tests.fakes.slack_api import (
+    BOT_TOKEN,
+    BOT_USER_ID,
+    CLIENT_ID,
+    CLIENT_SECRET,
+    TEAM_ID,
+    FakeSlack,
+    Install,
+)
 from tests.processes import request_text as request_text
 
 SIGNING_SECRET = "test-signing-secret-0123456789"
@@ -252,6 +260,112 @@ async def events_app(slack: FakeSlack, redis_url: str) -> AsyncIterator[EventsAp
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
             yield EventsApp(http, redis, ingest)
+    finally:
+        await platform.shutdown()
+        await redis.aclose()
+
+
+# -- many workspaces (OAuth installs) ----------------------------------------------
+
+# Fernet keys (32 url-safe base64 bytes), fixed so a failure reads the same every run.
+SECRET_KEY = "a2V5LW9mLXRoZS1nYXRld2F5LXRlc3RzLTAxMjM0NTY="
+OTHER_SECRET_KEY = "YW5vdGhlci1rZXktbm90LXRoZS1vbmUtdXNlZC0wMDE="
+
+
+def many_workspaces(slack_api_url: str, **extra: str) -> dict[str, str]:
+    """Slack's settings for installs into many workspaces (no SLACK_BOT_TOKEN)."""
+    return {
+        "SLACK_CLIENT_ID": CLIENT_ID,
+        "SLACK_CLIENT_SECRET": CLIENT_SECRET,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "GATEWAY_SECRET_KEY": SECRET_KEY,
+        "SLACK_API_URL": slack_api_url,
+        **extra,
+    }
+
+
+def installed_event(
+    event: dict[str, Any], install: Install, *, team_id: str | None = None
+) -> dict[str, Any]:
+    """An Events API delivery to `install` (a workspace's, or an org's for `team_id`)."""
+    team = team_id or install.team_id
+    authorization = {
+        "enterprise_id": install.enterprise_id,
+        "team_id": team,
+        "user_id": install.bot_user_id,
+        "is_bot": True,
+        "is_enterprise_install": install.org_wide,
+    }
+    body = {
+        **event_body({**event, "team": team}),
+        "team_id": team,
+        "authorizations": [authorization],
+    }
+    if install.enterprise_id:
+        body["enterprise_id"] = install.enterprise_id
+    if install.org_wide:
+        body["is_enterprise_install"] = True
+    return body
+
+
+def team_mention(text: str, install: Install, **fields: Any) -> dict[str, Any]:
+    """A mention of `install`'s bot, as its workspace delivers it."""
+    event = mention(text, **fields)
+    event["text"] = f"<@{install.bot_user_id}> {text}"
+    return event
+
+
+@dataclass
+class InstallsApp:
+    """`gateway web`'s app in-process, installing into many workspaces: a client of it
+    (keeping the installer's cookies, as a browser does), its Redis, the platform."""
+
+    http: httpx.AsyncClient
+    redis: Redis
+    platform: SlackPlatform
+
+    async def post_event(self, body: dict[str, Any]) -> httpx.Response:
+        raw = json_bytes(body)
+        return await self.http.post("/slack/events", content=raw, headers=signed_headers(raw))
+
+    async def start_install(self) -> tuple[str, str]:
+        """`GET /slack/install`: Slack's authorize URL it redirects to, and its state."""
+        response = await self.http.get("/slack/install")
+        assert response.status_code == 302, response.text
+        location = response.headers["location"]
+        return location, parse_qs(urlsplit(location).query)["state"][0]
+
+    async def finish_install(self, code: str, state: str | None) -> httpx.Response:
+        """Slack sending the installer back to the redirect URL."""
+        query = {"code": code} if state is None else {"code": code, "state": state}
+        return await self.http.get("/slack/oauth_redirect", params=query)
+
+    async def install(self, slack: FakeSlack, team_id: str, **consent: Any) -> Install:
+        """A whole install, as an installer's browser goes through it."""
+        location, state = await self.start_install()
+        async with httpx.AsyncClient() as browser:
+            assert (await browser.get(location)).status_code == 200
+        code = slack.consent(team_id, **consent)
+        response = await self.finish_install(code, state)
+        assert response.status_code == 200, response.text
+        return list(slack.installs.values())[-1]
+
+
+@contextlib.asynccontextmanager
+async def installs_app(slack: FakeSlack, redis_url: str) -> AsyncIterator[InstallsApp]:
+    """The Slack platform installing into many workspaces, behind `gateway web`'s routes."""
+    settings = load_settings(_env_file=None, REDIS_URL=redis_url, **many_workspaces(slack.api_url))
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    platform = SlackPlatform(settings, redis)
+    platform.validate("http")
+    await platform.preflight()
+    app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
+    await platform.startup()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        # https: bolt's state cookie is Secure, and a browser sends it back only over TLS.
+        async with httpx.AsyncClient(transport=transport, base_url="https://gateway") as http:
+            yield InstallsApp(http, redis, platform)
     finally:
         await platform.shutdown()
         await redis.aclose()

@@ -16,11 +16,20 @@ connection), `refuse_connections` makes apps.connections.open fail.
 
 Files: `files` is Slack's file host on the same origin (tests/fakes/slack_files.py),
 serving shared files at their private URLs to the bot token (`BOT_TOKEN`) only.
+
+Installs (OAuth v2): `GET /oauth/v2/authorize` is Slack's authorize page (each
+visit recorded in `authorize_visits`); `consent()` is an installer approving
+it in a workspace (or org-wide in an Enterprise Grid org) and returns the
+one-time code Slack would hand the redirect; `oauth.v2.access` exchanges it,
+with the app's client id and secret, for that workspace's own bot token,
+which auth.test then answers for. `uninstall()` makes a workspace's token
+dead (`invalid_auth`), as Slack does once the app is removed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import threading
@@ -39,6 +48,37 @@ BOT_ID = "BBOT"
 TEAM_ID = "T0001"
 BOT_TOKEN = "xoxb-test-bot-token"
 MAX_TEXT = 40_000
+CLIENT_ID = "1111.2222"
+CLIENT_SECRET = "test-client-secret-0123456789"
+
+
+@dataclass(frozen=True)
+class Install:
+    """One workspace's (or one org's) installation of the app, as Slack issues it."""
+
+    team_id: str | None
+    team_name: str | None
+    bot_token: str
+    bot_user_id: str
+    bot_id: str
+    enterprise_id: str | None = None
+    org_wide: bool = False
+
+    def oauth_answer(self) -> dict[str, Any]:
+        """oauth.v2.access's answer for this install."""
+        team = {"id": self.team_id, "name": self.team_name} if self.team_id else None
+        enterprise = {"id": self.enterprise_id, "name": "Org"} if self.enterprise_id else None
+        return {
+            "app_id": "A0001",
+            "authed_user": {"id": "U1"},
+            "scope": "chat:write,app_mentions:read",
+            "token_type": "bot",
+            "access_token": self.bot_token,
+            "bot_user_id": self.bot_user_id,
+            "team": team,
+            "enterprise": enterprise,
+            "is_enterprise_install": self.org_wide,
+        }
 
 
 @dataclass
@@ -89,6 +129,11 @@ class FakeSlack(LoopbackServer):
         self.ephemeral: list[dict[str, Any]] = []  # chat.postEphemeral's arguments
         self.connections_opened = 0
         self.files = SlackFileHost(self, TEAM_ID, BOT_TOKEN)
+        self.authorize_visits: list[dict[str, str]] = []
+        self.installs: dict[str, Install] = {}  # bot token -> its install
+        self.dead_tokens: set[str] = set()
+        self._codes: dict[str, Install] = {}  # one-time codes not yet exchanged
+        self._code_numbers = itertools.count(1)
         self._failures: dict[str, list[_Failure]] = {}
         self._ts = itertools.count(1)
         self._envelopes = itertools.count(1)
@@ -118,6 +163,7 @@ class FakeSlack(LoopbackServer):
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
+        app.router.add_get("/oauth/v2/authorize", self._authorize)
         self.files.install(app)
         return app
 
@@ -129,6 +175,39 @@ class FakeSlack(LoopbackServer):
 
     def add_user(self, user_id: str, display_name: str, real_name: str = "") -> None:
         self.users[user_id] = {"display_name": display_name, "real_name": real_name or display_name}
+
+    def consent(
+        self,
+        team_id: str | None,
+        team_name: str | None = None,
+        *,
+        enterprise_id: str | None = None,
+        org_wide: bool = False,
+    ) -> str:
+        """An installer approves the app on the authorize page; the code Slack would
+        send to the redirect URL."""
+        owner = enterprise_id if org_wide else team_id
+        assert owner is not None
+        install = Install(
+            team_id=None if org_wide else team_id,
+            team_name=team_name,
+            bot_token=f"xoxb-{owner}-{len(self.installs) + 1}-secret",
+            bot_user_id=f"UB{owner}",
+            bot_id=f"BB{owner}",
+            enterprise_id=enterprise_id,
+            org_wide=org_wide,
+        )
+        code = f"code-{owner}-{next(self._code_numbers)}"
+        with self._lock:
+            self._codes[code] = install
+        return code
+
+    def uninstall(self, team_or_org: str) -> None:
+        """The app is removed: the install's token answers invalid_auth from now on."""
+        with self._lock:
+            for token, install in self.installs.items():
+                if team_or_org in (install.team_id, install.enterprise_id):
+                    self.dead_tokens.add(token)
 
     def fail_next(
         self,
@@ -247,6 +326,8 @@ class FakeSlack(LoopbackServer):
             return self._refuse(call, failure.error, failure.status, failure.retry_after)
         if not token:
             return self._refuse(call, "not_authed")
+        if token in self.dead_tokens:
+            return self._refuse(call, "invalid_auth")
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return self._refuse(call, "unknown_method", 404)
@@ -278,7 +359,35 @@ class FakeSlack(LoopbackServer):
     def _new_ts(self) -> str:
         return f"1700000000.{next(self._ts):06d}"
 
+    async def _authorize(self, request: web.Request) -> web.Response:
+        with self._lock:
+            self.authorize_visits.append(dict(request.query))
+        return web.Response(text="<html>Allow the app?</html>", content_type="text/html")
+
+    def _oauth_v2_access(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        if token != f"Basic {basic}":
+            return "invalid_client_id"
+        with self._lock:
+            install = self._codes.pop(str(args.get("code")), None)
+            if install is None:
+                return "invalid_code"
+            self.installs[install.bot_token] = install
+        return install.oauth_answer()
+
     def _auth_test(self, args: dict[str, Any], token: str) -> dict[str, Any]:
+        install = self.installs.get(token)
+        if install is not None:
+            return {
+                "url": "https://test.slack.com/",
+                "team": install.team_name,
+                "user": "gateway",
+                "team_id": install.team_id,
+                "enterprise_id": install.enterprise_id,
+                "user_id": install.bot_user_id,
+                "bot_id": install.bot_id,
+                "is_enterprise_install": install.org_wide,
+            }
         return {
             "url": "https://test.slack.com/",
             "team": "Test",

@@ -1,0 +1,160 @@
+"""Slack installations in Redis, for slack-bolt's OAuth flow and its per-request authorize.
+
+One record per owner (`team:<T…>` for a workspace's install, Enterprise Grid
+ones included, since team ids are unique across Slack; `org:<E…>` for an
+org-wide install), as slack-sdk's own stores keep them: the latest
+installation, each installer's, and the bot, whose token replies are sent
+with. Tokens (bot, user, and their refresh tokens) are encrypted one by one
+with GATEWAY_SECRET_KEY; the ids and names around them stay readable. A record
+sealed with an older key is sealed again with the newest when it is read.
+
+`app_uninstalled` and `tokens_revoked` reach `async_delete_all`,
+`async_delete_installation` and `async_delete_bot` through bolt's own listeners.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+from redis.asyncio import Redis
+from slack_sdk.oauth.installation_store import Bot, Installation
+from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
+
+from gateway.cipher import TokenCipher
+from gateway.store import Keys
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "slack"
+SEALED_FIELDS = ("bot_token", "bot_refresh_token", "user_token", "user_refresh_token")
+
+
+def owner_id(
+    enterprise_id: str | None, team_id: str | None, is_enterprise_install: bool | None = False
+) -> str:
+    """The owner of an installation: an org-wide install belongs to the org alone, any
+    other to its workspace (whichever org that workspace is in)."""
+    if is_enterprise_install or not team_id:
+        return f"org:{enterprise_id or ''}"
+    return f"team:{team_id}"
+
+
+class RedisInstallationStore(AsyncInstallationStore):
+    """bolt's async installation store on Redis, tokens encrypted at rest."""
+
+    def __init__(self, redis: Redis, cipher: TokenCipher) -> None:
+        self.redis = redis
+        self.cipher = cipher
+
+    @property
+    def logger(self) -> logging.Logger:
+        return log
+
+    async def async_save(self, installation: Installation) -> None:
+        owner = owner_id(
+            installation.enterprise_id, installation.team_id, installation.is_enterprise_install
+        )
+        record = self._seal(installation.to_dict_for_copying())
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(Keys.installation(PLATFORM, owner), record)
+            pipe.set(Keys.installation(PLATFORM, owner, installation.user_id), record)
+            await pipe.execute()
+        await self.async_save_bot(installation.to_bot())
+        log.info("slack: installed in %s", owner)
+
+    async def async_save_bot(self, bot: Bot) -> None:
+        owner = owner_id(bot.enterprise_id, bot.team_id, bot.is_enterprise_install)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(Keys.installed_bot(PLATFORM, owner), self._seal(bot.to_dict_for_copying()))
+            pipe.sadd(Keys.installed(PLATFORM), owner)
+            await pipe.execute()
+
+    async def async_find_bot(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        is_enterprise_install: bool | None = False,
+    ) -> Bot | None:
+        owner = owner_id(enterprise_id, team_id, is_enterprise_install)
+        key = Keys.installed_bot(PLATFORM, owner)
+        fields = await self._open(key)
+        return None if fields is None else Bot(**fields)
+
+    async def async_find_installation(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+        is_enterprise_install: bool | None = False,
+    ) -> Installation | None:
+        owner = owner_id(enterprise_id, team_id, is_enterprise_install)
+        fields = await self._open(Keys.installation(PLATFORM, owner, user_id))
+        return None if fields is None else Installation(**fields)
+
+    async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        owner = owner_id(enterprise_id, team_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(Keys.installed_bot(PLATFORM, owner))
+            pipe.srem(Keys.installed(PLATFORM), owner)
+            await pipe.execute()
+        log.info("slack: the bot of %s removed", owner)
+
+    async def async_delete_installation(
+        self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
+    ) -> None:
+        owner = owner_id(enterprise_id, team_id)
+        if user_id is not None:
+            await self.redis.delete(Keys.installation(PLATFORM, owner, user_id))
+            return
+        latest = Keys.installation(PLATFORM, owner)
+        installers = [key async for key in self.redis.scan_iter(f"{latest}:user:*")]
+        await self.redis.delete(latest, *installers)
+
+    async def owners(self) -> list[str]:
+        """Every owner with a bot installed."""
+        return sorted(str(owner) for owner in await self.redis.smembers(Keys.installed(PLATFORM)))
+
+    async def check_key(self) -> int:
+        """How many bots are installed; WrongSecretKey when a record of theirs does not
+        decrypt. Every record is read, so each one sealed with an older key is sealed
+        again with the newest."""
+        owners = await self.owners()
+        for owner in owners:
+            latest = Keys.installation(PLATFORM, owner)
+            installers = [key async for key in self.redis.scan_iter(f"{latest}:user:*")]
+            for key in (Keys.installed_bot(PLATFORM, owner), latest, *installers):
+                await self._open(key)
+        return len(owners)
+
+    def _seal(self, fields: dict[str, Any]) -> str:
+        record = {name: _plain(value) for name, value in fields.items()}
+        for name in SEALED_FIELDS:
+            if record.get(name) is not None:
+                record[name] = self.cipher.seal(str(record[name]))
+        return json.dumps(record)
+
+    async def _open(self, key: str) -> dict[str, Any] | None:
+        """The record at `key` with its tokens decrypted (None when there is none); sealed
+        again with the newest key when an older one opened it."""
+        stored = await self.redis.get(key)
+        if stored is None:
+            return None
+        record: dict[str, Any] = json.loads(stored)
+        sealed = {name: record[name] for name in SEALED_FIELDS if record.get(name) is not None}
+        for name, value in sealed.items():
+            record[name] = self.cipher.open(value)
+        if not all(self.cipher.is_current(value) for value in sealed.values()):
+            await self.redis.set(key, self._seal(record), xx=True)
+            log.info("slack: %s sealed again with the newest GATEWAY_SECRET_KEY", key)
+        return record
+
+
+def _plain(value: Any) -> Any:
+    """JSON's form of a record's value: slack-sdk gives times as datetimes, and reads
+    them back from ISO text (an expiry must come back whole, a float is refused)."""
+    return value.isoformat() if isinstance(value, datetime) else value
