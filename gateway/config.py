@@ -43,6 +43,19 @@ _TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(usd|tokens)\s*$", re.IGNORECASE)
 
 
+def budget_amount(value: str | None) -> str | None:
+    """A budget's amount in its one form (`2usd`, `500000tokens`); None when empty.
+    ValueError names what was wrong (GATEWAY_BUDGET_* and settings by scope alike)."""
+    if value is None or not value.strip():
+        return None
+    match = _BUDGET.match(value)
+    if not match or float(match[1]) <= 0:
+        raise ValueError(
+            f"must be an amount above 0 in usd or tokens, such as 2usd (got {value!r})"
+        )
+    return f"{match[1]}{match[2].lower()}"
+
+
 class ModelPrice(BaseModel):
     """A model's price in USD per million tokens (GATEWAY_MODEL_PRICES), before litellm's map."""
 
@@ -248,14 +261,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _budget(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        match = _BUDGET.match(value)
-        if not match or float(match[1]) <= 0:
-            raise ValueError(
-                f"must be an amount above 0 in usd or tokens, such as 2usd (got {value!r})"
-            )
-        return f"{match[1]}{match[2].lower()}"
+        return budget_amount(value)
 
     @field_validator("model_prices", mode="before")
     @classmethod

@@ -108,6 +108,7 @@ class Claim:
     reply_ids: tuple[str, ...] = ()
     reply_to: str = ""
     wait: float = 0.0  # not taken: an album is still arriving for this long (seconds)
+    settings_version: int = 0  # of the settings by scope, read in the same step
 
     def ids_for(self, user_entry_id: str) -> tuple[str, ...]:
         """The reply's messages so far when they answer `user_entry_id`.
@@ -260,6 +261,7 @@ class SessionStore:
             "turn_injections": Keys.turn_injections(session_key),
             "replies": Keys.replies(session_key),
             "album": Keys.album(session_key),
+            "settings_version": Keys.SETTINGS_VERSION,
         }
         args: dict[str, Arg] = {
             "token": token,
@@ -272,9 +274,10 @@ class SessionStore:
         if not int(result[0]):
             return Claim(ok=False)
         answered, length, epoch = int(result[1]), int(result[2]), str(result[3])
-        if len(result) == 4:
-            return Claim(ok=True, answered=answered, length=length, epoch=epoch)
-        flat_meta, raw_segments, raw_entries, injections, raw_ids = result[4:]
+        version = int(result[4])
+        if len(result) == 5:
+            return Claim(True, answered, length, epoch, settings_version=version)
+        flat_meta, raw_segments, raw_entries, injections, raw_ids = result[5:]
         meta = dict(zip(flat_meta[::2], flat_meta[1::2], strict=True))
         view = HistoryView(
             meta,
@@ -287,7 +290,17 @@ class SessionStore:
             ids, reply_to = tuple(stored.get("ids") or ()), str(stored.get("to") or "")
         else:
             ids, reply_to = tuple(stored), ""
-        return Claim(True, answered, length, epoch, view, tuple(injections), ids, reply_to)
+        return Claim(
+            True,
+            answered,
+            length,
+            epoch,
+            view,
+            tuple(injections),
+            ids,
+            reply_to,
+            settings_version=version,
+        )
 
     async def finish(
         self,

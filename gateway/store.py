@@ -152,6 +152,12 @@ class Keys:
     PAIRING_FAILURES = f"{PREFIX}:pairing:failures"
     PAIRED = f"{PREFIX}:paired"
 
+    # Settings by scope (gateway/scoped.py): a hash of `<scope>|<key>` -> value, and the
+    # version every change bumps. The claim script reads the version with the session
+    # (outside its hash tag, like the job stream: not yet single-slot on a Cluster).
+    SETTINGS = f"{PREFIX}:settings"
+    SETTINGS_VERSION = f"{PREFIX}:settings:version"
+
     @staticmethod
     def approval_session(approval_id: str) -> str:
         """approval id -> its session key. Outside any session's hash tag on purpose: a

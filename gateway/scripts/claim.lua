@@ -1,4 +1,4 @@
--- KEYS: lease queued inbox history meta segments injections turn_injections replies album
+-- KEYS: lease queued inbox history meta segments injections turn_injections replies album settings_version
 -- ARGV: token ttl_ms hold
 -- Take a session's lease (or keep it: the same token renews) and move the inbox
 -- into the history. With work past the `answered` mark, also read everything the
@@ -8,6 +8,8 @@
 -- finished first, and what came meanwhile is the next turn's.
 -- While an album's items are still arriving (the `album` key, set by ingest.lua),
 -- nothing is taken: the answer is {2, milliseconds left}, unless `hold` is empty.
+-- A claim also answers the version of the settings by scope (gateway/scoped.py), so
+-- the turn knows whether its process must reload them, at no extra round trip.
 local lease, queued, inbox, history, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local segments, injections, turn_injections, replies = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local token, ttl_ms, hold = ARGV[1], ARGV[2], ARGV[3]
@@ -30,13 +32,14 @@ end
 local answered = tonumber(redis.call('HGET', meta, 'answered') or '0')
 local length = redis.call('LLEN', history)
 local epoch = redis.call('HGET', meta, 'epoch') or '0'
-if length <= answered then return {1, answered, length, epoch} end
+local settings = redis.call('GET', KEYS[11]) or '0'
+if length <= answered then return {1, answered, length, epoch, settings} end
 -- The injections become this turn's; a re-run of the same turn sees them again.
 if redis.call('EXISTS', turn_injections) == 0 and redis.call('EXISTS', injections) == 1 then
   redis.call('RENAME', injections, turn_injections)
 end
 local start = tonumber(redis.call('HGET', meta, 'history_start') or '0')
-return {1, answered, length, epoch, redis.call('HGETALL', meta),
+return {1, answered, length, epoch, settings, redis.call('HGETALL', meta),
         redis.call('LRANGE', segments, -2, -1), redis.call('LRANGE', history, start, -1),
         redis.call('LRANGE', turn_injections, 0, -1),
         redis.call('HGET', replies, epoch .. '.' .. answered) or ''}

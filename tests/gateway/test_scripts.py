@@ -264,3 +264,15 @@ async def test_a_turn_without_a_message_is_enqueued_once_while_its_job_lives(
     again = await sessions.enqueue_turn(KEY, "test")
     assert again is not None and again != first
     assert await sessions.owed(KEY) == 1
+
+
+async def test_claim_answers_the_settings_version_with_and_without_work(
+    sessions: SessionStore, redis_client: aioredis.Redis
+) -> None:
+    assert (await sessions.claim(KEY, "t1", 30)).settings_version == 0  # none ever set
+    await redis_client.set(Keys.SETTINGS_VERSION, 7)
+    idle = await sessions.claim(KEY, "t1", 30)
+    assert idle.ok and not idle.has_work and idle.settings_version == 7
+    await redis_client.incr(Keys.SETTINGS_VERSION)
+    claim = await _claimed(sessions)
+    assert claim.view is not None and claim.settings_version == 8
