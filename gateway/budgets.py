@@ -17,6 +17,7 @@ whose worker died is let go of when its period's key expires.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import re
@@ -119,8 +120,24 @@ class Budgets:
         found = [
             Budget.parse(getattr(settings, f"budget_{scope}_{period}")) for scope, period in SLOTS
         ]
+        return cls.priced(redis, settings).limited(found)
+
+    @classmethod
+    def priced(cls, redis: Redis, settings: Settings) -> Budgets:
+        """No budget yet, at the settings' prices: `limited` gives each call its own."""
         prices = {name: price.per_token() for name, price in settings.model_prices.items()}
-        return cls(redis, found, prices) if any(found) else None
+        return cls(redis, (), prices)
+
+    def limited(self, budgets: Sequence[Budget | None]) -> Budgets | None:
+        """These prices and this script with `budgets` (a session's, by scope: a copy,
+        no new script), or None when none is set."""
+        if not any(budgets):
+            return None
+        if tuple(budgets) == self.budgets:
+            return self
+        other = copy.copy(self)
+        other.budgets = tuple(budgets)
+        return other
 
     async def hold_call(
         self, charge: Charge, model: str, messages: Sequence[Message], max_output: int | None

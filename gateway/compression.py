@@ -131,8 +131,17 @@ class Compressor:
             return None
         return self.counter.within(limit, shape)
 
-    async def fit(self, session_key: str, group: bool, reminder: str | None, limit: int) -> int:
-        """Before a turn: compress until the request fits the budget or nothing is left.
+    async def fit(
+        self,
+        session_key: str,
+        group: bool,
+        reminder: str | None,
+        limit: int,
+        budget: int | None = None,
+        system_prompt: str | None = None,
+    ) -> int:
+        """Before a turn: compress until the request fits the budget (the session's, by
+        scope, when given) or nothing is left.
 
         Waits for another worker's compression of the session rather than
         racing it. Returns how many segments were written.
@@ -141,8 +150,9 @@ class Compressor:
         deadline = time.monotonic() + LOCK_WAIT
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            shape = RequestShape(self.settings.system_prompt, view, group, reminder)
-            if await self.within(self.budget, shape):
+            prompt = system_prompt or self.settings.system_prompt
+            shape = RequestShape(prompt, view, group, reminder)
+            if await self.within(budget or self.budget, shape):
                 break
             outcome = await self.compress(session_key, limit)
             if outcome is Outcome.BUSY:

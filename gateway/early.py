@@ -134,6 +134,7 @@ class EarlyStart:
     chain: ResponseChain | None
     usage: Usage
     call: EarlyCall
+    settings_version: int | None = None  # of the settings by scope it started under
 
     @property
     def kept(self) -> bool:
@@ -176,7 +177,7 @@ class EarlyStarts:
         if early is None or not early.kept:
             return
         chain = self.chains.start(prepared.request, prepared.view)
-        same = early.prepared.request == prepared.request
+        same = early.prepared.request == prepared.request and early.prepared.model == prepared.model
         if not same or previous_id(early.chain) != previous_id(chain):
             log.info("%s changed since its last turn here; restarting the model call", key)
             await early.call.cancel()

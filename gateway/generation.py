@@ -69,7 +69,7 @@ class Generation:
         if early is not None:
             chain, pieces = early.chain, early.call.pieces()
         else:
-            chain = self.chains.start(prepared.request, prepared.view)
+            chain = self.chain(prepared)
             pieces = self.pieces(prepared, usage, chain)
         result = await generate(pieces, stream, running)
         lost = isinstance(result.error, ProviderStateLost)
@@ -79,8 +79,16 @@ class Generation:
             result = await generate(self.pieces(prepared.in_full(), usage, chain), stream, running)
         return result, chain
 
+    def chain(self, prepared: PreparedTurn) -> ResponseChain | None:
+        """The provider chain the turn continues; none for a model other than the
+        environment's (a session's own, by scope), whose provider holds nothing of it."""
+        if prepared.model != self.settings.model:
+            return None
+        return self.chains.start(prepared.request, prepared.view)
+
     async def step(
         self,
+        model: str,
         charge: Charge,
         messages: Sequence[Message],
         usage: Usage,
@@ -93,7 +101,7 @@ class Generation:
         """One call of a tool loop: `messages` offered `tools`; `calls` gets what the
         model asked for (filled in only when the answer ended cleanly); its usage is
         counted against `charge`."""
-        pieces = self._stream(messages, usage, chain, tools, calls, charge)
+        pieces = self._stream(model, messages, usage, chain, tools, calls, charge)
         return await generate(pieces, stream, running)
 
     def pieces(
@@ -103,10 +111,12 @@ class Generation:
         context = prepared.context
         user = context.target.speaker_id if context.target is not None else ""
         charge = Charge(context.session_key, user, "turn")
-        return self._stream(prepared.request.messages, usage, chain, None, None, charge)
+        messages = prepared.request.messages
+        return self._stream(prepared.model, messages, usage, chain, None, None, charge)
 
     def _stream(
         self,
+        model: str,
         messages: Sequence[Message],
         usage: Usage,
         chain: ResponseChain | None,
@@ -115,7 +125,7 @@ class Generation:
         charge: Charge,
     ) -> AsyncIterator[str]:
         call = ModelCall(
-            self.settings.model,
+            model,
             messages,
             self.settings.model_timeout,
             max_tokens=self.settings.max_tokens,

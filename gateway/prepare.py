@@ -14,20 +14,22 @@ from gateway.media.items import image_entry_ids
 from gateway.media.parts import MediaView
 from gateway.media.pipeline import MediaPipeline
 from gateway.model import Address
+from gateway.scoped import Effective
 from gateway.session import Entry, HistoryView, SessionStore
-from gateway.tokens import RequestShape
+from gateway.tokens import RequestShape, window_share
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedTurn:
-    """A turn's compiled request and what it was compiled from."""
+    """A turn's compiled request, the model it goes to, and what it was compiled from."""
 
     compiler: MessageCompiler
     context: TurnContext
     request: CompiledRequest
     view: HistoryView
+    model: str
 
     def in_full(self) -> PreparedTurn:
         """The same turn compiled without its cursor (for a provider that lost the chain)."""
@@ -50,13 +52,20 @@ class Preparer:
         self.compressor, self.chains, self.media = compressor, chains, media
 
     def context(
-        self, key: str, view: HistoryView, user: Entry, address: Address, injections: list[str]
+        self,
+        key: str,
+        view: HistoryView,
+        user: Entry,
+        address: Address,
+        injections: list[str],
+        chained: bool = True,
     ) -> TurnContext:
         """What the turn answering `user` (the last user entry of `view`, replied to at
-        `address`) compiles from."""
+        `address`) compiles from; without `chained` (a model other than the one whose
+        provider holds the chain), in full."""
         target = _target(user, address)
         group = bool(user.get("group"))
-        cursor = self.chains.cursor(view)
+        cursor = self.chains.cursor(view) if chained else None
         return TurnContext(key, view.entries, target, injections, group, view.segments, cursor)
 
     async def with_media(
@@ -73,27 +82,47 @@ class Preparer:
         injections = [*context.injections, *found.notes]
         return replace(context, media=media, injections=injections), found.lines()
 
-    def compile(self, context: TurnContext, view: HistoryView) -> PreparedTurn:
-        compiler = MessageCompiler(context.session_key, self.settings.system_prompt)
-        return PreparedTurn(compiler, context, compiler.compile(context), view)
+    def compile(
+        self, context: TurnContext, view: HistoryView, settings: Effective | None = None
+    ) -> PreparedTurn:
+        """The request for the session's model and system prompt (the environment's
+        unless `settings`, the session's by scope, say otherwise)."""
+        prompt = settings.system_prompt if settings else self.settings.system_prompt
+        model = settings.model if settings else self.settings.model
+        compiler = MessageCompiler(context.session_key, prompt)
+        return PreparedTurn(compiler, context, compiler.compile(context), view, model)
 
     @property
     def ready(self) -> bool:
         """Whether the tokenizer is loaded, so a request can be measured without waiting."""
         return self.compressor.warmed
 
+    def budget(self, settings: Effective | None = None) -> int:
+        """Tokens of history a turn may send: the session's token budget, else the
+        environment's, else a share of its model's window."""
+        if settings is None or settings.model == self.settings.model:
+            found = settings.token_budget if settings else None
+            return found or self.compressor.budget
+        return settings.token_budget or window_share(self.compressor.models, settings.model)
+
     def known_over_budget(self, prepared: PreparedTurn) -> bool:
         """Whether the turn is known, without counting anything new, to need compressing."""
-        return self.compressor.known_within(self.compressor.budget, self._shape(prepared)) is False
+        return self.compressor.known_within(self.budget(), self._shape(prepared)) is False
 
-    async def fits(self, prepared: PreparedTurn) -> bool:
+    async def fits(self, prepared: PreparedTurn, budget: int | None = None) -> bool:
         await self.compressor.warm()
-        return await self.compressor.within(self.compressor.budget, self._shape(prepared))
+        return await self.compressor.within(budget or self.budget(), self._shape(prepared))
 
-    async def compressed(self, key: str, prepared: PreparedTurn, limit: int) -> PreparedTurn:
+    async def compressed(
+        self,
+        key: str,
+        prepared: PreparedTurn,
+        limit: int,
+        settings: Effective | None = None,
+    ) -> PreparedTurn:
         """Compress the session (up to entry `limit`) until it fits, and compile again."""
         view, group = prepared.view, prepared.context.group
-        reminder, budget = prepared.request.reminder, self.compressor.budget
+        reminder, budget = prepared.request.reminder, self.budget(settings)
         log.info(
             "%s is over its budget (%d > %d tokens); compressing first",
             key,
@@ -101,19 +130,21 @@ class Preparer:
             budget,
         )
         # Reload even when this worker wrote nothing: another one may have compressed.
-        await self.compressor.fit(key, group, reminder, limit)
+        await self.compressor.fit(
+            key, group, reminder, limit, budget, prepared.compiler.system_prompt
+        )
         view = await self.sessions.view(key)
         context = replace(
             prepared.context,
             entries=view.entries,
             segments=view.segments,
-            cursor=self.chains.cursor(view),
+            cursor=self.chains.cursor(view) if prepared.context.cursor is not None else None,
         )
-        return self.compile(context, view)
+        return self.compile(context, view, settings)
 
     def _shape(self, prepared: PreparedTurn) -> RequestShape:
         return RequestShape(
-            self.settings.system_prompt,
+            prepared.compiler.system_prompt,
             prepared.view,
             prepared.context.group,
             prepared.request.reminder,

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from gateway.ports import Sender, StatusSender
 from gateway.prepare import PreparedTurn
 from gateway.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
+from gateway.tools.spec import openai_tool
 
 if TYPE_CHECKING:
     from gateway.tools import ToolServers
@@ -47,6 +48,11 @@ INTERRUPTED = (
 )
 STOPPED_RESULT = "[the call was cancelled: the user stopped the turn]"
 STATUS_PERIOD = 1.0  # how often the status line's clock moves
+NOT_ALLOWED = "[{name} is not allowed in this conversation; it was not run.]"
+
+# Whether a tool (its public name, its server) may be offered and run in the turn's
+# conversation: its settings by scope (`Effective.allows_tool`).
+ToolFilter = Callable[[str, str], bool]
 
 
 @dataclass
@@ -61,6 +67,8 @@ class LoopState:
     chain: ResponseChain | None
     asker: Asker
     sender: Sender
+    model: str
+    allows: ToolFilter
     steps: int = 0
     system: list[Message] = field(default_factory=list)
 
@@ -101,14 +109,16 @@ class ToolLoop:
         running: RunningTurn,
         asker: Asker,
         sender: Sender,
+        allows: ToolFilter,
     ) -> LoopResult:
-        """Answer the turn, calling tools as the model asks, from where a dead run left off."""
-        state = self._state(key, token, claim, prepared, asker, sender)
+        """Answer the turn, calling tools as the model asks (those `allows` lets it), from
+        where a dead run left off."""
+        state = self._state(key, token, claim, prepared, asker, sender, allows)
         if await self._resume(state, prepared.view.entries, stream, running):
             return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
         while state.steps < self.max_steps:
             calls: list[ToolCall] = []
-            tools = self.servers.openai_tools()
+            tools = self._offered(state)
             result = await self._step(state, usage, stream, running, tools, calls)
             if not calls or not result.whole:
                 return LoopResult(result, state.chain, state.length)
@@ -130,13 +140,29 @@ class ToolLoop:
         prepared: PreparedTurn,
         asker: Asker,
         sender: Sender,
+        allows: ToolFilter,
     ) -> LoopState:
         messages = [dict(m) for m in prepared.request.messages]  # placeholders get filled in
         system = [m for m in messages if m.get("role") == "system"]
-        chain = self.generation.chains.start(prepared.request, prepared.view)
+        chain = self.generation.chain(prepared)
         return LoopState(
-            key, token, claim, claim.length, messages, chain, asker, sender, system=system
+            key,
+            token,
+            claim,
+            claim.length,
+            messages,
+            chain,
+            asker,
+            sender,
+            prepared.model,
+            allows,
+            system=system,
         )
+
+    def _offered(self, state: LoopState) -> list[dict[str, Any]] | None:
+        """The tools of servers that are up which this conversation allows; None for none."""
+        specs = [s for s in self.servers.tools() if state.allows(s.name, s.server)]
+        return [openai_tool(spec) for spec in specs] or None
 
     async def _step(
         self,
@@ -151,7 +177,7 @@ class ToolLoop:
         before = len(stream.text)
         charge = Charge(state.session_key, state.asker.user_id, "turn")  # the asker's usage
         result = await self.generation.step(
-            charge, state.messages, usage, stream, running, state.chain, tools, calls
+            state.model, charge, state.messages, usage, stream, running, state.chain, tools, calls
         )
         if running.reason == LEASE_LOST:
             raise LeaseLost(f"lease of {state.session_key} expired during a tool step")
@@ -189,11 +215,14 @@ class ToolLoop:
     ) -> tuple[dict[str, ToolResult], bool]:
         """Run what may run now. Calls that need the asker's approval go through the
         gate; in a resumed run, a call without a result that may have had an effect
-        is not run again. Returns the results and whether an approval is awaited."""
-        gated = [c for c in calls if self._needs_confirmation(c.name)]
-        free = [c for c in calls if c not in gated]
+        is not run again; a call this conversation does not allow is answered so, unrun.
+        Returns the results and whether an approval is awaited."""
+        results = await self._refuse_disallowed(state, calls)
+        gated = [c for c in calls if c.id not in results and self._needs_confirmation(c.name)]
+        free = [c for c in calls if c.id not in results and c not in gated]
         again = [c for c in free if not resumed or self._read_only(c.name)]
-        results = await self._run_calls(state, again, stream, running) if again else {}
+        if again:
+            results |= await self._run_calls(state, again, stream, running)
         for call in free:
             if call.id not in results:
                 interrupted = ToolResult(INTERRUPTED.format(name=call.name), "interrupted")
@@ -214,6 +243,17 @@ class ToolLoop:
                 state.session_key, state.claim.turn_id, call, ran[call.id], state.sender
             )
         return results, gate.waiting
+
+    async def _refuse_disallowed(
+        self, state: LoopState, calls: Sequence[ToolCall]
+    ) -> dict[str, ToolResult]:
+        """A result recorded for each call of a tool this conversation does not allow."""
+        results: dict[str, ToolResult] = {}
+        for call in calls:
+            if not self._allowed(state, call.name):
+                results[call.id] = ToolResult(NOT_ALLOWED.format(name=call.name), "unknown")
+                await self._record(state, [_result_entry(state, call, results[call.id])])
+        return results
 
     async def _settle(
         self, state: LoopState, call: ToolCall, result: ToolResult, results: dict[str, ToolResult]
@@ -307,6 +347,10 @@ class ToolLoop:
         results, waiting = await self._execute(state, open_calls, stream, running, resumed=True)
         _fill_placeholders(state.messages, results)
         return waiting
+
+    def _allowed(self, state: LoopState, name: str) -> bool:
+        spec = self.servers.spec(name)
+        return spec is None or state.allows(spec.name, spec.server)  # unknown: the server says
 
     def _read_only(self, name: str) -> bool:
         spec = self.servers.spec(name)

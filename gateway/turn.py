@@ -23,7 +23,7 @@ from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.confirmations import Asker, Confirmations
 from gateway.delivery import ReplyStream, SendBudget, deliver
-from gateway.early import EarlyStarts
+from gateway.early import EarlyStart, EarlyStarts
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
 from gateway.jobs import Job, JobQueue
@@ -35,6 +35,7 @@ from gateway.models.providers import is_stateful
 from gateway.ports import Sender
 from gateway.prepare import PreparedTurn, Preparer
 from gateway.reply import Replies, failure_text
+from gateway.scoped import Effective, ScopedSettings
 from gateway.session import Entry, SessionStore
 from gateway.tool_loop import ToolLoop
 
@@ -73,7 +74,8 @@ class TurnRunner:
         self.claims = Claims(sessions, settings.lease_ttl, self.early)
         self.replies = Replies(sessions, budget, metrics)
         self.tools = tools
-        self.caps = Budgets.of(sessions.redis, settings)
+        self.scoped = ScopedSettings(sessions.redis, settings)
+        self.caps = Budgets.priced(sessions.redis, settings)
         self.model, self.max_output = settings.model, settings.max_tokens
         self.loop = (
             ToolLoop(sessions, self.generation, tools, settings.tool_max_steps, confirmations)
@@ -90,9 +92,7 @@ class TurnRunner:
         key = job.session_key
         lease = self.claims.lease(key)
         try:
-            # A call started early offers no tools: with tools, every turn starts claimed.
-            # Nor with budgets: no call is sent before its budgets are checked.
-            early = self.early.start(job) if self.loop is None and self.caps is None else None
+            early = self._start_early(job)
         except Exception as exc:  # a job with a payload of the wrong shape: start as usual
             log.warning("%s: no early start for job %s (%r)", key, job.id, exc)
             early = None
@@ -101,13 +101,34 @@ class TurnRunner:
             if not claim.has_work:
                 await lease.release()
                 return
+            await self.scoped.seen(claim.settings_version)  # a reload only when they changed
+            if early is not None and early.settings_version != self.scoped.version:
+                log.info("%s: settings changed; its early model call is discarded", key)
+                await early.call.cancel()
+            settings = self.scoped.resolve(key)
             async with self.claims.holding(key, lease) as running:
-                await self._answer(Turn(key, lease, claim, running, early))
+                await self._answer(Turn(key, lease, claim, running, early), settings)
         finally:
             if early is not None:
                 await early.call.cancel()
 
-    async def _answer(self, turn: Turn) -> None:
+    def _start_early(self, job: Job) -> EarlyStart | None:
+        """The model call started before the claim, when it cannot differ from the one the
+        claim would start. Never with tools (every such turn starts claimed), with
+        budgets (no call goes out before they are checked), or with settings by scope
+        for the session (the call goes out as the environment has it; the claim's
+        version discards it if they changed meanwhile)."""
+        if self.loop is not None or self.scoped.version is None:
+            return None
+        settings = self.scoped.resolve(job.session_key)
+        if settings.scoped or self.caps.limited(settings.budgets) is not None:
+            return None
+        early = self.early.start(job)
+        if early is not None:
+            early.settings_version = self.scoped.version
+        return early
+
+    async def _answer(self, turn: Turn, settings: Effective) -> None:
         started, key, claim = time.monotonic(), turn.session_key, turn.claim
         view = claim.view
         assert view is not None  # a claim with work carries its snapshot
@@ -119,7 +140,8 @@ class TurnRunner:
         new = claim.length - claim.answered
         log.info("turn %s %s started (%d new messages)", key, claim.turn_id, new)
         notes = list(claim.injections) + self._tool_notes()
-        context = self.preparer.context(key, view, user, address, notes)
+        chained = settings.model == self.model  # the provider chain is the environment model's
+        context = self.preparer.context(key, view, user, address, notes, chained)
         sender = self.senders[address.platform]
         unanswered = view.entries[max(0, claim.answered - view.start) :]
         context, notices = await self.preparer.with_media(context, unanswered)
@@ -136,8 +158,9 @@ class TurnRunner:
         usage, prepared, chain, length, hold = Usage(), None, None, claim.length, None
         try:
             try:
-                prepared = await self._prepare(turn, context)
-                hold = await self._hold(key, user, prepared, sender, address)
+                prepared = await self._prepare(turn, context, settings)
+                caps = self.caps.limited(settings.budgets)
+                hold = await self._hold(caps, key, user, prepared, sender, address)
                 if self.loop is not None:
                     asker = Asker(str(user["speaker"]["id"]), _speaker_name(user), address)
                     ran = await self.loop.run(
@@ -150,6 +173,7 @@ class TurnRunner:
                         turn.running,
                         asker,
                         sender,
+                        settings.allows_tool,
                     )
                     if ran.waiting:
                         await self._wait_for_approval(turn, stream)
@@ -170,7 +194,7 @@ class TurnRunner:
             await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
             raise
         finally:
-            if hold is not None and self.caps is not None:
+            if hold is not None:
                 await self.caps.release(hold)
         outcome = await self._finish(turn, prepared, chain, result, entry, length)
         if length != claim.length and outcome != "superseded":
@@ -179,15 +203,21 @@ class TurnRunner:
         await _report(self.metrics, turn, address, time.monotonic() - started, usage, outcome)
 
     async def _hold(
-        self, key: str, user: Entry, prepared: PreparedTurn, sender: Sender, address: Address
+        self,
+        caps: Budgets | None,
+        key: str,
+        user: Entry,
+        prepared: PreparedTurn,
+        sender: Sender,
+        address: Address,
     ) -> Hold | None:
-        """The turn's budgets checked and its estimate held (BudgetExceeded when one is
-        used up); the asker is told once when one passes 80%."""
-        if self.caps is None:
+        """The turn's budgets (`caps`: the session's) checked and its estimate held
+        (BudgetExceeded when one is used up); the asker is told once when one passes 80%."""
+        if caps is None:
             return None
         charge = Charge(key, str(user["speaker"]["id"]), "turn")
         messages = prepared.request.messages
-        hold = await self.caps.hold_call(charge, self.model, messages, self.max_output)
+        hold = await caps.hold_call(charge, prepared.model, messages, self.max_output)
         if hold.warning:
             await _tell(sender, address, (f"⚠️ {hold.warning}",), self.replies.budget)
         return hold
@@ -206,19 +236,21 @@ class TurnRunner:
             return []
         return [f"These tool servers are unavailable right now: {', '.join(down)}."]
 
-    async def _prepare(self, turn: Turn, context: TurnContext) -> PreparedTurn:
-        """Compile the turn; compress first (blocking) only when it would exceed the budget.
+    async def _prepare(self, turn: Turn, context: TurnContext, settings: Effective) -> PreparedTurn:
+        """Compile the turn with the session's settings; compress first (blocking) only
+        when it would exceed its budget.
 
         The early call is kept when it sent this very request; otherwise it is cancelled.
         """
         assert turn.claim.view is not None
-        prepared = self.preparer.compile(context, turn.claim.view)
+        prepared = self.preparer.compile(context, turn.claim.view, settings)
         await self.early.adopt(turn.session_key, turn.early, prepared)
-        if await self.preparer.fits(prepared):
+        if await self.preparer.fits(prepared, self.preparer.budget(settings)):
             return prepared
         if turn.kept_early is not None:
             await turn.kept_early.call.cancel()
-        return await self.preparer.compressed(turn.session_key, prepared, turn.claim.length)
+        key, length = turn.session_key, turn.claim.length
+        return await self.preparer.compressed(key, prepared, length, settings)
 
     async def _finish(
         self,

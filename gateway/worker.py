@@ -37,6 +37,7 @@ from gateway.model import Address
 from gateway.models import Charge, ModelCall, Models
 from gateway.ports import FileSource, Sender
 from gateway.retention import DAY, Retention
+from gateway.scoped import Effective
 from gateway.session import SessionStore
 from gateway.store import Keys
 from gateway.transcript import render_transcript
@@ -128,6 +129,7 @@ class Worker:
             # there and this process never loads it.
             await self.models.start()
         await self.turns.compressor.warm()  # the model window and tokenizer, likewise
+        await self.turns.scoped.load()  # settings by scope, before the first early start
         if self.tools is not None:
             await self.tools.start()  # each server up, or retried in the background
         loops = [
@@ -364,8 +366,9 @@ class Worker:
             summary=str(segment.get("summary", "")) if segment is not None else None,
             media=media,
         )
+        settings = await self._settings(key)
         call = ModelCall(
-            self.settings.side_model,
+            settings.side_model,
             side_question.build_side_messages(transcript, question),
             self.settings.side_timeout,
             max_tokens=self.settings.side_max_tokens,
@@ -374,7 +377,7 @@ class Worker:
         )
         marker = side_question.answer_marker(question)
         try:
-            async with holding(self.turns.caps, call) as hold:
+            async with holding(self.turns.caps.limited(settings.budgets), call) as hold:
                 answer, _ = await self.models.complete(call)
             body, outcome = answer.strip() or "_(the side model returned an empty answer)_", "ok"
             body += f"\n\n⚠️ {hold.warning}" if hold is not None and hold.warning else ""
@@ -392,16 +395,22 @@ class Worker:
         await self.turns.compressor.warm()
         tokens = await self.turns.compressor.tokens(view, group=True)
         running = "a reply is being written" if await self.sessions.is_running(key) else "idle"
+        settings = await self._settings(key)
         text = (
-            f"Model: `{self.settings.model}` (side questions: `{self.settings.side_model}`)\n"
+            f"Model: `{settings.model}` (side questions: `{settings.side_model}`)\n"
             f"This conversation: {messages} messages; the next request carries about "
             f"{tokens:,} tokens of it; {queued} queued; {running}."
         )
         if files := await self.media.store.kept(key):
             text += "\n" + files_line(files)
         if self.tools is not None:
-            text += "\n" + tools_line(self.tools)
+            text += "\n" + tools_line(self.tools, settings)
         await self._send(Address.model_validate(job.payload["address"]), text)
+
+    async def _settings(self, session_key: str) -> Effective:
+        """The session's settings by scope, for a job that claims nothing (one GET)."""
+        await self.turns.scoped.fresh()
+        return self.turns.scoped.resolve(session_key)
 
     async def _send(self, address: Address, text: str) -> None:
         sender = self.senders[address.platform]
@@ -419,9 +428,10 @@ def files_line(kept: Mapping[str, int]) -> str:
     return f"Files kept: {', '.join(parts)}."
 
 
-def tools_line(servers: tools.ToolServers) -> str:
+def tools_line(servers: tools.ToolServers, settings: Effective) -> str:
     """The tools the model may call here, and the servers it cannot reach now."""
-    names = ", ".join(f"`{spec.name}`" for spec in servers.tools()) or "none"
+    allowed = [spec for spec in servers.tools() if settings.allows_tool(spec.name, spec.server)]
+    names = ", ".join(f"`{spec.name}`" for spec in allowed) or "none"
     down = servers.down()
     return f"Tools: {names}" + (f" (unavailable now: {', '.join(down)})" if down else "")
 

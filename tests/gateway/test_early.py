@@ -51,6 +51,7 @@ async def unstarted_worker(
     worker = Worker(config, client, {"test": sender})
     await worker.queue.ensure_groups()
     await worker.turns.compressor.warm()
+    await worker.turns.scoped.load()
     return worker, sender
 
 

@@ -1,0 +1,99 @@
+"""Settings by scope through the real worker: the model, system prompt and budgets a turn
+uses, a change made by another process seen at the next turn, side questions, /status."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from gateway.models import Charge, ModelCall, Usage
+from gateway.scoped import ScopedSettings
+from gateway.usage import UsageLedger
+from tests.fakes.llm_server import FakeLLM
+from tests.gateway.harness import Harness, start_workers, texts
+from tests.gateway.helpers import inbound
+
+USED_UP = "⚠️ Your daily budget (1,000 tokens) is used up; it resets at 00:00 UTC."
+
+
+async def elsewhere(redis_url: str, h: Harness) -> ScopedSettings:
+    """Settings by scope as another process changes them: a client of its own."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    store = ScopedSettings(client, h.workers[0].settings)
+    await store.load()
+    return store
+
+
+def system_prompt(llm: FakeLLM, index: int) -> str:
+    return str(llm.requests[index]["messages"][0]["content"])
+
+
+async def ask(h: Harness, text: str, **where: str) -> None:
+    message = inbound(text, **where)
+    await h.ingest.receive(message)
+    await h.idle(message.session_key)
+
+
+async def test_a_change_made_by_another_process_is_used_at_the_next_turn(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    llm.set_model_behaviour("channel-model", reply="from the channel's model")
+    async for h in start_workers(redis_url, llm, 1, GATEWAY_SYSTEM_PROMPT="env prompt"):
+        other = await elsewhere(redis_url, h)
+        try:
+            await ask(h, "first")
+            assert llm.requests[-1].model == "main-model"
+            assert system_prompt(llm, -1) == "env prompt"
+            await other.set("test:W:C1", "model", "openai/channel-model")
+            await other.set("test:W", "system_prompt", "workspace prompt")
+            # A job this worker may start early, from what it knew: that call is discarded.
+            await ask(h, "second")
+            assert llm.requests[-1].model == "channel-model"
+            assert system_prompt(llm, -1) == "workspace prompt"
+            assert texts(h.sender)[-1] == "from the channel's model"
+            await ask(h, "elsewhere", channel="C2")
+            assert llm.requests[-1].model == "main-model"
+            assert system_prompt(llm, -1) == "workspace prompt"
+            await other.unset("test:W:C1", "model")
+            await ask(h, "third")
+            assert llm.requests[-1].model == "main-model"
+            assert texts(h.sender)[-1] != "from the channel's model"
+        finally:
+            await other.redis.aclose()
+
+
+async def test_a_channel_budget_refuses_there_and_not_in_another_channel(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    async for h in start_workers(redis_url, llm, 1):
+        other = await elsewhere(redis_url, h)
+        try:
+            await other.set("test:W:C1", "budget_user_daily", "1000tokens")
+            ledger = UsageLedger(h.sessions.redis)
+            charge = Charge("test:W:C1", "U1", "turn")
+            await ledger.record(ModelCall("m", [], 1.0, charge=charge), Usage(1000, 0))
+            await ask(h, "capped here")
+            assert texts(h.sender) == [USED_UP]
+            assert llm.requests == []
+            await ask(h, "free there", channel="C2")
+            assert len(llm.requests) == 1
+            assert texts(h.sender)[1] != USED_UP
+        finally:
+            await other.redis.aclose()
+
+
+async def test_side_questions_and_status_use_the_settings_of_their_scope(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    async for h in start_workers(redis_url, llm, 1):
+        other = await elsewhere(redis_url, h)
+        try:
+            await other.set("test", "side_model", "openai/platform-side")
+            await other.set("test:W:C1", "model", "openai/channel-model")
+            await ask(h, "/btw what is this?")
+            assert [r.model for r in llm.requests] == ["platform-side"]
+            await ask(h, "/status")
+            assert texts(h.sender)[-1].startswith(
+                "Model: `openai/channel-model` (side questions: `openai/platform-side`)"
+            )
+        finally:
+            await other.redis.aclose()
