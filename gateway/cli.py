@@ -19,7 +19,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway import cli_usage, embedded_redis, logs, shutdown, store
+from gateway import cli_settings, cli_usage, embedded_redis, logs, shutdown, store
 from gateway.cli_sessions import cmd_sessions, positive_days
 from gateway.cli_tasks import first, raise_first_failure, serve_web, stop_event, stop_run, task
 from gateway.cli_tools import cmd_tools, doctor_tools
@@ -89,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     users.add_argument("value", nargs="?", metavar="CODE|USER")
     users.add_argument("--json", action="store_true")
     users.set_defaults(handler=cmd_users)
+    cli_settings.add_parser(commands)
     cli_usage.add_parser(commands)
     return parser
 
