@@ -75,6 +75,10 @@ class ConsoleSender:
     async def thinking(self, address: Address, on: bool) -> None:
         return None
 
+    async def is_admin(self, address: Address, user_id: str, *, dm: bool) -> bool:
+        """The console's one user runs the gateway: they administer it."""
+        return True
+
     async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
         """The request, then a line asking for y or n (the next such input line decides)."""
         self._print(address, f"{markdown}\n{PROMPT}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NAMES = frozenset({"btw", "reset", "new", "stop", "status", "usage", "help", "approve"})
+NAMES = frozenset({"btw", "reset", "new", "stop", "status", "usage", "config", "help", "approve"})
 _COMMAND = re.compile(r"^\s*([/!])([A-Za-z]+)(?:@[\w.-]+)?(?=\s|$)\s*(.*)\Z", re.DOTALL)
 
 HELP_TEXT = (
@@ -16,6 +16,8 @@ HELP_TEXT = (
     "• `/stop`: stop the reply being written\n"
     "• `/status`: model, conversation size, queued messages\n"
     "• `/usage`: your tokens and cost today and this month, and this conversation's\n"
+    "• `/config`: the settings here; admins change the channel's with "
+    "`/config set KEY VALUE` and `/config unset KEY`\n"
     "• `/approve CODE`: (admins, in a direct message) let in whoever was given this "
     "pairing code\n"
     "• `/help`: this list"
@@ -28,6 +30,7 @@ MENU = (
     ("stop", "Stop the answer being written"),
     ("status", "Model, conversation size, queued messages"),
     ("usage", "Your tokens and cost, and this conversation's"),
+    ("config", "The settings here (admins can change the channel's)"),
     ("help", "The commands"),
 )
 BTW_USAGE = "Usage: /btw <question> — ask a side question about this conversation."

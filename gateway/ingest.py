@@ -248,8 +248,10 @@ class Ingest:
             return await self._notice(inbound, inbound.reply, text)
         if command.name == "approve":
             return await self._notice(inbound, inbound.reply, await self._approve(inbound, command))
-        if command.name in ("status", "usage"):
-            payload = {"address": _dump(inbound.reply), "user": inbound.speaker.id}
+        if command.name in ("status", "usage", "config"):
+            payload: dict[str, Any] = {"address": _dump(inbound.reply), "user": inbound.speaker.id}
+            if command.name == "config":  # who asks, and whether in a DM, decide who may change
+                payload |= {"dm": inbound.is_dm, "argument": command.argument}
             return await self._enqueue(inbound, command.name, payload)
         return await self._notice(inbound, inbound.reply, commands.HELP_TEXT)
 

@@ -98,6 +98,20 @@ class StatusSender(Protocol):
         ...
 
 
+@runtime_checkable
+class AdminCheck(Protocol):
+    """A Sender that can tell who administers a conversation's place, optional: the core
+    checks for it before `/config` changes a channel's settings. A platform whose sender
+    lacks it has no admins in chat (its settings change through `gateway settings`)."""
+
+    async def is_admin(self, address: Address, user_id: str, *, dm: bool) -> bool:
+        """Whether `user_id` administers where `address` is (Slack: a workspace admin or
+        owner; Telegram: a group administrator or creator; Discord: a member with Manage
+        Server); in a direct message (`dm`), whether the platform makes the user its
+        admin. Raises PlatformError when the platform cannot say."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Download:
     """Where one attachment's bytes are fetched from, and with which headers.

@@ -22,11 +22,12 @@ from collections.abc import Mapping
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway import side_question, tools
+from gateway import config_command, side_question, tools
 from gateway.approvals import ApprovalStore
 from gateway.budgets import holding
 from gateway.compiler import split_view
 from gateway.config import ECHO_MODEL, Settings
+from gateway.config_command import ConfigAsk
 from gateway.confirmations import Confirmations
 from gateway.delivery import SendBudget, deliver
 from gateway.errors import LeaseLost, ModelError, PlatformError
@@ -35,7 +36,7 @@ from gateway.media.pipeline import MediaPipeline
 from gateway.metrics import Metrics
 from gateway.model import Address
 from gateway.models import Charge, ModelCall, Models
-from gateway.ports import FileSource, Sender
+from gateway.ports import AdminCheck, FileSource, Sender
 from gateway.retention import DAY, Retention
 from gateway.scoped import Effective
 from gateway.session import SessionStore
@@ -336,6 +337,8 @@ class Worker:
             await self._send(Address.model_validate(job.payload["address"]), job.payload["text"])
         elif job.kind == "status":
             await self._status(job)
+        elif job.kind == "config":
+            await self._config(job)
         elif job.kind == "usage":
             user = str(job.payload.get("user") or "")
             text = await usage_text(self.ledger, job.session_key, user)
@@ -406,6 +409,19 @@ class Worker:
         if self.tools is not None:
             text += "\n" + tools_line(self.tools, settings)
         await self._send(Address.model_validate(job.payload["address"]), text)
+
+    async def _config(self, job: Job) -> None:
+        address = Address.model_validate(job.payload["address"])
+        sender = self.senders[address.platform]
+        ask = ConfigAsk(
+            job.session_key,
+            address,
+            str(job.payload.get("user") or ""),
+            bool(job.payload.get("dm")),
+            str(job.payload.get("argument") or ""),
+        )
+        admins = sender if isinstance(sender, AdminCheck) else None
+        await self._send(address, await config_command.answer(self.turns.scoped, admins, ask))
 
     async def _settings(self, session_key: str) -> Effective:
         """The session's settings by scope, for a job that claims nothing (one GET)."""

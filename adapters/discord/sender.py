@@ -43,6 +43,7 @@ MAX_LENGTH = 2000
 TYPING_INTERVAL = 8.0  # Discord shows "is typing" for about 10 s after each call
 MAX_LIBRARY_WAIT = 30.0  # discord.py's smallest allowed max_ratelimit_timeout
 _REJECTED_CODES = frozenset({50006, 50035})  # empty message, invalid form body
+ADMINISTRATOR, MANAGE_GUILD = 1 << 3, 1 << 5  # permission bits that may change settings
 # At DEBUG these discord.py loggers print request URLs and gateway payloads, which hold
 # interaction tokens and message text; the gateway keeps them at INFO or above.
 _CHATTY_LOGGERS = ("discord.http", "discord.webhook.async_", "discord.gateway")
@@ -168,6 +169,17 @@ class DiscordSender:
             self._webhooks = aiohttp.ClientSession()
         return discord.Webhook.partial(application_id, token, session=self._webhooks)
 
+    async def is_admin(self, address: Address, user_id: str, *, dm: bool) -> bool:
+        """A guild member with Manage Server (or Administrator, or its owner), from the
+        guild's roles and the member's (REST: a worker holds no gateway cache); a DM's
+        user administers their own."""
+        if dm:
+            return True
+        http = await self.client()
+        guild = await _call(http.get_guild(address.workspace, with_counts=False))
+        member = await _call(http.get_member(address.workspace, user_id))
+        return manages_server(guild, member, user_id)
+
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.close()
@@ -204,6 +216,19 @@ def _reference(address: Address) -> Any:
         "channel_id": address.channel,
         "fail_if_not_exists": False,
     }
+
+
+def manages_server(guild: Any, member: Any, user_id: str) -> bool:
+    """Whether a member's roles (with the guild's @everyone, whose id is the guild's)
+    grant Manage Server or Administrator, or the member owns the guild."""
+    if str(guild.get("owner_id")) == user_id:
+        return True
+    held = {str(guild["id"]), *(str(role) for role in member.get("roles") or ())}
+    granted = 0
+    for role in guild.get("roles") or ():
+        if str(role.get("id")) in held:
+            granted |= int(role.get("permissions") or 0)
+    return bool(granted & (ADMINISTRATOR | MANAGE_GUILD))
 
 
 async def _call(awaitable: Any) -> Any:

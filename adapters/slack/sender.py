@@ -244,6 +244,13 @@ class SlackSender:
             if "already_reacted" not in str(exc) and "no_reaction" not in str(exc):
                 raise
 
+    async def is_admin(self, address: Address, user_id: str, *, dm: bool) -> bool:
+        """A workspace admin or owner (users.info, with the workspace's token), wherever
+        they ask: settings by scope are the workspace's, so a DM gives no one more say."""
+        found = await self._call("users.info", address, user=user_id)
+        user = found.get("user") or {}
+        return bool(user.get("is_admin") or user.get("is_owner"))
+
     async def _client(self, address: Address) -> AsyncWebClient:
         if self.workspaces is None:
             return self.client

@@ -32,6 +32,7 @@ T = TypeVar("T")
 
 MAX_LENGTH = 4096  # UTF-16 code units of the text after entity parsing
 TYPING_INTERVAL = 4.5  # a chat action shows for 5 s
+ADMIN_STATUSES = frozenset({"administrator", "creator"})  # getChatMember's, for /config
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)  # a preview would jump around while streaming
 
 
@@ -143,6 +144,19 @@ class TelegramSender:
             )
         except TelegramError as exc:
             raise _mapped(exc) from None
+
+    async def is_admin(self, address: Address, user_id: str, *, dm: bool) -> bool:
+        """A group's administrator or creator (getChatMember); a private chat's user
+        administers their own."""
+        if dm:
+            return True
+        try:
+            member = await self.bot.get_chat_member(
+                chat_id=int(address.channel), user_id=int(user_id)
+            )
+        except TelegramError as exc:
+            raise _mapped(exc) from None
+        return member.status in ADMIN_STATUSES
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -29,6 +29,7 @@ from tests.fakes.discord_files import DiscordCdn
 from tests.fakes.server import CallLog, LoopbackServer
 
 MESSAGE_CONTENT_INTENT = 1 << 15
+MANAGE_GUILD = 1 << 5  # the permission `/config` asks of a member
 _EPOCH_MS = 1420070400000
 _BOOKKEEPING = frozenset({"allowed_mentions", "edits", "interaction_token"})
 
@@ -70,6 +71,7 @@ class FakeGuild:
     name: str = "Guild"
     channels: tuple[str, ...] = ()
     threads: list[dict[str, Any]] = field(default_factory=list)
+    managers: tuple[str, ...] = ()  # user ids holding a role with Manage Server
 
 
 class FakeDiscord(LoopbackServer):
@@ -161,6 +163,11 @@ class FakeDiscord(LoopbackServer):
     def bot_role_id(guild_id: str) -> str:
         """The id of the role Discord gives the bot in a guild (its managed role)."""
         return str(int(guild_id) + 1)
+
+    @staticmethod
+    def manager_role_id(guild_id: str) -> str:
+        """The id of the guild's role with Manage Server (its `managers` hold it)."""
+        return str(int(guild_id) + 2)
 
     def limits_left(self) -> int:
         """How many scripted 429s have not been answered yet."""
@@ -480,6 +487,13 @@ class FakeDiscord(LoopbackServer):
             "position": 1,
             "tags": {"bot_id": self.bot["id"]},
         }
+        manager_role = {
+            **everyone,
+            "id": self.manager_role_id(guild.id),
+            "name": "managers",
+            "permissions": str(MANAGE_GUILD),
+            "position": 2,
+        }
         return {
             "id": guild.id,
             "name": guild.name,
@@ -489,7 +503,7 @@ class FakeDiscord(LoopbackServer):
             "large": False,
             "channels": channels,
             "threads": guild.threads,
-            "roles": [everyone, bot_role],
+            "roles": [everyone, bot_role, manager_role],
             "emojis": [],
             "stickers": [],
             "features": [],
@@ -558,7 +572,33 @@ class FakeDiscord(LoopbackServer):
             ("PATCH", r"/webhooks/(\d+)/([^/]+)/messages/(\d+|@original)", self._edit_followup),
             ("PUT", r"/applications/(\d+)/commands", self._register_global),
             ("PUT", r"/applications/(\d+)/guilds/(\d+)/commands", self._register_guild),
+            ("GET", r"/guilds/(\d+)", self._get_guild),
+            ("GET", r"/guilds/(\d+)/members/(\d+)", self._get_member),
         ]
+
+    async def _get_guild(self, request: web.Request, body: Any, guild_id: str) -> web.Response:
+        guild = self.guilds.get(guild_id)
+        if guild is None:
+            return _error(404, 10004, "Unknown Guild")
+        return _json(self._guild_payload(guild))
+
+    async def _get_member(
+        self, request: web.Request, body: Any, guild_id: str, user_id: str
+    ) -> web.Response:
+        guild = self.guilds.get(guild_id)
+        if guild is None:
+            return _error(404, 10004, "Unknown Guild")
+        roles = [self.manager_role_id(guild_id)] if user_id in guild.managers else []
+        return _json(
+            {
+                "user": self.user(user_id),
+                "roles": roles,
+                "joined_at": "2025-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
+        )
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bot {self.token}"

@@ -122,6 +122,7 @@ class FakeSlack(LoopbackServer):
         self.messages: dict[str, Message] = {}
         self.reactions: set[tuple[str, str, str]] = set()
         self.users: dict[str, dict[str, Any]] = {}
+        self.roles: dict[str, dict[str, bool]] = {}  # user id -> is_admin, is_owner
         self.assistant_enabled = False
         self.refuse_connections = False
         self.black_hole = False
@@ -173,8 +174,17 @@ class FakeSlack(LoopbackServer):
 
     # -- scripting ---------------------------------------------------------
 
-    def add_user(self, user_id: str, display_name: str, real_name: str = "") -> None:
+    def add_user(
+        self,
+        user_id: str,
+        display_name: str,
+        real_name: str = "",
+        *,
+        admin: bool = False,
+        owner: bool = False,
+    ) -> None:
         self.users[user_id] = {"display_name": display_name, "real_name": real_name or display_name}
+        self.roles[user_id] = {"is_admin": admin, "is_owner": owner}
 
     def consent(
         self,
@@ -442,6 +452,7 @@ class FakeSlack(LoopbackServer):
                 "name": profile["display_name"].lower(),
                 "real_name": profile["real_name"],
                 "profile": dict(profile),
+                **self.roles.get(user_id, {"is_admin": False, "is_owner": False}),
             }
         }
 

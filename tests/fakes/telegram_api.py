@@ -64,6 +64,22 @@ MAX_LENGTH = 4096
 DOWNLOAD_LIMIT = 20 * 1024 * 1024  # getFile refuses larger files on Telegram's own servers
 
 
+# The rights every ChatMemberAdministrator carries (Bot API 7.x); the fake grants none.
+ADMIN_RIGHTS = (
+    "can_be_edited",
+    "can_manage_chat",
+    "can_delete_messages",
+    "can_manage_video_chats",
+    "can_restrict_members",
+    "can_promote_members",
+    "can_change_info",
+    "can_invite_users",
+    "can_post_stories",
+    "can_edit_stories",
+    "can_delete_stories",
+)
+
+
 def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
@@ -181,6 +197,7 @@ class FakeTelegram(LoopbackServer):
         self.webhook_secret: str | None = None
         self.callback_answers: list[dict[str, Any]] = []
         self.files: dict[str, StoredFile] = {}
+        self.member_status: dict[tuple[int, int], str] = {}  # (chat, user) -> getChatMember's
         self.downloads: CallLog[str] = CallLog()  # the file paths fetched
         self._allowed_updates: list[str] | None = None
         self._updates: list[dict[str, Any]] = []
@@ -366,6 +383,7 @@ class FakeTelegram(LoopbackServer):
             "deleteWebhook": self._delete_webhook,
             "answerCallbackQuery": self._answer_callback_query,
             "getFile": self._get_file,
+            "getChatMember": self._get_chat_member,
         }.get(method)
         if method == "getUpdates":
             return await self._get_updates(params)
@@ -464,6 +482,20 @@ class FakeTelegram(LoopbackServer):
                 {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
             )
         return web.Response(body=stored.data, content_type="application/octet-stream")
+
+    def _get_chat_member(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A member as the Bot API has it: `member` unless scripted in `member_status`."""
+        user_id = int(params["user_id"])
+        status = self.member_status.get((int(params["chat_id"]), user_id), "member")
+        member: dict[str, Any] = {
+            "status": status,
+            "user": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+        }
+        if status in ("administrator", "creator"):
+            member["is_anonymous"] = False
+        if status == "administrator":
+            member |= dict.fromkeys(ADMIN_RIGHTS, False) | {"can_manage_chat": True}
+        return member
 
     def _answer_callback_query(self, params: dict[str, Any]) -> bool:
         self.callback_answers.append(dict(params))
