@@ -256,3 +256,26 @@ async def test_status_lists_the_tools(tooled: Harness) -> None:
     await tooled.idle(message.session_key)
     (status,) = texts(tooled.sender)
     assert "`desk__lookup_ticket`" in status and "`desk__delete_item`" in status
+
+
+async def test_a_channel_offers_only_the_tools_its_settings_allow_and_runs_no_other(
+    tooled: Harness, effects: Path
+) -> None:
+    scoped = tooled.workers[0].turns.scoped
+    await scoped.set("test:W:C1", "tools", "desk__lookup_ticket")
+    call = FakeToolCall("desk__delete_item", '{"name": "report"}')
+    tooled.llm.reply = tools_then_text([call])
+    message = inbound("delete the report")
+    await tooled.ingest.receive(message)
+    await tooled.idle(message.session_key)
+    first, second = tooled.llm.requests
+    assert [t["function"]["name"] for t in first["tools"]] == ["desk__lookup_ticket"]
+    [result] = tool_results(second)
+    assert "not allowed in this conversation" in result.output
+    assert not any("delete" in line for line in lines(effects))  # never run
+    await scoped.set("test:W:C1", "tools", "none")
+    tooled.llm.reply = "no tools here"
+    other = inbound("anything?")
+    await tooled.ingest.receive(other)
+    await tooled.idle(other.session_key)
+    assert "tools" not in tooled.llm.requests[-1]
