@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from gateway.compiler import SUMMARY_HEADER
 from gateway.compression import Compressor, Outcome
 from gateway.models import Models
+from gateway.scoped import ScopedSettings
 from gateway.segments import KEEP_MIN, plan_segment
 from gateway.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
@@ -111,6 +112,24 @@ async def test_a_turn_over_budget_compresses_first_and_then_fits(
         order = [r.model for r in llm.requests]
         assert order.index("compress-model") < order.index("main-model")
         assert talk.sender.messages  # and the user got the answer
+
+
+async def test_a_token_budget_set_for_a_workspace_compresses_its_turns_first(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY)
+    async with conversation(redis_url, llm, workers=0) as talk:
+        scoped = ScopedSettings(talk.redis, talk.settings)
+        await scoped.set("test:W", "token_budget", str(BUDGET))
+        for number in range(25):
+            await talk.send(line(number))
+        await talk.start_worker()
+        await talk.settled()
+        [request] = talk.main_requests()
+        assert fits(talk, request)
+        assert SUMMARY in content_of(request["messages"])
+        order = [r.model for r in llm.requests]
+        assert order.index("compress-model") < order.index("main-model")
 
 
 async def test_segments_are_contiguous_and_build_on_each_other(
