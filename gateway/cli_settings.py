@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from gateway.config import Settings
-from gateway.scoped import KEYS, Effective, ScopedSettings, parse_scope, validate_key
+from gateway.scoped import KEYS, Effective, ScopedSettings, parse_scope, shorten, validate_key
 from gateway.store import open_redis
 
 SHOWN_CHARS = 60  # a long system prompt is cut to this in `show`
@@ -44,7 +44,7 @@ async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
         await scoped.load()
         if args.action == "set":
             stored = await scoped.set(scope, args.key, args.value)
-            print(f"{scope} {args.key} = {shorten(stored)}")
+            print(f"{scope} {args.key} = {shorten(stored, SHOWN_CHARS)}")
         elif args.action == "unset":
             removed = await scoped.unset(scope, args.key)
             print(f"{scope} {args.key} unset" if removed else f"{scope} does not set {args.key}")
@@ -58,15 +58,9 @@ async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
 def table(effective: Effective) -> str:
     """Each setting, its value and where it comes from (a scope, or the environment)."""
     rows = [("KEY", "VALUE", "FROM")] + [
-        (key, shorten(effective.shown(key)), effective.source(key)) for key in KEYS
+        (key, shorten(effective.shown(key), SHOWN_CHARS), effective.source(key)) for key in KEYS
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     return "\n".join(
         f"{key.ljust(widths[0])}  {value.ljust(widths[1])}  {source}" for key, value, source in rows
     )
-
-
-def shorten(value: str) -> str:
-    """One line of at most SHOWN_CHARS characters."""
-    line = " ".join(value.split())
-    return line if len(line) <= SHOWN_CHARS else line[: SHOWN_CHARS - 1] + "…"

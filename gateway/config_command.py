@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gateway.errors import ConfigError, PlatformError
 from gateway.model import Address
 from gateway.ports import AdminCheck
-from gateway.scoped import ENVIRONMENT, KEYS, Effective, ScopedSettings
+from gateway.scoped import ENVIRONMENT, KEYS, Effective, ScopedSettings, shorten
 
 log = logging.getLogger(__name__)
 
@@ -117,5 +117,5 @@ def _from(effective: Effective, key: str) -> str:
 
 
 def _short(value: str) -> str:
-    line = " ".join(value.split()).replace("`", "'")
-    return line if len(line) <= SHOWN_CHARS else line[: SHOWN_CHARS - 1] + "…"
+    """Shortened, and without backticks: it is shown inside a code span."""
+    return shorten(value, SHOWN_CHARS).replace("`", "'")

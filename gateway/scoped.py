@@ -244,6 +244,12 @@ class ScopedSettings:
         return bool(removed)
 
 
+def shorten(value: str, limit: int) -> str:
+    """A value as `show` and `/config` print it: one line, at most `limit` characters."""
+    line = " ".join(value.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def validate_key(key: str) -> None:
     if key not in _CHECKS:
         raise ConfigError(f"unknown setting {key!r}; the settings are: {', '.join(KEYS)}")
