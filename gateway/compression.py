@@ -166,16 +166,23 @@ class Compressor:
             written += 1
         return written
 
-    async def after_turn(self, session_key: str, group: bool) -> int:
-        """Off the hot path: compress while the view is past the threshold.
+    async def after_turn(
+        self,
+        session_key: str,
+        group: bool,
+        threshold: int | None = None,
+        system_prompt: str | None = None,
+    ) -> int:
+        """Off the hot path: compress while the view is past the threshold (the session's
+        by scope, when given).
 
         Another worker already compressing the session is left to it.
         """
         written = 0
         while written < MAX_ROUNDS:
             view = await self.sessions.view(session_key)
-            shape = RequestShape(self.settings.system_prompt, view, group)
-            if await self.within(self.threshold, shape):
+            shape = RequestShape(system_prompt or self.settings.system_prompt, view, group)
+            if await self.within(threshold or self.threshold, shape):
                 break
             answered = int(view.meta.get("answered") or 0)
             outcome = await self.compress(session_key, answered)
@@ -278,22 +285,27 @@ class Compressor:
         group: bool,
         entry: Entry | None,
         changed: Callable[[str], None],
+        budget: int | None = None,
+        system_prompt: str | None = None,
     ) -> None:
         """After a recorded turn (`view` and its reply `entry`): compress off the hot path
-        once the history passed the threshold.
+        once the history passed the threshold (of `budget` and the `system_prompt`, the
+        session's by scope, when given).
 
         `changed(session_key)` is called when the session's view may have moved since
         (a segment was written, or the compression failed part way).
         """
-        extra, threshold = ([entry] if entry is not None else []), self.threshold
-        shape = RequestShape(self.settings.system_prompt, view, group, extra=extra)
+        extra = [entry] if entry is not None else []
+        threshold = int(budget * THRESHOLD_SHARE) if budget else self.threshold
+        prompt = system_prompt or self.settings.system_prompt
+        shape = RequestShape(prompt, view, group, extra=extra)
         if self.known_within(threshold, shape):
             return
 
         async def compress() -> int:
             if await self.within(threshold, shape):
                 return 0  # counted: still short of the threshold
-            return await self.after_turn(session_key, group)
+            return await self.after_turn(session_key, group, threshold, prompt)
 
         task = asyncio.create_task(compress())
         self.background.add(task)

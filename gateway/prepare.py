@@ -23,13 +23,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class PreparedTurn:
-    """A turn's compiled request, the model it goes to, and what it was compiled from."""
+    """A turn's compiled request, the model it goes to, the tokens of history it may
+    carry (`budget`), and what it was compiled from."""
 
     compiler: MessageCompiler
     context: TurnContext
     request: CompiledRequest
     view: HistoryView
     model: str
+    budget: int
 
     def in_full(self) -> PreparedTurn:
         """The same turn compiled without its cursor (for a provider that lost the chain)."""
@@ -90,7 +92,8 @@ class Preparer:
         prompt = settings.system_prompt if settings else self.settings.system_prompt
         model = settings.model if settings else self.settings.model
         compiler = MessageCompiler(context.session_key, prompt)
-        return PreparedTurn(compiler, context, compiler.compile(context), view, model)
+        request = compiler.compile(context)
+        return PreparedTurn(compiler, context, request, view, model, self.budget(settings))
 
     @property
     def ready(self) -> bool:
@@ -107,11 +110,11 @@ class Preparer:
 
     def known_over_budget(self, prepared: PreparedTurn) -> bool:
         """Whether the turn is known, without counting anything new, to need compressing."""
-        return self.compressor.known_within(self.budget(), self._shape(prepared)) is False
+        return self.compressor.known_within(prepared.budget, self._shape(prepared)) is False
 
-    async def fits(self, prepared: PreparedTurn, budget: int | None = None) -> bool:
+    async def fits(self, prepared: PreparedTurn) -> bool:
         await self.compressor.warm()
-        return await self.compressor.within(budget or self.budget(), self._shape(prepared))
+        return await self.compressor.within(prepared.budget, self._shape(prepared))
 
     async def compressed(
         self,
@@ -122,7 +125,7 @@ class Preparer:
     ) -> PreparedTurn:
         """Compress the session (up to entry `limit`) until it fits, and compile again."""
         view, group = prepared.view, prepared.context.group
-        reminder, budget = prepared.request.reminder, self.budget(settings)
+        reminder, budget = prepared.request.reminder, prepared.budget
         log.info(
             "%s is over its budget (%d > %d tokens); compressing first",
             key,

@@ -245,7 +245,7 @@ class TurnRunner:
         assert turn.claim.view is not None
         prepared = self.preparer.compile(context, turn.claim.view, settings)
         await self.early.adopt(turn.session_key, turn.early, prepared)
-        if await self.preparer.fits(prepared, self.preparer.budget(settings)):
+        if await self.preparer.fits(prepared):
             return prepared
         if turn.kept_early is not None:
             await turn.kept_early.call.cancel()
@@ -273,7 +273,10 @@ class TurnRunner:
         else:  # tool steps were recorded: the view misses them, nothing to start from
             self.early.forget(key)
         if recorded:
-            self.compressor.schedule(key, prepared.view, group, entry, self.early.forget)
+            prompt, budget = prepared.compiler.system_prompt, prepared.budget
+            self.compressor.schedule(
+                key, prepared.view, group, entry, self.early.forget, budget, prompt
+            )
         return _outcome(result, recorded)
 
 
