@@ -175,6 +175,7 @@ class SessionStore:
             "history": Keys.history(key),
             "injections": Keys.injections(key),
             "album": Keys.album(key),
+            "settings_version": Keys.SETTINGS_VERSION,
         }
         args: dict[str, Arg] = {
             "dedupe_ttl": DEDUPE_TTL,

@@ -115,10 +115,14 @@ class TurnRunner:
     def _start_early(self, job: Job) -> EarlyStart | None:
         """The model call started before the claim, when it cannot differ from the one the
         claim would start. Never with tools (every such turn starts claimed), with
-        budgets (no call goes out before they are checked), or with settings by scope
-        for the session (the call goes out as the environment has it; the claim's
-        version discards it if they changed meanwhile)."""
+        budgets (no call goes out before they are checked), with settings by scope for
+        the session (the call goes out as the environment has it), or when the message
+        came after a change of them this process has not loaded yet (the job carries
+        their version). A change made after the message discards the call at the claim."""
         if self.loop is not None or self.scoped.version is None:
+            return None
+        version = job.payload.get("settings")
+        if isinstance(version, int) and version > self.scoped.version:
             return None
         settings = self.scoped.resolve(job.session_key)
         if settings.scoped or self.caps.limited(settings.budgets) is not None:

@@ -1,4 +1,4 @@
--- KEYS: seen inbox meta queued stream sessions channel lease history injections album
+-- KEYS: seen inbox meta queued stream sessions channel lease history injections album settings_version
 -- ARGV: dedupe_ttl entry session now early channel_key media_group album_ms
 -- USES: turn_job album
 -- A user message: dedupe on the platform's event id, append it to the inbox and
@@ -11,7 +11,7 @@ local stream, sessions, channel, lease = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local history, injections = KEYS[9], KEYS[10]
 local dedupe_ttl, entry, session, now, early = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local channel_key, media_group, album_ms = ARGV[6], ARGV[7], tonumber(ARGV[8])
-local album = KEYS[11]
+local album, settings_version = KEYS[11], KEYS[12]
 
 if redis.call('SET', seen, '1', 'NX', 'EX', dedupe_ttl) == false then return {0, false} end
 if media_group == '' or not join_album(inbox, entry, media_group) then
@@ -32,11 +32,14 @@ redis.call('ZADD', channel, now, session)
 if turn_job_queued(queued, meta) then return {1, false} end
 
 -- The base a worker may start early from (gateway.early): only when nothing but
--- this message is waiting, no turn is running and no injection is queued.
+-- this message is waiting, no turn is running and no injection is queued. With it,
+-- the version of the settings by scope as the message arrived: a worker that holds
+-- an older one does not start early (gateway.turn).
 local payload = ''
 if early == '1' and redis.call('LLEN', inbox) == 1 and redis.call('EXISTS', lease) == 0
     and redis.call('EXISTS', injections) == 0 then
   local base = (redis.call('HGET', meta, 'epoch') or '0') .. '.' .. redis.call('LLEN', history)
-  payload = '{"base":"' .. base .. '","entry":' .. entry .. '}'
+  local settings = redis.call('GET', settings_version) or '0'  -- an INCR's: digits
+  payload = '{"base":"' .. base .. '","settings":' .. settings .. ',"entry":' .. entry .. '}'
 end
 return {1, add_turn_job(stream, queued, meta, session, payload)}

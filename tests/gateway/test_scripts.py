@@ -276,3 +276,14 @@ async def test_claim_answers_the_settings_version_with_and_without_work(
     await redis_client.incr(Keys.SETTINGS_VERSION)
     claim = await _claimed(sessions)
     assert claim.view is not None and claim.settings_version == 8
+
+
+async def test_ingest_gives_an_early_job_the_settings_version_it_arrived_under(
+    sessions: SessionStore, redis_client: aioredis.Redis
+) -> None:
+    await redis_client.set(Keys.SETTINGS_VERSION, 4)
+    message = inbound("hello")
+    await sessions.append_user(message)
+    [[_, [[_, fields]]]] = await redis_client.xread({sessions.stream("test"): "0"})
+    payload = json.loads(fields["payload"])
+    assert payload["base"] == "0.0" and payload["settings"] == 4
