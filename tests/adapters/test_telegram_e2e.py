@@ -92,7 +92,7 @@ async def test_private_message_is_answered(web: Gateway, fake: FakeTelegram, llm
     [reply] = await answered(fake, ALICE_CHAT, contains="fake reply to: hello there")
     assert reply.reply_to is None and reply.thread_id is None
     registered = [c["command"] for c in fake.commands]
-    assert registered == ["btw", "reset", "stop", "status", "usage", "help"]
+    assert registered == ["btw", "reset", "stop", "status", "usage", "config", "help"]
     assert fake.token not in web.output()
 
 

@@ -80,7 +80,7 @@ async def test_startup_registers_the_commands(
     fake: FakeTelegram, platform: TelegramPlatform
 ) -> None:
     registered = [c["command"] for c in fake.commands]
-    assert registered == ["btw", "reset", "stop", "status", "usage", "help"]
+    assert registered == ["btw", "reset", "stop", "status", "usage", "config", "help"]
 
 
 @pytest.mark.parametrize("secret", [None, "", "wrong", SECRET + "x"])
