@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -38,4 +39,21 @@ def run_console(
         timeout=timeout,
         cwd=tmp_path,
         env=clean_env(**env),
+    )
+
+
+async def run_against(
+    redis_url: str, cwd: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`gateway ARGS` against the test's Redis, off the event loop (the test's own
+    services, the fakes and the workers, keep running meanwhile)."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        gateway(*args),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=clean_env(REDIS_URL=redis_url, **env),
+        stdin=subprocess.DEVNULL,
     )

@@ -3,44 +3,33 @@ worker of another process that uses the change at its next turn."""
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.cli_runs import clean_env, gateway
+from tests.gateway.cli_runs import run_against
 from tests.gateway.harness import start_workers
 from tests.gateway.helpers import inbound
 
 pytestmark = pytest.mark.timeout(120)
 
 
-async def run_settings(
-    redis_url: str, cwd: Path, *args: str, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        gateway("settings", *args),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=clean_env(REDIS_URL=redis_url, **env),
-        stdin=subprocess.DEVNULL,
-    )
-
-
 async def test_set_get_show_and_unset_through_the_scopes(redis_url: str, tmp_path: Path) -> None:
     env = {"GATEWAY_MODEL": "openai/env-model", "GATEWAY_API_KEY": "sk-very-secret"}
-    done = await run_settings(redis_url, tmp_path, "set", "slack:T1", "model", "openai/ws", **env)
+    done = await run_against(
+        redis_url, tmp_path, "settings", "set", "slack:T1", "model", "openai/ws", **env
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "slack:T1 model = openai/ws\n"
-    await run_settings(redis_url, tmp_path, "set", "slack:T1:C1", "budget_user_daily", "2USD")
-    got = await run_settings(redis_url, tmp_path, "get", "slack:T1:C1:1.2", "model", **env)
+    await run_against(
+        redis_url, tmp_path, "settings", "set", "slack:T1:C1", "budget_user_daily", "2USD"
+    )
+    got = await run_against(
+        redis_url, tmp_path, "settings", "get", "slack:T1:C1:1.2", "model", **env
+    )
     assert got.stdout == "openai/ws\n"
-    shown = await run_settings(redis_url, tmp_path, "show", "slack:T1:C1", **env)
+    shown = await run_against(redis_url, tmp_path, "settings", "show", "slack:T1:C1", **env)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0].split() == ["KEY", "VALUE", "FROM"]
@@ -49,11 +38,11 @@ async def test_set_get_show_and_unset_through_the_scopes(redis_url: str, tmp_pat
     assert rows["budget_user_daily"][1:] == ["2usd", "slack:T1:C1"]
     assert rows["side_model"][-1] == "environment"
     assert "sk-very-secret" not in shown.stdout + shown.stderr
-    gone = await run_settings(redis_url, tmp_path, "unset", "slack:T1", "model", **env)
+    gone = await run_against(redis_url, tmp_path, "settings", "unset", "slack:T1", "model", **env)
     assert gone.stdout == "slack:T1 model unset\n"
-    again = await run_settings(redis_url, tmp_path, "unset", "slack:T1", "model", **env)
+    again = await run_against(redis_url, tmp_path, "settings", "unset", "slack:T1", "model", **env)
     assert again.returncode == 0 and again.stdout == "slack:T1 does not set model\n"
-    got = await run_settings(redis_url, tmp_path, "get", "slack:T1:C1", "model", **env)
+    got = await run_against(redis_url, tmp_path, "settings", "get", "slack:T1:C1", "model", **env)
     assert got.stdout == "openai/env-model\n"
 
 
@@ -69,10 +58,10 @@ async def test_set_get_show_and_unset_through_the_scopes(redis_url: str, tmp_pat
 async def test_a_wrong_setting_exits_non_zero_with_one_line(
     redis_url: str, tmp_path: Path, args: tuple[str, ...], line: str
 ) -> None:
-    done = await run_settings(redis_url, tmp_path, *args)
+    done = await run_against(redis_url, tmp_path, "settings", *args)
     assert done.returncode == 2
     assert done.stderr.startswith(line) and done.stderr.count("\n") == 1
-    shown = await run_settings(redis_url, tmp_path, "show", "slack:T1")
+    shown = await run_against(redis_url, tmp_path, "settings", "show", "slack:T1")
     assert "slack:T1" not in shown.stdout.split("FROM", 1)[1]  # nothing was set
 
 
@@ -84,7 +73,9 @@ async def test_a_setting_made_by_the_cli_reaches_a_running_worker_at_its_next_tu
         await h.ingest.receive(first)
         await h.idle(first.session_key)
         assert llm.requests[-1].model == "main-model"
-        done = await run_settings(redis_url, tmp_path, "set", "test:W", "model", "openai/cli")
+        done = await run_against(
+            redis_url, tmp_path, "settings", "set", "test:W", "model", "openai/cli"
+        )
         assert done.returncode == 0, done.stderr
         second = inbound("after")
         await h.ingest.receive(second)

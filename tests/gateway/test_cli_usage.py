@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,23 +11,10 @@ from redis.asyncio import Redis
 
 from gateway.models import Charge, ModelCall, Usage
 from gateway.usage import UsageLedger
-from tests.gateway.cli_runs import clean_env, gateway
+from tests.gateway.cli_runs import run_against
 
 pytestmark = pytest.mark.timeout(120)
 MARCH = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
-
-
-async def run_usage(redis_url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        gateway("usage", *args),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=clean_env(REDIS_URL=redis_url),
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture
@@ -49,7 +34,9 @@ async def recorded(redis_client: Redis) -> None:
 async def test_usage_by_model_is_a_table_with_unknown_costs_said(
     redis_url: str, tmp_path: Path
 ) -> None:
-    result = await run_usage(redis_url, tmp_path, "--by", "model", "--since", "2026-03-01")
+    result = await run_against(
+        redis_url, tmp_path, "usage", "--by", "model", "--since", "2026-03-01"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "MODEL               CALLS  PROMPT  COMPLETION  COST (USD)",
@@ -60,7 +47,7 @@ async def test_usage_by_model_is_a_table_with_unknown_costs_said(
 
 @pytest.mark.usefixtures("recorded")
 async def test_usage_as_json_by_user_and_workspace(redis_url: str, tmp_path: Path) -> None:
-    result = await run_usage(redis_url, tmp_path, "--json", "--since", "2026-01-01")
+    result = await run_against(redis_url, tmp_path, "usage", "--json", "--since", "2026-01-01")
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
     assert (found["since"], found["by"]) == ("2026-01-01", "user")
@@ -82,15 +69,15 @@ async def test_usage_as_json_by_user_and_workspace(redis_url: str, tmp_path: Pat
             "unpriced_calls": 2,
         },
     ]
-    by_workspace = await run_usage(
-        redis_url, tmp_path, "--by", "workspace", "--json", "--since", "2026-03-01"
+    by_workspace = await run_against(
+        redis_url, tmp_path, "usage", "--by", "workspace", "--json", "--since", "2026-03-01"
     )
     rows = json.loads(by_workspace.stdout)["rows"]
     assert [(r["workspace"], r["calls"]) for r in rows] == [("slack:T1", 1), ("telegram:42", 1)]
 
 
 async def test_a_bad_day_is_one_clear_line(redis_url: str, tmp_path: Path) -> None:
-    result = await run_usage(redis_url, tmp_path, "--since", "March")
+    result = await run_against(redis_url, tmp_path, "usage", "--since", "March")
     assert result.returncode == 2
     assert "must be a day as YYYY-MM-DD, not 'March'" in result.stderr
     assert result.stdout == ""

@@ -3,6 +3,9 @@ uses, a change made by another process seen at the next turn, side questions, /s
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import redis.asyncio as aioredis
 
 from gateway.models import Charge, ModelCall, Usage
@@ -15,12 +18,16 @@ from tests.gateway.helpers import inbound
 USED_UP = "⚠️ Your daily budget (1,000 tokens) is used up; it resets at 00:00 UTC."
 
 
-async def elsewhere(redis_url: str, h: Harness) -> ScopedSettings:
+@contextlib.asynccontextmanager
+async def elsewhere(redis_url: str, h: Harness) -> AsyncIterator[ScopedSettings]:
     """Settings by scope as another process changes them: a client of its own."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    store = ScopedSettings(client, h.workers[0].settings)
-    await store.load()
-    return store
+    try:
+        store = ScopedSettings(client, h.workers[0].settings)
+        await store.load()
+        yield store
+    finally:
+        await client.aclose()
 
 
 def system_prompt(llm: FakeLLM, index: int) -> str:
@@ -38,8 +45,7 @@ async def test_a_change_made_by_another_process_is_used_at_the_next_turn(
 ) -> None:
     llm.set_model_behaviour("channel-model", reply="from the channel's model")
     async for h in start_workers(redis_url, llm, 1, GATEWAY_SYSTEM_PROMPT="env prompt"):
-        other = await elsewhere(redis_url, h)
-        try:
+        async with elsewhere(redis_url, h) as other:
             await ask(h, "first")
             assert llm.requests[-1].model == "main-model"
             assert system_prompt(llm, -1) == "env prompt"
@@ -58,16 +64,13 @@ async def test_a_change_made_by_another_process_is_used_at_the_next_turn(
             await ask(h, "third")
             assert llm.requests[-1].model == "main-model"
             assert texts(h.sender)[-1] != "from the channel's model"
-        finally:
-            await other.redis.aclose()
 
 
 async def test_a_channel_budget_refuses_there_and_not_in_another_channel(
     redis_url: str, llm: FakeLLM
 ) -> None:
     async for h in start_workers(redis_url, llm, 1):
-        other = await elsewhere(redis_url, h)
-        try:
+        async with elsewhere(redis_url, h) as other:
             await other.set("test:W:C1", "budget_user_daily", "1000tokens")
             ledger = UsageLedger(h.sessions.redis)
             charge = Charge("test:W:C1", "U1", "turn")
@@ -78,16 +81,13 @@ async def test_a_channel_budget_refuses_there_and_not_in_another_channel(
             await ask(h, "free there", channel="C2")
             assert len(llm.requests) == 1
             assert texts(h.sender)[1] != USED_UP
-        finally:
-            await other.redis.aclose()
 
 
 async def test_side_questions_and_status_use_the_settings_of_their_scope(
     redis_url: str, llm: FakeLLM
 ) -> None:
     async for h in start_workers(redis_url, llm, 1):
-        other = await elsewhere(redis_url, h)
-        try:
+        async with elsewhere(redis_url, h) as other:
             await other.set("test", "side_model", "openai/platform-side")
             await other.set("test:W:C1", "model", "openai/channel-model")
             await ask(h, "/btw what is this?")
@@ -96,5 +96,3 @@ async def test_side_questions_and_status_use_the_settings_of_their_scope(
             assert texts(h.sender)[-1].startswith(
                 "Model: `openai/channel-model` (side questions: `openai/platform-side`)"
             )
-        finally:
-            await other.redis.aclose()
