@@ -254,12 +254,22 @@ async def events_app(slack: FakeSlack, redis_url: str) -> AsyncIterator[EventsAp
     platform = SlackPlatform(settings, redis)
     platform.validate("http")
     ingest = Ingest(settings, redis)
+    async with serving(platform, ingest, redis, "http://gateway") as http:
+        yield EventsApp(http, redis, ingest)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    platform: SlackPlatform, ingest: Ingest, redis: Redis, base_url: str
+) -> AsyncIterator[httpx.AsyncClient]:
+    """`gateway web`'s app with the Slack platform, started, and a client of it; on the
+    way out the platform stops and `redis` is closed."""
     app = create_app(redis, ingest, [platform], ["slack"])
     await platform.startup()
     try:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-            yield EventsApp(http, redis, ingest)
+        async with httpx.AsyncClient(transport=transport, base_url=base_url) as http:
+            yield http
     finally:
         await platform.shutdown()
         await redis.aclose()
@@ -359,13 +369,6 @@ async def installs_app(slack: FakeSlack, redis_url: str) -> AsyncIterator[Instal
     platform = SlackPlatform(settings, redis)
     platform.validate("http")
     await platform.preflight()
-    app = create_app(redis, Ingest(settings, redis), [platform], ["slack"])
-    await platform.startup()
-    try:
-        transport = httpx.ASGITransport(app=app)
-        # https: bolt's state cookie is Secure, and a browser sends it back only over TLS.
-        async with httpx.AsyncClient(transport=transport, base_url="https://gateway") as http:
-            yield InstallsApp(http, redis, platform)
-    finally:
-        await platform.shutdown()
-        await redis.aclose()
+    # https: bolt's state cookie is Secure, and a browser sends it back only over TLS.
+    async with serving(platform, Ingest(settings, redis), redis, "https://gateway") as http:
+        yield InstallsApp(http, redis, platform)

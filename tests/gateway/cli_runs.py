@@ -42,13 +42,11 @@ def run_console(
     )
 
 
-async def run_against(
+def run_gateway(
     redis_url: str, cwd: Path, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """`gateway ARGS` against the test's Redis, off the event loop (the test's own
-    services, the fakes and the workers, keep running meanwhile)."""
-    return await asyncio.to_thread(
-        subprocess.run,
+    """`gateway ARGS` against the test's Redis, in a clean environment plus `env`."""
+    return subprocess.run(
         gateway(*args),
         capture_output=True,
         text=True,
@@ -57,3 +55,11 @@ async def run_against(
         env=clean_env(REDIS_URL=redis_url, **env),
         stdin=subprocess.DEVNULL,
     )
+
+
+async def run_against(
+    redis_url: str, cwd: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`run_gateway` off the event loop (the test's own services, the fakes and the
+    workers, keep running meanwhile)."""
+    return await asyncio.to_thread(run_gateway, redis_url, cwd, *args, **env)

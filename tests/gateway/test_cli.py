@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.cli_runs import ROOT, clean_env, gateway, run_console
+from tests.gateway.cli_runs import ROOT, clean_env, gateway, run_console, run_gateway
 
 # Each test starts gateway processes; a worker's start imports litellm (seconds of CPU).
 pytestmark = pytest.mark.timeout(240)
@@ -148,15 +148,7 @@ def test_unreachable_redis_is_one_clear_line_and_a_failure(tmp_path: Path) -> No
 def test_wrong_configuration_is_one_line_without_secrets(
     tmp_path: Path, redis_url: str, command: str, env: dict[str, str], named: str
 ) -> None:
-    result = subprocess.run(
-        gateway(command),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env=clean_env(REDIS_URL=redis_url, **env),
-        stdin=subprocess.DEVNULL,
-    )
+    result = run_gateway(redis_url, tmp_path, command, **env)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], result.stderr
