@@ -20,8 +20,8 @@ import pytest
 from redis.asyncio import Redis
 
 from adapters.slack import SlackPlatform
+from adapters.slack.app import NO_SESSION
 from adapters.slack.connection import Backoff, Timing
-from adapters.slack.platform import NO_SESSION
 from gateway.config import load_settings
 from gateway.health import Health
 from gateway.ingest import Ingest

@@ -18,7 +18,7 @@ import pytest
 from redis.asyncio import Redis
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from adapters.slack.platform import CANNOT_POST, NO_SESSION
+from adapters.slack.app import CANNOT_POST, NO_SESSION
 from gateway.http_limits import MAX_BODY
 from gateway.ingest import Ingest
 from gateway.store import Keys
