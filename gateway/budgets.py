@@ -5,7 +5,7 @@ budget of its user and workspace and holds an estimate (the request's tokens
 and its most output) on each, atomically across workers: calls in flight count
 against the cap, so many at once overshoot it by no more than they hold. The
 use itself is added by `UsageLedger.record` as the first call ends, and the hold
-is settled in the same transaction (one round trip, not two); a turn whose call
+is settled in the same step (one round trip, not two); a turn whose call
 never ended lets go of its hold when it is done. A settlement whose write failed
 (Redis away) leaves the hold until its period's key expires. At 80% of a budget
 the user is told once; at 100% the call is refused with one line that names the
@@ -27,9 +27,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from gateway.config import Settings
+from gateway.counters import BUMP, Counters
 from gateway.errors import BudgetExceeded
 from gateway.models import Charge, Message, ModelCall
 from gateway.models.cost import Prices
@@ -69,15 +69,15 @@ class Hold:
     warning: str | None = None
     settled: bool = False
 
-    def settle(self, pipe: Pipeline) -> None:
-        """Let go of the hold inside the caller's transaction."""
+    def settle(self, counters: Counters) -> None:
+        """Let go of the hold in the same step as the caller's other counters."""
         for key in self.keys:
-            pipe.hincrbyfloat(key, "held_tokens", -self.tokens)
-            pipe.hincrbyfloat(key, "held_usd", -self.usd)
+            counters.hincrbyfloat(key, "held_tokens", -self.tokens)
+            counters.hincrbyfloat(key, "held_usd", -self.usd)
 
 
 # The hold of the call this task is about to make: the usage write of that call (its
-# meter runs in the same task) settles it in its own transaction.
+# meter runs in the same task) settles it in the same step as its counts.
 _OPEN: ContextVar[Hold | None] = ContextVar("open_hold", default=None)
 
 
@@ -113,6 +113,7 @@ class Budgets:
         self.budgets = tuple(budgets)
         self.prices = prices or {}
         self._hold = load("budget_hold").bind(redis)
+        self._bump = BUMP.bind(redis)
 
     @classmethod
     def of(cls, redis: Redis, settings: Settings) -> Budgets | None:
@@ -179,9 +180,9 @@ class Budgets:
         if hold.settled:
             return
         hold.settled = True
-        async with self.redis.pipeline(transaction=True) as pipe:
-            hold.settle(pipe)
-            await pipe.execute()
+        counters = Counters()
+        hold.settle(counters)
+        await counters.write(self._bump)
 
     def _text(self, slot: int, now: dt.datetime, state: str) -> str:
         scope, period = SLOTS[slot]
@@ -211,15 +212,15 @@ def _resets(period: str, now: dt.datetime) -> str:
 
 
 def add_use(
-    pipe: Pipeline, charge: Charge, tokens: int, usd: float | None, now: dt.datetime
+    counters: Counters, charge: Charge, tokens: int, usd: float | None, now: dt.datetime
 ) -> None:
-    """A finished call's use, added to its spend keys inside the caller's transaction
-    (a call for nobody in particular, a summary, only to its workspace's)."""
+    """A finished call's use, added to its spend keys in the same step as the caller's
+    other counters (a call for nobody in particular, a summary, only to its workspace's)."""
     keys = spend_keys(charge, now)
     for (scope, _), key, ttl in zip(SLOTS, keys, (DAY_TTL, MONTH_TTL) * 2, strict=True):
         if scope == "user" and not charge.user:
             continue
-        pipe.hincrby(key, "tokens", tokens)
+        counters.hincrby(key, "tokens", tokens)
         if usd:
-            pipe.hincrbyfloat(key, "usd", usd)
-        pipe.expire(key, ttl)
+            counters.hincrbyfloat(key, "usd", usd)
+        counters.expire(key, ttl)

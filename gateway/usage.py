@@ -3,7 +3,7 @@
 Each is a hash (`Keys.usage`) of fields `<day>|<part>`: `prompt` and
 `completion` tokens, `calls`, `cost` (USD, of the calls with a price) and
 `unpriced` (calls whose cost is unknown: a local model, the `echo` model).
-One call is written in one MULTI, with its `/metrics` counters (by platform,
+One call is written in one step (`gateway/counters.py`), with its `/metrics` counters (by platform,
 workspace and model: never by user, which would grow without bound), and every
 hash it touches lives on for `RETENTION` after its last write.
 """
@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.budgets import add_use, settling
+from gateway.counters import BUMP, Counters
 from gateway.models import Charge, ModelCall, Usage
 from gateway.store import Keys
 
@@ -86,6 +87,7 @@ class UsageLedger:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        self._bump = BUMP.bind(redis)
 
     async def record(self, call: ModelCall, usage: Usage, now: dt.datetime | None = None) -> None:
         """Count a finished call against its charge (a call without one is not counted)."""
@@ -97,28 +99,28 @@ class UsageLedger:
         ids = scopes_of(call.charge) | {"model": call.model}
         platform, workspace = ids["workspace"].split(":", 1)
         labels = f"{platform}|{workspace}|{call.model}"
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for scope, ident in ids.items():
-                key = Keys.usage(scope, ident)
-                pipe.hincrby(key, f"{day}|prompt", usage.prompt_tokens)
-                pipe.hincrby(key, f"{day}|completion", usage.completion_tokens)
-                pipe.hincrby(key, f"{day}|calls", 1)
-                if usage.cost is None:
-                    pipe.hincrby(key, f"{day}|unpriced", 1)
-                else:
-                    pipe.hincrbyfloat(key, f"{day}|cost", usage.cost)
-                pipe.expire(key, RETENTION)
-            pipe.hincrby(Keys.METRICS, f"usage_tokens|prompt|{labels}", usage.prompt_tokens)
-            pipe.hincrby(Keys.METRICS, f"usage_tokens|completion|{labels}", usage.completion_tokens)
+        counters = Counters()
+        for scope, ident in ids.items():
+            key = Keys.usage(scope, ident)
+            counters.hincrby(key, f"{day}|prompt", usage.prompt_tokens)
+            counters.hincrby(key, f"{day}|completion", usage.completion_tokens)
+            counters.hincrby(key, f"{day}|calls", 1)
             if usage.cost is None:
-                pipe.hincrby(Keys.METRICS, f"usage_unpriced|{labels}", 1)
+                counters.hincrby(key, f"{day}|unpriced", 1)
             else:
-                pipe.hincrbyfloat(Keys.METRICS, f"usage_cost|{labels}", usage.cost)
-            tokens = usage.prompt_tokens + usage.completion_tokens
-            add_use(pipe, call.charge, tokens, usage.cost, now)
-            if hold is not None:
-                hold.settle(pipe)  # the use is counted: what the call held is let go of
-            await pipe.execute()
+                counters.hincrbyfloat(key, f"{day}|cost", usage.cost)
+            counters.expire(key, RETENTION)
+        counters.hincrby(Keys.METRICS, f"usage_tokens|prompt|{labels}", usage.prompt_tokens)
+        counters.hincrby(Keys.METRICS, f"usage_tokens|completion|{labels}", usage.completion_tokens)
+        if usage.cost is None:
+            counters.hincrby(Keys.METRICS, f"usage_unpriced|{labels}", 1)
+        else:
+            counters.hincrbyfloat(Keys.METRICS, f"usage_cost|{labels}", usage.cost)
+        tokens = usage.prompt_tokens + usage.completion_tokens
+        add_use(counters, call.charge, tokens, usage.cost, now)
+        if hold is not None:
+            hold.settle(counters)  # the use is counted: what the call held is let go of
+        await counters.write(self._bump)
 
     async def safely(self, call: ModelCall, usage: Usage) -> None:
         """`record`, for a call whose answer is already given: Redis being down loses

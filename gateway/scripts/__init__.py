@@ -7,12 +7,13 @@ the order the script reads them:
     -- ARGV: token ttl_ms
 
 A trailing `...` on the ARGV line takes any number of further arguments (as
-field/value pairs, say). An optional third line, `-- USES: turn_job`, names
-snippets of shared local functions (files without a header, Lua scripts cannot
-call each other) placed before the script's own source when it is loaded.
-`Script.bind(redis)` registers the source with that client (EVALSHA, loading
-it on first use); the bound script takes mappings and
-refuses a missing or unknown name, so no call site can pass them out of order.
+field/value pairs, say); a KEYS line of `...` alone, a list of any keys (a script
+that writes wherever its arguments say, as `bump.lua` does). An optional third
+line, `-- USES: turn_job`, names snippets of shared local functions (files
+without a header, Lua scripts cannot call each other) placed before the script's
+own source when it is loaded. `Script.bind(redis)` registers the source with
+that client (EVALSHA, loading it on first use); the bound script takes mappings
+and refuses a missing or unknown name, so no call site can pass them out of order.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Script:
     keys: tuple[str, ...]
     args: tuple[str, ...]
     variadic: bool = False
+    any_keys: bool = False  # KEYS: ... (called with a list of keys, not names)
 
     def bind(self, redis: Redis) -> BoundScript:
         return BoundScript(self, redis)
@@ -51,19 +53,22 @@ class BoundScript:
 
     async def __call__(
         self,
-        keys: Mapping[str, str],
+        keys: Mapping[str, str] | Sequence[str],
         args: Mapping[str, Arg] | None = None,
         rest: Sequence[Arg] = (),
     ) -> Any:
         values = args or {}
-        _check(self.script.name, "keys", self.script.keys, keys)
+        if isinstance(keys, Mapping) == self.script.any_keys:
+            wanted = "a list of keys" if self.script.any_keys else "keys by name"
+            raise TypeError(f"script {self.script.name} takes {wanted}")
+        if isinstance(keys, Mapping):
+            _check(self.script.name, "keys", self.script.keys, keys)
+            keys = [keys[name] for name in self.script.keys]
         _check(self.script.name, "args", self.script.args, values)
         if rest and not self.script.variadic:
             raise TypeError(f"script {self.script.name} takes no further arguments")
         ordered = [values[name] for name in self.script.args]
-        return await self._call(
-            keys=[keys[name] for name in self.script.keys], args=[*ordered, *rest]
-        )
+        return await self._call(keys=list(keys), args=[*ordered, *rest])
 
 
 def _check(script: str, what: str, expected: Sequence[str], given: Mapping[str, Any]) -> None:
@@ -84,7 +89,15 @@ def load(name: str) -> Script:
     keys = tuple(header.get("KEYS", "").split())
     args = header.get("ARGV", "").split()
     variadic = bool(args) and args[-1] == "..."
-    return Script(name, source, keys, tuple(args[:-1] if variadic else args), variadic)
+    any_keys = keys == ("...",)
+    return Script(
+        name,
+        source,
+        () if any_keys else keys,
+        tuple(args[:-1] if variadic else args),
+        variadic,
+        any_keys,
+    )
 
 
 def _read(name: str) -> str:

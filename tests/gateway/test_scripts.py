@@ -6,7 +6,9 @@ import json
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
+from gateway.counters import BUMP, Counters
 from gateway.scripts import load
 from gateway.session import Claim, Finish, SessionStore
 from gateway.store import Keys
@@ -287,3 +289,41 @@ async def test_ingest_gives_an_early_job_the_settings_version_it_arrived_under(
     [[_, [[_, fields]]]] = await redis_client.xread({sessions.stream("test"): "0"})
     payload = json.loads(fields["payload"])
     assert payload["base"] == "0.0" and payload["settings"] == 4
+
+
+async def test_counters_are_added_and_kept_alive_in_one_step(
+    redis_client: aioredis.Redis,
+) -> None:
+    bump = BUMP.bind(redis_client)
+    await redis_client.hset("c:a", "held", "1.5")
+    counters = Counters()
+    counters.hincrby("c:a", "tokens", 9_007_199_254_740_993)  # past a double's integers
+    counters.hincrbyfloat("c:a", "held", -0.25)
+    counters.hincrbyfloat("c:b", "usd", 1e-05)
+    counters.expire("c:a", 120)
+    counters.hincrby("c:a", "tokens", 1)
+    await counters.write(bump)
+    assert await redis_client.hgetall("c:a") == {"tokens": "9007199254740994", "held": "1.25"}
+    assert float(await redis_client.hget("c:b", "usd") or 0) == pytest.approx(1e-05)
+    assert 0 < await redis_client.ttl("c:a") <= 120 and await redis_client.ttl("c:b") == -1
+
+
+async def test_a_counter_on_a_damaged_key_fails_alone_and_is_reported(
+    redis_client: aioredis.Redis,
+) -> None:
+    """As in a MULTI, the writes around a refused one are made (a hold is still let go
+    of when one usage key is damaged), and the caller hears of the refusal."""
+    await redis_client.set("c:string", "not a hash")
+    counters = Counters()
+    counters.hincrby("c:first", "n", 1)
+    counters.hincrby("c:string", "n", 1)
+    counters.hincrbyfloat("c:last", "held", -2.0)
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await counters.write(BUMP.bind(redis_client))
+    assert await redis_client.hget("c:first", "n") == "1"
+    assert await redis_client.hget("c:last", "held") == "-2"
+
+
+async def test_a_script_of_any_keys_refuses_keys_by_name(redis_client: aioredis.Redis) -> None:
+    with pytest.raises(TypeError, match="a list of keys"):
+        await BUMP.bind(redis_client)(keys={"a": "b"}, args={"ops": "[]"})
