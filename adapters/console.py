@@ -63,7 +63,9 @@ class ConsoleSender:
     def measure(self, markdown: str) -> int:
         return len(markdown)
 
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+    async def send(
+        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+    ) -> str:
         if final:
             self._print(address, markdown)
         return str(next(self._ids))

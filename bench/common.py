@@ -43,7 +43,9 @@ class BenchSender:
     def measure(self, markdown: str) -> int:
         return len(markdown)
 
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+    async def send(
+        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+    ) -> str:
         self.record(address, markdown, final)
         return str(next(self._ids))
 

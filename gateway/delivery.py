@@ -140,7 +140,10 @@ class ReplyStream:
     store (Redis away) are stored again at the next flush. `may_post`, asked
     before each new message, says whether this run still holds its turn: a run
     that lost it posts nothing new, since the run that took over could not know
-    that message's id.
+    that message's id. `post_key`, the same on every run of the turn, names each
+    message the stream posts (`Sender.send`'s `key`): where the platform makes
+    such a post idempotent, a post whose answer was lost, to a crash or the
+    network, is not posted twice.
     """
 
     def __init__(
@@ -153,8 +156,10 @@ class ReplyStream:
         on_ids: Callable[[list[str]], Awaitable[None]],
         on_flush: Callable[[str], Awaitable[None]] | None = None,
         may_post: Callable[[], Awaitable[bool]] | None = None,
+        post_key: str | None = None,
     ) -> None:
         self.channel = Channel(sender, address, budget)
+        self.post_key = post_key
         self.sender, self.address = sender, address
         self.ids = list(known_ids)
         self.sent: list[str | None] = [None] * len(self.ids)
@@ -274,8 +279,11 @@ class ReplyStream:
             else:
                 if self._may_post is not None and not await self._may_post():
                     raise LeaseLost(f"not posting to {self.address.chat_key}: the turn moved on")
+                key = None if self.post_key is None else f"{self.post_key}:{index}"
                 posted = await self.channel.call(
-                    lambda p=piece: self.sender.send(self.address, p, final=final),  # type: ignore[misc]
+                    lambda p=piece, k=key: self.sender.send(  # type: ignore[misc]
+                        self.address, p, final=final, key=k
+                    ),
                     final=final,
                 )
                 if not posted.ok or posted.value is None:

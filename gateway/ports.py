@@ -61,8 +61,17 @@ class Sender(Protocol):
         """Length of `markdown` once rendered, in the unit `Limits.max_length` uses."""
         ...
 
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
-        """Post a new message; returns its platform id."""
+    async def send(
+        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+    ) -> str:
+        """Post a new message; returns its platform id.
+
+        `key` names the message the same way on every run of the same turn: where the
+        platform can make a post idempotent (Discord's enforced nonce), a second post
+        with the same key returns the first message instead of a copy, so a run that
+        died (or lost the answer) after the platform took its post does not leave a
+        duplicate. The other platforms ignore it.
+        """
         ...
 
     async def edit(

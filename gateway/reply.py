@@ -52,6 +52,7 @@ class Replies:
             on_ids=store_ids,
             on_flush=show_live,
             may_post=may_post,
+            post_key=f"{key}:{user_entry_id}",
         )
         stream.start()
         return stream

@@ -18,6 +18,7 @@ will not retry (no `Via` header) or once its retries run out.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from typing import Any
 
@@ -80,8 +81,16 @@ class DiscordSender:
     def measure(self, markdown: str) -> int:
         return len(render(markdown))
 
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
-        """Post a message (or the interaction's follow-up); returns its id."""
+    async def send(
+        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+    ) -> str:
+        """Post a message (or the interaction's follow-up); returns its id.
+
+        A channel message with a `key` carries a nonce made from it, which Discord
+        enforces: a second post with the same nonce within a few minutes (discord.py's
+        own retry of a 5xx, or the run that took the turn over) gets the first message
+        back, not a copy. An interaction's follow-up (a webhook) has no nonce.
+        """
         content = render(markdown)
         if address.token:
             webhook = await self._webhook(address.token)
@@ -92,6 +101,7 @@ class DiscordSender:
             content=content,
             allowed_mentions=_mentions(address.reply_to is not None),
             message_reference=_reference(address),
+            nonce=nonce(key) if key is not None else None,
         )
         message: dict[str, Any] = await _call(http.send_message(address.channel, params=params))
         return str(message["id"])
@@ -200,6 +210,11 @@ def approval_view(approval_id: str) -> discord.ui.View:
         custom_id = approval_payload(approval_id, approve)
         view.add_item(discord.ui.Button(label=label, style=style, custom_id=custom_id))
     return view
+
+
+def nonce(key: str) -> str:
+    """A message's nonce from its key: Discord takes up to 25 characters."""
+    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
 
 
 def _mentions(reply: bool) -> discord.AllowedMentions:

@@ -125,7 +125,10 @@ class SlackSender:
     def measure(self, markdown: str) -> int:
         return len(to_mrkdwn(markdown))
 
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+    async def send(
+        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+    ) -> str:
+        """`key` is not used: chat.postMessage has no idempotency key."""
         result = await self._call(
             "chat.postMessage",
             address,

@@ -85,8 +85,11 @@ class TelegramSender:
         markdown: str,
         *,
         final: bool,
+        key: str | None = None,
         keyboard: InlineKeyboardMarkup | None = None,
     ) -> str:
+        """`key` is not used: the Bot API has no idempotent send (nor a way to list the
+        bot's messages), so a post whose answer was lost cannot be found again."""
         reply = (
             ReplyParameters(message_id=int(address.reply_to), allow_sending_without_reply=True)
             if address.reply_to

@@ -262,6 +262,21 @@ async def test_a_long_answer_arrives_in_three_messages_with_balanced_code_blocks
     assert fake.limits_left() == 0  # all three 429s were met on the way
 
 
+async def test_a_reply_whose_post_answer_was_lost_is_shown_once(
+    stack: Stack, fake: FakeDiscord
+) -> None:
+    """Discord took the reply's first post and the answer was lost (502): the retry
+    carries the turn's key as an enforced nonce and gets the same message back."""
+    fake.lose_answers("POST", r"/channels/555/messages")
+    stack.start("discord", "worker")
+    await stack.connected()
+    await stack.say("555", "are you there", guild=False)
+    await stack.answer("555", "are you there")
+    await stack.wait(stack.idle)
+    assert len(fake.calls_to("POST", r"/channels/555/messages")) == 2
+    assert len(fake.channel_messages("555")) == 1
+
+
 async def test_btw_command_and_typed_btw_answer_aside_and_stay_out_of_history(
     stack: Stack, fake: FakeDiscord, llm: FakeLLM
 ) -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.discord import endpoints
-from adapters.discord.sender import DiscordSender
+from adapters.discord.sender import DiscordSender, nonce
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
@@ -143,6 +143,37 @@ async def test_a_429_discord_py_will_not_retry_is_rate_limited(
     with pytest.raises(RateLimited) as caught:
         await sender.send(channel(), "hello", final=True)
     assert caught.value.retry_after == 2.5
+
+
+async def test_a_post_whose_answer_was_lost_is_not_posted_twice_under_its_key(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
+    # Discord took the post, the answer came back 502: discord.py sends it again.
+    fake.lose_answers("POST", rf"/channels/{CHANNEL}/messages")
+    message_id = await sender.send(channel(), "hello", final=True, key="turn-1:0")
+    # A run that took the turn over, not knowing that id, posts it once more.
+    again = await sender.send(channel(), "hello", final=True, key="turn-1:0")
+
+    assert [m["id"] for m in fake.channel_messages(CHANNEL)] == [message_id] == [again]
+    posts = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")
+    assert len(posts) == 3 and {call.body["nonce"] for call in posts} == {nonce("turn-1:0")}
+    assert all(call.body["enforce_nonce"] for call in posts)
+
+
+async def test_without_a_key_a_lost_answer_leaves_a_second_message(
+    fake: FakeDiscord, sender: DiscordSender
+) -> None:
+    """What the key is for: discord.py's own retry of the 502 posts a copy."""
+    fake.lose_answers("POST", rf"/channels/{CHANNEL}/messages")
+    await sender.send(channel(), "hello", final=True)
+    assert [m["content"] for m in fake.channel_messages(CHANNEL)] == ["hello", "hello"]
+    assert "nonce" not in fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")[0].body
+
+
+async def test_each_key_is_its_own_message(fake: FakeDiscord, sender: DiscordSender) -> None:
+    first = await sender.send(channel(), "part one", final=True, key="turn-3:0")
+    second = await sender.send(channel(), "part two", final=True, key="turn-3:1")
+    assert first != second and len(fake.channel_messages(CHANNEL)) == 2
 
 
 async def test_an_oversized_message_is_rejected(sender: DiscordSender) -> None:

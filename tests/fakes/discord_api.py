@@ -31,6 +31,7 @@ from tests.fakes.server import CallLog, LoopbackServer
 MESSAGE_CONTENT_INTENT = 1 << 15
 MANAGE_GUILD = 1 << 5  # the permission `/config` asks of a member
 _EPOCH_MS = 1420070400000
+NONCE_WINDOW = 300.0  # seconds an enforced nonce is remembered ("a few minutes")
 _BOOKKEEPING = frozenset({"allowed_mentions", "edits", "interaction_token"})
 
 
@@ -46,7 +47,9 @@ class Call:
 
 
 @dataclass
-class _RateLimit:
+class _Fault:
+    """A scripted answer (a 429, or a lost answer) to the next `remaining` matching calls."""
+
     method: str
     pattern: re.Pattern[str]
     retry_after: float
@@ -106,7 +109,9 @@ class FakeDiscord(LoopbackServer):
         self.message_content_enabled = True
         self.forbid_threads = False
         self.heartbeat_interval_ms = 41250
-        self._limits: list[_RateLimit] = []
+        self._limits: list[_Fault] = []
+        self._lost: list[_Fault] = []  # calls done, then answered 502
+        self._nonces: dict[tuple[str, str], tuple[str, float]] = {}
         self._sessions: list[_Session] = []
         self._interactions: dict[str, dict[str, Any]] = {}
         self._ids = itertools.count(1)
@@ -157,7 +162,12 @@ class FakeDiscord(LoopbackServer):
     ) -> None:
         """Answer the next `times` matching calls with 429. `via=False` drops the Via
         header, which discord.py reads as a Cloudflare ban and does not retry."""
-        self._limits.append(_RateLimit(method, re.compile(path_regex), retry_after, times, via))
+        self._limits.append(_Fault(method, re.compile(path_regex), retry_after, times, via))
+
+    def lose_answers(self, method: str, path_regex: str, *, times: int = 1) -> None:
+        """Carry out the next `times` matching calls, then answer them 502 (as a proxy
+        does when the connection behind it broke): the client cannot tell it was done."""
+        self._lost.append(_Fault(method, re.compile(path_regex), 0.0, times, False))
 
     @staticmethod
     def bot_role_id(guild_id: str) -> str:
@@ -538,23 +548,25 @@ class FakeDiscord(LoopbackServer):
         for method, pattern, handler in self._routes():
             match = re.fullmatch(pattern, path)
             if method == request.method and match:
-                return await handler(request, body, *match.groups())
+                response: web.StreamResponse = await handler(request, body, *match.groups())
+                if _take(self._lost, request.method, path):
+                    return _error(502, 0, "502: Bad Gateway")
+                return response
         return _error(404, 0, f"no fake route for {request.method} {path}")
 
     def _take_limit(self, method: str, path: str) -> web.Response | None:
-        for limit in self._limits:
-            if limit.remaining > 0 and limit.method == method and limit.pattern.fullmatch(path):
-                limit.remaining -= 1
-                headers = {"Retry-After": str(limit.retry_after), "X-RateLimit-Scope": "user"}
-                if limit.via:
-                    headers["Via"] = "1.1 google"
-                body = {
-                    "message": "You are being rate limited.",
-                    "retry_after": limit.retry_after,
-                    "global": False,
-                }
-                return _json(body, status=429, headers=headers)
-        return None
+        limit = _take(self._limits, method, path)
+        if limit is None:
+            return None
+        headers = {"Retry-After": str(limit.retry_after), "X-RateLimit-Scope": "user"}
+        if limit.via:
+            headers["Via"] = "1.1 google"
+        body = {
+            "message": "You are being rate limited.",
+            "retry_after": limit.retry_after,
+            "global": False,
+        }
+        return _json(body, status=429, headers=headers)
 
     def _routes(self) -> list[tuple[str, str, Callable[..., Any]]]:
         return [
@@ -656,9 +668,24 @@ class FakeDiscord(LoopbackServer):
             return _error(400, 50006, "Cannot send an empty message")
         if len(content) > 2000:
             return _too_long()
+        nonce = body.get("nonce") if body.get("enforce_nonce") else None
+        known = self._by_nonce(nonce)
+        if known is not None:
+            return _json(_public(known))
         message = self._bot_message(channel_id, body)
+        if nonce is not None:
+            message["nonce"] = nonce
+            self._nonces[(self.bot["id"], str(nonce))] = (message["id"], time.monotonic())
         await self.dispatch("MESSAGE_CREATE", _public(message))
         return _json(_public(message))
+
+    def _by_nonce(self, nonce: Any) -> dict[str, Any] | None:
+        """Discord's `enforce_nonce`: the bot's message created with this nonce in the last
+        few minutes, which a second post gets back instead of a copy."""
+        seen = None if nonce is None else self._nonces.get((self.bot["id"], str(nonce)))
+        if seen is None or time.monotonic() - seen[1] > NONCE_WINDOW:
+            return None
+        return self.messages.get(seen[0])
 
     def _bot_message(
         self, channel_id: str, body: dict[str, Any], *, webhook_id: str | None = None
@@ -823,3 +850,12 @@ def _json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None
         status=status,
         headers={**(headers or {}), "Content-Type": "application/json"},
     )
+
+
+def _take(scripted: list[_Fault], method: str, path: str) -> _Fault | None:
+    """The first scripted fault still due for this call, counted down; None if none."""
+    for fault in scripted:
+        if fault.remaining > 0 and fault.method == method and fault.pattern.fullmatch(path):
+            fault.remaining -= 1
+            return fault
+    return None

@@ -24,6 +24,7 @@ class Call:
     final: bool
     at: float
     address: Address | None = None
+    key: str | None = None  # a post's idempotency key (Sender.send)
 
 
 @dataclass
@@ -50,10 +51,12 @@ class RecordingSender:
     def measure(self, markdown: str) -> int:
         return len(markdown)
 
-    async def send(self, address: Address, markdown: str, *, final: bool) -> str:
+    async def send(
+        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+    ) -> str:
         self._maybe_limit()
         message_id = str(next(self._ids))
-        self._record("send", message_id, markdown, final, address)
+        self._record("send", message_id, markdown, final, address, key)
         return message_id
 
     async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
@@ -84,9 +87,17 @@ class RecordingSender:
             self.calls.append(Call("429", "", "", False, time.monotonic()))
             raise RateLimited(self.rate_limit_next.pop(0))
 
-    def _record(self, op: str, message_id: str, text: str, final: bool, address: Address) -> None:
+    def _record(
+        self,
+        op: str,
+        message_id: str,
+        text: str,
+        final: bool,
+        address: Address,
+        key: str | None = None,
+    ) -> None:
         assert len(text) <= self.max_length, "the core sent more than the platform allows"
-        self.calls.append(Call(op, message_id, text, final, time.monotonic(), address))
+        self.calls.append(Call(op, message_id, text, final, time.monotonic(), address, key))
         self.messages[message_id] = text
         self.changed.set()
 

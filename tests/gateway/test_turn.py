@@ -10,6 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.session import SessionStore
+from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound
@@ -90,6 +91,29 @@ async def test_an_injection_reaches_one_turn_and_its_rerun_but_not_the_next(
     assert "the deploy finished at noon" in reminder_of(rerun)
     assert "the deploy finished at noon" not in reminder_of(second)
     assert await harness.sessions.redis.llen(f"gw:{{{key}}}:injections") == 0
+
+
+async def test_a_rerun_that_cannot_know_the_posted_message_posts_it_under_the_same_key(
+    harness: Harness,
+) -> None:
+    """The run died after the platform took its post but before the id was stored: the
+    re-run posts again, under the key the dead run used, so a platform that makes posts
+    idempotent (Discord) hands back the first message instead of showing a second."""
+    harness.llm.reply = "the answer"
+    harness.llm.duration = 2.0
+    first, second = inbound("first"), inbound("second")
+    key = first.session_key
+    await harness.ingest.receive(first)
+    await harness.sender.wait_for(lambda: harness.sender.messages)
+    await harness.take_over(key)
+    await harness.sessions.redis.delete(Keys.replies(key))  # the id never stored
+    await harness.idle(key, timeout=30)
+    harness.llm.duration = 0.0
+    await harness.ingest.receive(second)
+    await harness.idle(key)
+    dead, rerun, later = [call.key for call in harness.sender.calls if call.op == "send"]
+    assert dead is not None and dead == rerun
+    assert later is not None and later != dead  # another message's answer, another key
 
 
 async def test_a_turn_with_nothing_to_answer_leaves_the_injections_for_the_next(
