@@ -157,7 +157,7 @@ class TurnRunner:
             sender,
             address,
             str(user.get("id") or ""),
-            may_post=turn.lease.renew,  # a new message only while the lease is held
+            may_post=turn.lease.held,  # a new message only while the lease is held
         )
         usage, prepared, chain, length, hold = Usage(), None, None, claim.length, None
         try:
