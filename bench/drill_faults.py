@@ -1,7 +1,8 @@
 """The drills that break something: a worker, Redis, the model, the platform, the side model.
 
 Each drill is an `async def name(quick: bool) -> Row` that starts its own
-stack, drives Telegram traffic through `gateway web`, injects its fault, waits
+stack, drives Telegram traffic (and Slack's, for the second SIGKILL row) through
+`gateway web`, injects its fault, waits
 (with a deadline) for every acknowledged message to be answered, and reads
 the outcome off the fakes and Redis.
 """
@@ -31,6 +32,7 @@ from drill_stack import (
 from drill_traffic import (
     Row,
     Sent,
+    Slack,
     Tally,
     Telegram,
     observe_typing,
@@ -52,8 +54,9 @@ def group_chat(number: int) -> int:
     return -(1_000_000 + number)
 
 
-async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> Tally:
-    """Wait for the answers, then count them and the stuck sessions (Redis, typing).
+async def settle(s: Stack, tg: Telegram | Slack, sents: list[Sent], within: float) -> Tally:
+    """Wait for the answers, then count them and the stuck sessions (Redis, and Telegram's
+    typing or Slack's thinking reaction still shown).
 
     What the first lost, duplicated and stuck sessions left in Redis is kept as evidence.
     """
@@ -79,10 +82,16 @@ async def settle(s: Stack, tg: Telegram, sents: list[Sent], within: float) -> Ta
             evidence.append("stuck " + await describe_session(client, key))
     finally:
         await client.aclose()
-    typing = await observe_typing(s, {x.chat for x in sents})
-    stuck |= {tg.session_key(int(chat)) for chat in typing}
-    if typing:
-        evidence.append(f"typing still renewed in chats {typing[:3]}")
+    if isinstance(tg, Telegram):
+        typing = await observe_typing(s, {x.chat for x in sents})
+        stuck |= {tg.session_key(int(chat)) for chat in typing}
+        if typing:
+            evidence.append(f"typing still renewed in chats {typing[:3]}")
+    else:
+        thinking = {x.session for x in sents if (x.chat, x.ref) in tg.reacted()}
+        stuck |= thinking
+        if thinking:
+            evidence.append(f"the thinking reaction still on {sorted(thinking)[:3]}")
     counted.stuck = len(stuck)
     return counted
 
@@ -118,23 +127,39 @@ async def job_holders(client: Redis) -> dict[str, int]:
 
 
 async def crash(quick: bool) -> Row:
-    """SIGKILL the worker holding the most streaming turns; another must finish each once."""
+    """SIGKILL the worker holding the most streaming Telegram turns; another must finish
+    each once."""
+    return await _crash(quick, "telegram")
+
+
+async def crash_slack(quick: bool) -> Row:
+    """The same on Slack, where a re-run finds a post its killed predecessor could not
+    record (the message's metadata) and edits it."""
+    return await _crash(quick, "slack")
+
+
+async def _crash(quick: bool, platform: str) -> Row:
     target, batch = (6, 6) if quick else (50, 10)
     llm = FakeLLM()
     llm.reply, llm.duration = tagged_reply(40), 3.0
-    async with stack("crash", llm=llm) as s:
+    async with stack(f"crash-{platform}", llm=llm) as s:
         await s.start_web()
         await s.start_workers(2)
-        tg, trials, orphans = Telegram(s), 0, 0
+        tg: Telegram | Slack = Telegram(s) if platform == "telegram" else Slack(s)
+        trials, orphans = 0, 0
         sents: list[Sent] = []
         deadline = time.monotonic() + (240 if quick else 900)
         client = s.client()
+
+        async def send(http: httpx.AsyncClient, number: int) -> Sent:
+            if isinstance(tg, Telegram):
+                return await tg.send(http, group_chat(number), tag(number, 1))
+            return await tg.send(http, tag(number, 1), copies=1)
+
         async with httpx.AsyncClient(timeout=30) as http:
             while trials < target and time.monotonic() < deadline:
                 base = len(sents)
-                round_ = await asyncio.gather(
-                    *(tg.send(http, group_chat(base + i), tag(base + i, 1)) for i in range(batch))
-                )
+                round_ = await asyncio.gather(*(send(http, base + i) for i in range(batch)))
                 sents += round_
                 await wait_posted(tg, round_, 30)
                 killed, lingering = await _kill_busiest(s, tg, client, round_)
@@ -148,7 +173,7 @@ async def crash(quick: bool) -> Row:
         counted.trials = trials
         reclaims = len(s.log_lines("reclaimed turn job"))
         result = row(
-            "sigkill-worker",
+            "sigkill-worker" if platform == "telegram" else f"sigkill-worker-{platform}",
             counted,
             trials >= target,
             f"{trials} turns killed mid-stream, {counted.lost} lost, "
@@ -162,7 +187,7 @@ async def crash(quick: bool) -> Row:
 
 
 async def _kill_busiest(
-    s: Stack, tg: Telegram, client: Redis, round_: list[Sent]
+    s: Stack, tg: Telegram | Slack, client: Redis, round_: list[Sent]
 ) -> tuple[int, int]:
     """Kill the worker holding most unfinished, already-posted replies of the round.
 

@@ -183,6 +183,10 @@ class Slack:
     def replies(self, sent: Sent) -> list[Any]:
         return self.fake.thread_messages(sent.chat, sent.ref)
 
+    def reacted(self) -> set[tuple[str, str]]:
+        """The (channel, message ts) pairs that still carry a reaction of the bot's."""
+        return {(channel, ts) for channel, ts, _ in self.fake.reactions}
+
     def finished_at(self, sent: Sent) -> float | None:
         times = [
             self.fake.first_time(m.ts, needle)
@@ -225,7 +229,7 @@ async def wait_finished(sents: Iterable[Sent], finished: Finished, within: float
     return await poll(lambda: all(finished(s) is not None for s in acked), within, 0.1)
 
 
-async def wait_posted(tg: Telegram, sents: Iterable[Sent], within: float) -> bool:
+async def wait_posted(tg: Telegram | Slack, sents: Iterable[Sent], within: float) -> bool:
     """Until every acknowledged message has its first reply message posted (mid-stream)."""
     acked = [s for s in sents if s.acked]
     return await poll(lambda: all(tg.replies(s) for s in acked), within, 0.05)

@@ -33,7 +33,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
-from drill_faults import crash, group_chat, model_chaos, platform_429, redis_restart, settle
+from drill_faults import (
+    crash,
+    crash_slack,
+    group_chat,
+    model_chaos,
+    platform_429,
+    redis_restart,
+    settle,
+)
 from drill_faults import row as _row
 from drill_faults import slow_side as slow_side_drill
 from drill_fuzz import adversarial_markdown
@@ -493,6 +501,7 @@ def _watched(s: Stack) -> Iterator[tuple[str, int]]:
 
 DRILLS: dict[str, Drill] = {
     "crash": crash,
+    "crash-slack": crash_slack,
     "redis-restart": redis_restart,
     "model-chaos": model_chaos,
     "platform-429": platform_429,

@@ -143,7 +143,9 @@ class ReplyStream:
     that message's id. `post_key`, the same on every run of the turn, names each
     message the stream posts (`Sender.send`'s `key`): where the platform makes
     such a post idempotent, a post whose answer was lost, to a crash or the
-    network, is not posted twice.
+    network, is not posted twice. `find` (a re-run's, where the sender can find its
+    posts) is asked for each message before it is posted: one its predecessor posted
+    but could not record is edited instead of posted again.
     """
 
     def __init__(
@@ -157,9 +159,10 @@ class ReplyStream:
         on_flush: Callable[[str], Awaitable[None]] | None = None,
         may_post: Callable[[], Awaitable[bool]] | None = None,
         post_key: str | None = None,
+        find: Callable[[Address, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.channel = Channel(sender, address, budget)
-        self.post_key = post_key
+        self.post_key, self._find = post_key, find
         self.sender, self.address = sender, address
         self.ids = list(known_ids)
         self.sent: list[str | None] = [None] * len(self.ids)
@@ -263,38 +266,59 @@ class ReplyStream:
             await self._save_ids()
         pieces = self.channel.split(self.shown)
         for index, piece in enumerate(pieces):
-            if index < len(self.ids):
-                if self.sent[index] == piece:
-                    continue
-                done = await self.channel.call(
-                    lambda i=index, p=piece: self.sender.edit(  # type: ignore[misc]
-                        self.address, self.ids[i], p, final=final
-                    ),
-                    final=final,
-                )
-                if not done.ok:
-                    self._dirty.set()
-                    return
-                self.sent[index] = piece
-            else:
+            if index >= len(self.ids):
                 if self._may_post is not None and not await self._may_post():
                     raise LeaseLost(f"not posting to {self.address.chat_key}: the turn moved on")
                 key = None if self.post_key is None else f"{self.post_key}:{index}"
-                posted = await self.channel.call(
-                    lambda p=piece, k=key: self.sender.send(  # type: ignore[misc]
-                        self.address, p, final=final, key=k
-                    ),
-                    final=final,
-                )
-                if not posted.ok or posted.value is None:
-                    self._dirty.set()
-                    return
-                self.ids.append(posted.value)
-                self.sent.append(piece)
+                if not await self._found(key):
+                    posted = await self.channel.call(
+                        lambda p=piece, k=key: self.sender.send(  # type: ignore[misc]
+                            self.address, p, final=final, key=k
+                        ),
+                        final=final,
+                    )
+                    if not posted.ok or posted.value is None:
+                        self._dirty.set()
+                        return
+                    self.ids.append(posted.value)
+                    self.sent.append(piece)
+                    self._ids_unsaved = True
+                    await self._save_ids()
+                    continue
+                self.sent.append(None)  # found: stored, then edited to what it should show
                 self._ids_unsaved = True
                 await self._save_ids()
+            if self.sent[index] == piece:
+                continue
+            done = await self.channel.call(
+                lambda i=index, p=piece: self.sender.edit(  # type: ignore[misc]
+                    self.address, self.ids[i], p, final=final
+                ),
+                final=final,
+            )
+            if not done.ok:
+                self._dirty.set()
+                return
+            self.sent[index] = piece
         if self._on_flush is not None and not final:
             await self._on_flush(self.text)
+
+    async def _found(self, key: str | None) -> bool:
+        """Whether the platform holds the message `key` names (a re-run only): its id
+        is then the next of `ids`. A lookup that fails is a miss: posting again is the
+        lesser harm than a reply never shown."""
+        if self._find is None or key is None:
+            return False
+        try:
+            found = await self._find(self.address, key)
+        except PlatformError as exc:
+            log.warning("could not look for %s's earlier post: %s", self.address.chat_key, exc)
+            found = None
+        if found is None:
+            return False
+        log.info("%s: a re-run found its predecessor's message %s", self.address.chat_key, found)
+        self.ids.append(found)
+        return True
 
     async def _save_ids(self) -> None:
         await self._on_ids(list(self.ids))

@@ -108,6 +108,18 @@ class StatusSender(Protocol):
 
 
 @runtime_checkable
+class PostFinder(Protocol):
+    """A Sender whose platform lets the bot find its own recent messages (Slack),
+    optional: the core checks for it. A re-run of a turn asks it for what a run that
+    died after posting, before storing the message's id, left on the platform."""
+
+    async def find_post(self, address: Address, key: str) -> str | None:
+        """The id of the bot's message posted under `key` (`Sender.send`) among the
+        latest of `address`'s conversation, or None. Raises `PlatformError`."""
+        ...
+
+
+@runtime_checkable
 class AdminCheck(Protocol):
     """A Sender that can tell who administers a conversation's place, optional: the core
     checks for it before `/config` changes a channel's settings. A platform whose sender

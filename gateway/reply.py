@@ -10,7 +10,7 @@ from gateway.errors import BudgetExceeded, ModelError, ModelStalled, PlatformErr
 from gateway.generation import TurnResult
 from gateway.metrics import Metrics
 from gateway.model import Address
-from gateway.ports import Sender
+from gateway.ports import PostFinder, Sender
 from gateway.session import Claim, Entry, SessionStore, assistant_entry
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,8 @@ class Replies:
         may_post: Callable[[], Awaitable[bool]] | None = None,
     ) -> ReplyStream:
         """A started stream that stores its message ids (and the user entry they answer)
-        and its live text under the lease."""
+        and its live text under the lease; each post is named by the session and the
+        user entry it answers, the same on every run of the turn."""
 
         async def store_ids(ids: list[str]) -> None:
             await self.sessions.show_progress(key, token, claim, ids=ids, reply_to=user_entry_id)
@@ -53,6 +54,8 @@ class Replies:
             on_flush=show_live,
             may_post=may_post,
             post_key=f"{key}:{user_entry_id}",
+            # A re-run looks for what its predecessor posted but could not record.
+            find=sender.find_post if claim.rerun and isinstance(sender, PostFinder) else None,
         )
         stream.start()
         return stream

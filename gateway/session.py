@@ -124,6 +124,12 @@ class Claim:
         return self.length > self.answered
 
     @property
+    def rerun(self) -> bool:
+        """Another run claimed this very turn before (it died, lost its lease, or let go
+        to wait for an approval): what it posted may be on the platform unrecorded."""
+        return self.view is not None and self.view.meta.get("started") == self.turn_id
+
+    @property
     def turn_id(self) -> str:
         # Stable across re-runs of the same turn: it names where the turn starts.
         return f"{self.epoch}.{self.answered}"

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 MAX_LENGTH = 3900
 SECTION_MAX = 3000  # a section block's text limit
 THINKING_REACTION = "eyes"
+REPLY_EVENT = "gateway_reply"  # the metadata event type a reply's posts carry, with their key
+# Messages a re-run reads for its predecessor's post: a thread's first ones (Slack
+# reads threads oldest first), or the channel's latest.
+LOOK_BACK = 200
 THINKING_STATUS = "is thinking…"
 _REJECTED = frozenset(
     {"msg_too_long", "no_text", "invalid_blocks", "invalid_arguments", "rich_text_too_long"}
@@ -52,6 +56,10 @@ _NO_ASSISTANT = frozenset(
         "team_not_allowed",
     }
 )
+
+
+def _reply_metadata(key: str) -> dict[str, Any]:
+    return {"event_type": REPLY_EVENT, "event_payload": {"key": key}}
 
 
 def is_assistant_thread(address: Address) -> bool:
@@ -128,7 +136,8 @@ class SlackSender:
     async def send(
         self, address: Address, markdown: str, *, final: bool, key: str | None = None
     ) -> str:
-        """`key` is not used: chat.postMessage has no idempotency key."""
+        """chat.postMessage has no idempotency key: `key` goes with the message as its
+        metadata instead, where `find_post` looks for it."""
         result = await self._call(
             "chat.postMessage",
             address,
@@ -136,8 +145,37 @@ class SlackSender:
             thread_ts=address.thread,
             text=to_mrkdwn(markdown) or " ",
             unfurl_links=False,
+            metadata=None if key is None else _reply_metadata(key),
         )
         return str(result["ts"])
+
+    async def find_post(self, address: Address, key: str) -> str | None:
+        """The bot's message posted under `key` in the thread's first LOOK_BACK messages,
+        or the channel's latest: conversations.replies / .history with the messages'
+        metadata, one call."""
+        if address.thread:
+            found = await self._call(
+                "conversations.replies",
+                address,
+                channel=address.channel,
+                ts=address.thread,
+                limit=LOOK_BACK,
+                include_all_metadata=True,
+            )
+        else:
+            found = await self._call(
+                "conversations.history",
+                address,
+                channel=address.channel,
+                limit=LOOK_BACK,
+                include_all_metadata=True,
+            )
+        for message in found.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == REPLY_EVENT and payload.get("key") == key:
+                return str(message["ts"])
+        return None
 
     async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
         await self._call(

@@ -39,7 +39,12 @@ if redis.call('EXISTS', turn_injections) == 0 and redis.call('EXISTS', injection
   redis.call('RENAME', injections, turn_injections)
 end
 local start = tonumber(redis.call('HGET', meta, 'history_start') or '0')
-return {1, answered, length, epoch, settings, redis.call('HGETALL', meta),
-        redis.call('LRANGE', segments, -2, -1), redis.call('LRANGE', history, start, -1),
-        redis.call('LRANGE', turn_injections, 0, -1),
-        redis.call('HGET', replies, epoch .. '.' .. answered) or ''}
+local turn_id = epoch .. '.' .. answered
+local claimed = {1, answered, length, epoch, settings, redis.call('HGETALL', meta),
+                 redis.call('LRANGE', segments, -2, -1), redis.call('LRANGE', history, start, -1),
+                 redis.call('LRANGE', turn_injections, 0, -1),
+                 redis.call('HGET', replies, turn_id) or ''}
+-- Which turn was last started: the meta read above still has the one before, so a
+-- claim of a turn already started (a re-run) knows it (`Claim.rerun`).
+redis.call('HSET', meta, 'started', turn_id)
+return claimed

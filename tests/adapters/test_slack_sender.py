@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -9,7 +10,11 @@ import pytest
 from adapters.slack.sender import MAX_LENGTH, SlackSender, web_client
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.model import Address
+from gateway.store import Keys
+from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import FakeSlack
+from tests.gateway.harness import start_workers
+from tests.gateway.helpers import inbound
 
 TOKEN = "xoxb-test-token"
 
@@ -168,3 +173,48 @@ async def test_thinking_in_a_top_level_dm_reacts(slack: FakeSlack, sender: Slack
     await sender.thinking(DM, False)
     await sender.thinking(DM, False)  # already gone is not an error either
     assert not slack.reactions
+
+
+@pytest.mark.parametrize("address", [THREAD, DM], ids=["thread", "top level"])
+async def test_a_post_is_found_again_by_its_key(
+    slack: FakeSlack, sender: SlackSender, address: Address
+) -> None:
+    await sender.send(address, "someone else's", final=True)
+    ts = await sender.send(address, "the reply", final=False, key="s:u1:0")
+    await sender.send(address, "another turn's", final=True, key="s:u2:0")
+    assert await sender.find_post(address, "s:u1:0") == ts
+    assert await sender.find_post(address, "s:u3:0") is None
+    assert slack.messages[ts].metadata == {
+        "event_type": "gateway_reply",
+        "event_payload": {"key": "s:u1:0"},
+    }
+
+
+async def test_a_lookup_refused_is_a_platform_error(slack: FakeSlack, sender: SlackSender) -> None:
+    slack.fail_next("conversations.history", "missing_scope")
+    with pytest.raises(PlatformError, match="missing_scope"):
+        await sender.find_post(DM, "s:u1:0")
+
+
+async def test_a_rerun_edits_the_reply_its_predecessor_posted_but_could_not_record(
+    slack: FakeSlack, redis_url: str, llm: FakeLLM
+) -> None:
+    """The first run posted, then died before the message's id was stored: the run
+    that takes the turn over finds the message by its key and edits it, so the
+    thread shows one reply."""
+    llm.reply, llm.duration = "the whole answer", 2.0
+    sender = SlackSender(web_client(TOKEN, slack.api_url), edit_interval=0.2)
+    message = inbound("a question", platform="slack", channel="C1", thread="100.1")
+    key = message.session_key
+    async for h in start_workers(redis_url, llm, 1, senders={"slack": sender}):
+        await h.ingest.receive(message)
+        async with asyncio.timeout(10):
+            while not slack.messages:  # the first run has posted
+                await asyncio.sleep(0.02)
+        await h.take_over(key)
+        await h.sessions.redis.delete(Keys.replies(key))  # the id never stored
+        await h.idle(key, timeout=30)
+    (reply,) = slack.messages.values()
+    assert reply.text == "the whole answer" and reply.thread_ts == "100.1"
+    assert len(slack.calls_to("chat.postMessage")) == 1
+    assert len(slack.calls_to("conversations.replies")) == 1  # the re-run looked, once

@@ -101,6 +101,16 @@ class Message:
     thread_ts: str | None = None
     edits: int = 0
     blocks: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+
+    def payload(self, with_metadata: bool) -> dict[str, Any]:
+        """The message as conversations.history and .replies show it."""
+        shown: dict[str, Any] = {"type": "message", "ts": self.ts, "text": self.text}
+        if self.thread_ts:
+            shown["thread_ts"] = self.thread_ts
+        if with_metadata and self.metadata:
+            shown["metadata"] = self.metadata
+        return shown
 
 
 @dataclass
@@ -417,9 +427,38 @@ class FakeSlack(LoopbackServer):
             return "msg_too_long"
         ts = self._new_ts()
         thread = args.get("thread_ts") or None
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
         with self._lock:
-            self.messages[ts] = Message(channel, ts, text, thread, blocks=_blocks(args))
+            self.messages[ts] = Message(
+                channel, ts, text, thread, blocks=_blocks(args), metadata=metadata or None
+            )
         return {"channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
+
+    def _conversations_history(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        """A channel's top-level messages, newest first (the bot's only: users' messages
+        arrive as events, not through this fake's Web API)."""
+        channel, limit = str(args.get("channel")), int(args.get("limit") or 100)
+        with self._lock:
+            top = [m for m in self.messages.values() if m.channel == channel and not m.thread_ts]
+        newest = sorted(top, key=lambda m: m.ts, reverse=True)[:limit]
+        shown = [m.payload(_flag(args.get("include_all_metadata"))) for m in newest]
+        return {"messages": shown, "has_more": len(top) > limit}
+
+    def _conversations_replies(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        """A thread's messages, oldest first (its parent first, when the bot posted it)."""
+        channel, thread = str(args.get("channel")), str(args.get("ts"))
+        limit = int(args.get("limit") or 1000)
+        with self._lock:
+            found = [
+                m
+                for m in self.messages.values()
+                if m.channel == channel and thread in (m.ts, m.thread_ts)
+            ]
+        oldest = sorted(found, key=lambda m: m.ts)[:limit]
+        shown = [m.payload(_flag(args.get("include_all_metadata"))) for m in oldest]
+        return {"messages": shown, "has_more": len(found) > limit}
 
     def _chat_update(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         message = self.messages.get(str(args.get("ts")))
@@ -492,3 +531,8 @@ def _blocks(args: dict[str, Any]) -> list[dict[str, Any]]:
     """The blocks of a call: a JSON body holds a list, a form a JSON string."""
     blocks = args.get("blocks") or []
     return list(json.loads(blocks) if isinstance(blocks, str) else blocks)
+
+
+def _flag(value: Any) -> bool:
+    """A boolean argument as slack-sdk sends it in a form ("1"/"0") or JSON."""
+    return str(value).lower() in ("1", "true")

@@ -64,6 +64,19 @@ async def test_a_script_refuses_keys_out_of_its_names(redis_client: aioredis.Red
         await release(keys={"lock": "x"}, args={"token": "t"})
 
 
+async def test_a_claim_knows_a_turn_claimed_before_as_a_rerun(sessions: SessionStore) -> None:
+    first = await _claimed(sessions)
+    assert not first.rerun
+    await sessions.redis.delete(Keys.lease(KEY))  # its run died; the lease expired
+    again = await sessions.claim(KEY, "t2", 30)
+    assert again.turn_id == first.turn_id and again.rerun
+    entry = {"id": "a1", "role": "assistant", "text": "hi"}
+    assert await sessions.finish(KEY, "t2", again, entry) is Finish.RECORDED
+    await sessions.append_user(inbound("next"))
+    following = await sessions.claim(KEY, "t3", 30)
+    assert following.has_work and following.turn_id != first.turn_id and not following.rerun
+
+
 async def test_finish_records_once_for_the_holder(sessions: SessionStore) -> None:
     claim = await _claimed(sessions)
     entry = {"id": "a1", "role": "assistant", "text": "hi"}
