@@ -150,6 +150,7 @@ async def gateway_run(
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     await worker.ready.wait()
+    started()  # what the worker built is frozen, as `gateway worker` does once it is built
     numbers = itertools.count(1)
     run = Run(model_call=models.spent)
 
