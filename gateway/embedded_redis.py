@@ -185,9 +185,11 @@ class EmbeddedRedis:
         return self.url
 
     def _wait_ready(self, timeout: float) -> None:
+        """Until the server answers a PING: its socket file appears a moment before it
+        listens, and a connection in that moment is refused."""
         deadline = time.monotonic() + timeout
         assert self._process is not None and self.socket_path is not None
-        while not self.socket_path.exists():
+        while not (self.socket_path.exists() and _answers(self.socket_path)):
             if self._process.poll() is not None:
                 err = (
                     self._process.stderr.read().decode(errors="replace")

@@ -209,7 +209,7 @@ async def test_a_rerun_edits_the_reply_its_predecessor_posted_but_could_not_reco
     async for h in start_workers(redis_url, llm, 1, senders={"slack": sender}):
         await h.ingest.receive(message)
         async with asyncio.timeout(10):
-            while not slack.messages:  # the first run has posted
+            while not await h.sessions.redis.exists(Keys.replies(key)):  # posted and stored
                 await asyncio.sleep(0.02)
         await h.take_over(key)
         await h.sessions.redis.delete(Keys.replies(key))  # the id never stored

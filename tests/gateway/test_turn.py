@@ -5,6 +5,7 @@ Claim, stop, reset, a lost lease, a failed call and the injections a turn hands 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -104,7 +105,9 @@ async def test_a_rerun_that_cannot_know_the_posted_message_posts_it_under_the_sa
     first, second = inbound("first"), inbound("second")
     key = first.session_key
     await harness.ingest.receive(first)
-    await harness.sender.wait_for(lambda: harness.sender.messages)
+    async with asyncio.timeout(10):
+        while not await harness.sessions.redis.exists(Keys.replies(key)):  # posted and stored
+            await asyncio.sleep(0.02)
     await harness.take_over(key)
     await harness.sessions.redis.delete(Keys.replies(key))  # the id never stored
     await harness.idle(key, timeout=30)
