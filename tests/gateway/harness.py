@@ -53,6 +53,17 @@ class Harness:
         await redis.hset(Keys.meta(session_key), "claimant", "a-run-that-died")
         await redis.delete(Keys.lease(session_key))
 
+    async def lose_reply_ids(self, session_key: str) -> None:
+        """What a run that died between posting and storing its message's id leaves: once
+        the running turn has stored its ids (it has posted), the turn is taken over and
+        the ids are deleted."""
+        redis = self.sessions.redis
+        async with asyncio.timeout(10):
+            while not await redis.exists(Keys.replies(session_key)):
+                await asyncio.sleep(0.02)
+        await self.take_over(session_key)
+        await redis.delete(Keys.replies(session_key))
+
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         return await self.sessions.history(session_key)
 
