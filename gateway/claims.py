@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -73,10 +72,8 @@ class Claims:
         hold_until = clock() + ALBUM_HOLD_LIMIT
         while True:
             hold = clock() < hold_until
-            began = time.monotonic()
             claim = await self.sessions.claim(job.session_key, lease.token, self.ttl, hold)
             if claim.ok:
-                lease.taken(began)
                 lease.fence = Fence(Keys.meta(job.session_key), claim.epoch, claim.answered)
                 return claim
             if early is not None and not early.call.cancelled:

@@ -11,9 +11,6 @@ one compression at a time rewrite its segments. Both are held the same way:
 
 The heartbeat is the only writer of the TTL, so a holder that dies or hangs
 loses the key within one TTL, and a live one never does while its loop runs.
-For the same reason a holder knows, without asking Redis, that the key is still
-its own while less than half a TTL has passed since its last renewal began
-(`held`): nothing but expiry takes a key from a live holder.
 A turn's lease has a fence (its claim's epoch and `answered` mark): when its
 loop stalled past the TTL and nobody took the key meanwhile, the heartbeat takes
 it again rather than leave the turn to a re-run (`retake.lua` says when).
@@ -25,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -58,7 +54,6 @@ class Lease:
         self.lost = asyncio.Event()
         self.released = False  # given up (or by a turn's finish): nothing left to renew
         self.fence: Fence | None = None  # set by a turn's claim
-        self._sure_until = 0.0  # monotonic: the key is ours at least until then
         self._renew = load("renew").bind(redis)
         self._retake = load("retake").bind(redis)
         self._release = load("release").bind(redis)
@@ -69,32 +64,12 @@ class Lease:
 
     async def acquire(self) -> bool:
         """Take the key if nobody holds it."""
-        began = time.monotonic()
-        taken = bool(await self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
-        if taken:
-            self.taken(began)
-        return taken
-
-    def taken(self, began: float) -> None:
-        """The key was set for a full TTL by a call that began at `began` (monotonic):
-        a claim's script, or a renewal."""
-        self._sure_until = began + self.ttl / 2
-
-    async def held(self) -> bool:
-        """Whether the key is still ours, before a step that must not be taken once it
-        is lost (posting a new message): answered here while less than half a TTL has
-        passed since the last renewal began, else by renewing it."""
-        if self.lost.is_set() or self.released:
-            return False
-        if time.monotonic() < self._sure_until:
-            return True
-        return await self.renew()
+        return bool(await self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
 
     async def renew(self) -> bool:
         """Extend the TTL; False (and `lost` set) when another owner holds the key or it
         expired (a turn's lease that expired untaken is taken again: True)."""
         args: dict[str, Arg] = {"token": self.token, "ttl_ms": self.ttl_ms}
-        began = time.monotonic()
         held = bool(await self._renew(keys={"lease": self.key}, args=args))
         if not held and self.fence is not None and not self.released:
             fence = self.fence
@@ -104,9 +79,7 @@ class Lease:
             )
             if held:
                 log.info("lease %s expired with nobody taking it: taken again", self.key)
-        if held:
-            self.taken(began)
-        else:
+        if not held:
             self.lost.set()
         return held
 

@@ -157,7 +157,10 @@ class TurnRunner:
             sender,
             address,
             str(user.get("id") or ""),
-            may_post=turn.lease.held,  # a new message only while the lease is held
+            # A new message only while the lease is held, asked of Redis each time: a post
+            # made while Redis is away could not be recorded, and its re-run would post it
+            # again (the redis-restart drill showed it when this was answered locally).
+            may_post=turn.lease.renew,
         )
         usage, prepared, chain, length, hold = Usage(), None, None, claim.length, None
         try:

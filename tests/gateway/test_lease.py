@@ -50,29 +50,3 @@ async def test_a_lease_a_script_released_is_not_reported_lost(
     assert lease.lost.is_set() is not marked
     assert ("lost" in caplog.text) is not marked
     assert await redis_client.exists(lease.key) == 0
-
-
-async def test_held_asks_redis_only_once_half_the_ttl_has_passed(
-    redis_client: aioredis.Redis,
-) -> None:
-    """Only expiry takes a key from a live holder, so for half a TTL after a renewal
-    `held` answers without a round trip. (The key is stolen here, which cannot happen
-    while it is unexpired, to show whether Redis was asked.)"""
-    fresh = Lease(redis_client, "test:lease:fresh", 30.0)
-    assert await fresh.acquire()
-    await redis_client.set(fresh.key, "someone-else", px=10_000)
-    assert await fresh.held() and not fresh.lost.is_set()
-
-    older = Lease(redis_client, "test:lease:older", TTL)
-    assert await older.acquire()
-    await asyncio.sleep(TTL / 2)  # the time itself is what this waits for
-    await redis_client.set(older.key, "someone-else", px=10_000)
-    assert not await older.held() and older.lost.is_set()
-
-
-async def test_held_renews_a_key_that_is_still_ours(redis_client: aioredis.Redis) -> None:
-    lease = Lease(redis_client, "test:lease:renewed", TTL)
-    assert await lease.acquire()
-    await asyncio.sleep(TTL / 2)
-    assert await lease.held()
-    assert await redis_client.pttl(lease.key) > TTL * 1000 / 2  # renewed to a full TTL
