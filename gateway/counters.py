@@ -35,9 +35,6 @@ class Counters:
     def expire(self, key: str, seconds: int) -> None:
         self._add("x", key, "", str(int(seconds)))
 
-    def __len__(self) -> int:
-        return len(self._ops)
-
     async def write(self, bump: BoundScript) -> None:
         """All of them, in one step (`bump`: the script bound to a client, `BUMP.bind`);
         nothing is sent when nothing was asked. The operations go as one JSON argument:
