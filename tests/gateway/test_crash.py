@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,16 +16,19 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.telegram.inbound import to_inbound
+from gateway import store
 from gateway.embedded_redis import find_redis_server
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
 from gateway.store import GROUP, Keys
+from gateway.worker import Worker
 from tests.adapters.telegram_helpers import Gateway, environment, gateway, message
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
 from tests.gateway.cli_runs import clean_env
-from tests.gateway.helpers import settings
+from tests.gateway.helpers import inbound, settings
+from tests.gateway.recording_sender import RecordingSender
 
 pytestmark = pytest.mark.timeout(240)
 REPLY = " ".join(f"word{i}" for i in range(40))
@@ -94,23 +98,7 @@ async def _shows(fake: FakeTelegram, text: str) -> bool:
 def test_redis_restarted_mid_run_loses_no_message(tmp_path: Path) -> None:
     """A gateway keeps working across a Redis restart; what Redis acknowledged survives it."""
     port = free_port()
-    data = tmp_path / "redis"
-    data.mkdir()
-    command = [
-        find_redis_server(),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        str(data),
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--save",
-        "",
-    ]
+    command = _durable_redis(port, tmp_path / "redis")
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     env = clean_env(REDIS_URL=f"redis://127.0.0.1:{port}/0")
     process = subprocess.Popen(
@@ -168,6 +156,96 @@ def test_redis_restarted_mid_run_loses_no_message(tmp_path: Path) -> None:
         server.wait()
     texts = [e["text"] for e in json.loads(shown.stdout) if e["role"] == "user"]
     assert texts == ["before the outage", "after the outage"]
+
+
+async def test_no_message_is_posted_while_redis_cannot_record_it(
+    tmp_path: Path, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A message posted while Redis is down could not have its id stored, and the turn's
+    re-run would post it a second time. Redis stops after the reply's first message:
+    nothing more is posted until the turn has given up on Redis, and once Redis is back
+    the re-run shows every piece of the reply once."""
+    caplog.set_level(logging.WARNING, logger="gateway")
+    port = free_port()
+    command = _durable_redis(port, tmp_path / "redis")
+    server = await asyncio.create_subprocess_exec(*command, stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    _wait_port(port)
+    llm.reply = REPLY
+    llm.duration = 2.0  # the rest of the reply arrives while Redis is down
+    config = settings(
+        url,
+        GATEWAY_MODEL="openai/main-model",
+        GATEWAY_API_BASE=llm.api_base,
+        GATEWAY_API_KEY="sk-test-key",
+        # Short: a lease that lapses during the outage is taken again (or reclaimed) soon.
+        GATEWAY_LEASE_TTL=3.0,
+    )
+    client = store.connect(url)  # the production client: it retries through an outage
+    # Half a second between flushes: Redis goes down between two of them.
+    sender = RecordingSender(max_length=60, edit_interval=0.5)
+    worker = Worker(config, client, {"test": sender})
+    stop = asyncio.Event()
+    running_worker = asyncio.create_task(worker.run(stop))
+    try:
+        await worker.ready.wait()
+        message = inbound("tell me a story")
+        await Ingest(config, client).receive(message)
+        await sender.wait_for(lambda: any(c.op == "send" for c in sender.calls))
+        sessions = SessionStore(client)
+
+        async def flushed() -> bool:  # the first flush is over: its live text is written
+            return bool(await sessions.live(message.session_key))
+
+        await until(flushed, 10, "the first flush's live text")
+        server.terminate()
+        await server.wait()
+        down = len(sender.calls)
+
+        async def given_up() -> bool:  # its client's retries are spent: Redis is down
+            return any("interrupted by Redis" in r.getMessage() for r in caplog.records)
+
+        await until(given_up, 60, "the turn to give up on Redis")
+        assert llm.requests[0].finished_at is not None  # the whole reply had arrived
+        assert [c.op for c in sender.calls[down:] if c.op == "send"] == []
+        server = await asyncio.create_subprocess_exec(*command, stdout=subprocess.DEVNULL)
+
+        async def recorded() -> bool:
+            history = await sessions.history(message.session_key)
+            return any(e["role"] == "assistant" for e in history)
+
+        await until(recorded, 60, "the re-run to finish the turn")
+    finally:
+        stop.set()
+        await asyncio.wait_for(running_worker, 30)
+        await client.aclose()
+        server.kill()
+        await server.wait()
+    posts = [c for c in sender.calls if c.op == "send"]
+    assert len({c.key for c in posts}) == len(posts), "a piece of the reply was posted twice"
+    shown = " ".join(sender.messages[c.message_id] for c in posts)
+    assert shown.split() == REPLY.split()
+
+
+def _durable_redis(port: int, data: Path) -> list[str]:
+    """A redis-server command that writes every change to its append-only file before
+    answering, so that a restart keeps whatever it acknowledged."""
+    data.mkdir(exist_ok=True)
+    return [
+        find_redis_server(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--save",
+        "",
+    ]
 
 
 def _wait_port(port: int) -> None:
