@@ -18,7 +18,7 @@ from gateway.budgets import holding
 from gateway.compiler import split_view
 from gateway.config import Settings
 from gateway.config_command import ConfigAsk
-from gateway.delivery import SendBudget, deliver
+from gateway.delivery import SendBudget, deliver, finder
 from gateway.errors import ModelError, PlatformError
 from gateway.jobs import Job
 from gateway.media.pipeline import MediaPipeline
@@ -93,7 +93,7 @@ class Answers:
             body += f"\n\n⚠️ {hold.warning}" if hold is not None and hold.warning else ""
         except ModelError as exc:
             body, outcome = side_question.failure_text(exc), "failed"
-        await self.send(address, f"{marker}\n\n{body}")
+        await self.send(address, f"{marker}\n\n{body}", job)
         await self.metrics.count("side", outcome)
         log.info("side question in %s %s in %.2fs", key, outcome, time.monotonic() - started)
 
@@ -115,7 +115,7 @@ class Answers:
             text += "\n" + files_line(files)
         if self.tools is not None:
             text += "\n" + tools_line(self.tools, settings)
-        await self.send(Address.model_validate(job.payload["address"]), text)
+        await self.send(Address.model_validate(job.payload["address"]), text, job)
 
     async def config(self, job: Job) -> None:
         address = Address.model_validate(job.payload["address"])
@@ -128,7 +128,8 @@ class Answers:
             str(job.payload.get("argument") or ""),
         )
         admins = sender if isinstance(sender, AdminCheck) else None
-        await self.send(address, await config_command.answer(self.turns.scoped, admins, ask))
+        answer = await config_command.answer(self.turns.scoped, admins, ask)
+        await self.send(address, answer, job)
 
     async def _settings(self, session_key: str) -> Effective:
         """The session's settings by scope, for a job that claims nothing (one GET)."""
@@ -138,13 +139,20 @@ class Answers:
     async def usage(self, job: Job) -> None:
         user = str(job.payload.get("user") or "")
         text = await usage_text(self.ledger, job.session_key, user)
-        await self.send(Address.model_validate(job.payload["address"]), text)
+        await self.send(Address.model_validate(job.payload["address"]), text, job)
 
-    async def send(self, address: Address, text: str) -> None:
-        """Post `text` through the chat's send budget; a platform that refuses is logged."""
+    async def send(self, address: Address, text: str, job: Job | None = None) -> None:
+        """Post `text` through the chat's send budget; a platform that refuses is logged.
+
+        A job's answer is posted under a key of its own (the job's id): where the
+        platform makes a post idempotent it is not shown twice, and a re-run of the job
+        looks for it first where the platform lets it.
+        """
         sender = self.senders[address.platform]
+        key = None if job is None else f"{job.session_key}:{job.id}"
+        find = None if job is None else finder(sender, job.deliveries > 1)
         try:
-            await deliver(sender, address, text, self.budget)
+            await deliver(sender, address, text, self.budget, key=key, find=find)
         except PlatformError as exc:
             log.error("could not send to %s: %s", address.chat_key, exc)
             await self.metrics.count("errors", "delivery")

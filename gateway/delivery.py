@@ -23,13 +23,14 @@ from redis.exceptions import RedisError
 
 from gateway.errors import LeaseLost, PlatformError, RateLimited
 from gateway.model import Address
-from gateway.ports import Limits, Sender
+from gateway.ports import Limits, PostFinder, Sender
 from gateway.scripts import load
 from gateway.splitting import split_markdown
 from gateway.store import Keys
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Find = Callable[[Address, str], Awaitable[str | None]]  # a post's id from its key, or None
 FINAL_ATTEMPTS = 30
 MAX_WAIT = 900.0
 
@@ -116,19 +117,57 @@ class Channel:
 
 
 async def deliver(
-    sender: Sender, address: Address, text: str, budget: SendBudget | None = None
+    sender: Sender,
+    address: Address,
+    text: str,
+    budget: SendBudget | None = None,
+    *,
+    key: str | None = None,
+    find: Find | None = None,
 ) -> list[str]:
-    """Post a complete text (a notice, a side answer), split as needed. Returns message ids."""
+    """Post a complete text (a notice, a side answer), split as needed. Returns message ids.
+
+    `key`, the same on every run of the job, names each piece's post (as a reply's
+    `post_key` does); `find` (a re-run's, where the sender can find its posts) is asked
+    for each piece first, and a piece its predecessor posted is not posted again.
+    """
     channel = Channel(sender, address, budget)
     ids: list[str] = []
-    for piece in channel.split(text):
+    for index, piece in enumerate(channel.split(text)):
+        piece_key = None if key is None else f"{key}:{index}"
+        if (found := await earlier_post(find, address, piece_key)) is not None:
+            ids.append(found)
+            continue
         done = await channel.call(
-            lambda p=piece: sender.send(address, p, final=True),  # type: ignore[misc]
+            lambda p=piece, k=piece_key: sender.send(  # type: ignore[misc]
+                address, p, final=True, key=k
+            ),
             final=True,
         )
         if done.value is not None:
             ids.append(done.value)
     return ids
+
+
+def finder(sender: Sender, rerun: bool) -> Find | None:
+    """How a re-run finds what its predecessor posted, where the platform lets it."""
+    return sender.find_post if rerun and isinstance(sender, PostFinder) else None
+
+
+async def earlier_post(find: Find | None, address: Address, key: str | None) -> str | None:
+    """The message an earlier run posted under `key`, when `find` is given and finds one.
+    A look-up that fails is a miss: posting again is the lesser harm than a message
+    never shown."""
+    if find is None or key is None:
+        return None
+    try:
+        found = await find(address, key)
+    except PlatformError as exc:
+        log.warning("could not look for %s's earlier post: %s", address.chat_key, exc)
+        return None
+    if found is not None:
+        log.info("%s: a re-run found its predecessor's message %s", address.chat_key, found)
+    return found
 
 
 class ReplyStream:
@@ -159,7 +198,7 @@ class ReplyStream:
         on_flush: Callable[[str], Awaitable[None]] | None = None,
         may_post: Callable[[], Awaitable[bool]] | None = None,
         post_key: str | None = None,
-        find: Callable[[Address, str], Awaitable[str | None]] | None = None,
+        find: Find | None = None,
     ) -> None:
         self.channel = Channel(sender, address, budget)
         self.post_key, self._find = post_key, find
@@ -305,20 +344,11 @@ class ReplyStream:
 
     async def _found(self, key: str | None) -> bool:
         """Whether the platform holds the message `key` names (a re-run only): its id
-        is then the next of `ids`. A lookup that fails is a miss: posting again is the
-        lesser harm than a reply never shown."""
-        if self._find is None or key is None:
-            return False
-        try:
-            found = await self._find(self.address, key)
-        except PlatformError as exc:
-            log.warning("could not look for %s's earlier post: %s", self.address.chat_key, exc)
-            found = None
-        if found is None:
-            return False
-        log.info("%s: a re-run found its predecessor's message %s", self.address.chat_key, found)
-        self.ids.append(found)
-        return True
+        is then the next of `ids`."""
+        found = await earlier_post(self._find, self.address, key)
+        if found is not None:
+            self.ids.append(found)
+        return found is not None
 
     async def _save_ids(self) -> None:
         await self._on_ids(list(self.ids))

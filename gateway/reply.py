@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.delivery import ReplyStream, SendBudget
+from gateway.delivery import ReplyStream, SendBudget, finder
 from gateway.errors import BudgetExceeded, ModelError, ModelStalled, PlatformError
 from gateway.generation import TurnResult
 from gateway.metrics import Metrics
 from gateway.model import Address
-from gateway.ports import PostFinder, Sender
+from gateway.ports import Sender
 from gateway.session import Claim, Entry, SessionStore, assistant_entry
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Replies:
             may_post=may_post,
             post_key=f"{key}:{user_entry_id}",
             # A re-run looks for what its predecessor posted but could not record.
-            find=sender.find_post if claim.rerun and isinstance(sender, PostFinder) else None,
+            find=finder(sender, claim.rerun),
         )
         stream.start()
         return stream

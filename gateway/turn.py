@@ -22,7 +22,7 @@ from gateway.compiler import TurnContext
 from gateway.compression import Compressor
 from gateway.config import Settings
 from gateway.confirmations import Asker, Confirmations
-from gateway.delivery import ReplyStream, SendBudget, deliver
+from gateway.delivery import ReplyStream, SendBudget, deliver, finder
 from gateway.early import EarlyStart, EarlyStarts
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
@@ -149,7 +149,8 @@ class TurnRunner:
         sender = self.senders[address.platform]
         unanswered = view.entries[max(0, claim.answered - view.start) :]
         context, notices = await self.preparer.with_media(context, unanswered)
-        await _tell(sender, address, notices, self.replies.budget)
+        told = f"{key}:{user.get('id') or ''}:notice"  # the same on a re-run, found there
+        await _tell(sender, address, notices, self.replies.budget, told, claim.rerun)
         stream = self.replies.open(
             key,
             turn.lease.token,
@@ -226,7 +227,8 @@ class TurnRunner:
         messages = prepared.request.messages
         hold = await caps.hold_call(charge, prepared.model, messages, self.max_output)
         if hold.warning:
-            await _tell(sender, address, (f"⚠️ {hold.warning}",), self.replies.budget)
+            told = f"{key}:{user.get('id') or ''}:budget"
+            await _tell(sender, address, (f"⚠️ {hold.warning}",), self.replies.budget, told)
         return hold
 
     async def _wait_for_approval(self, turn: Turn, stream: ReplyStream) -> None:
@@ -288,15 +290,22 @@ class TurnRunner:
 
 
 async def _tell(
-    sender: Sender, address: Address, notices: tuple[str, ...], budget: SendBudget
+    sender: Sender,
+    address: Address,
+    notices: tuple[str, ...],
+    budget: SendBudget,
+    key: str,
+    rerun: bool = False,
 ) -> None:
     """Lines for the asker before the answer (what was heard in voice notes, files of the
     message that could not be used, a budget past 80%), in one message paced like every
-    other message to the chat; a failure to send it does not stop the turn."""
+    other message to the chat, posted under `key`; a failure to send it does not stop
+    the turn."""
     if not notices:
         return
     try:
-        await deliver(sender, address, "\n".join(notices), budget)
+        text = "\n".join(notices)
+        await deliver(sender, address, text, budget, key=key, find=finder(sender, rerun))
     except PlatformError as exc:
         log.warning("%s: the notice about its files was not sent (%s)", address.chat_key, exc)
 

@@ -344,7 +344,7 @@ class Worker:
             await self.answers.side(job)
         elif job.kind == "notice":
             address = Address.model_validate(job.payload["address"])
-            await self.answers.send(address, job.payload["text"])
+            await self.answers.send(address, job.payload["text"], job)
         elif job.kind == "status":
             await self.answers.status(job)
         elif job.kind == "config":

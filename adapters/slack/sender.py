@@ -36,8 +36,8 @@ MAX_LENGTH = 3900
 SECTION_MAX = 3000  # a section block's text limit
 THINKING_REACTION = "eyes"
 REPLY_EVENT = "gateway_reply"  # the metadata event type a reply's posts carry, with their key
-# Messages a re-run reads for its predecessor's post: a thread's first ones (Slack
-# reads threads oldest first), or the channel's latest.
+# Messages a re-run reads for its predecessor's post, from the message it answers on
+# (Slack caps a page at 15 for apps outside its Marketplace, whatever is asked).
 LOOK_BACK = 200
 THINKING_STATUS = "is thinking…"
 _REJECTED = frozenset(
@@ -150,9 +150,9 @@ class SlackSender:
         return str(result["ts"])
 
     async def find_post(self, address: Address, key: str) -> str | None:
-        """The bot's message posted under `key` in the thread's first LOOK_BACK messages,
-        or the channel's latest: conversations.replies / .history with the messages'
-        metadata, one call."""
+        """The bot's message posted under `key` among the first messages of the thread
+        after the one it answers (`reply_to`: posted before the reply), or the channel's
+        latest: conversations.replies / .history with the messages' metadata, one call."""
         if address.thread:
             found = await self._call(
                 "conversations.replies",
@@ -161,6 +161,7 @@ class SlackSender:
                 ts=address.thread,
                 limit=LOOK_BACK,
                 include_all_metadata=True,
+                oldest=address.reply_to,
             )
         else:
             found = await self._call(
@@ -169,6 +170,7 @@ class SlackSender:
                 channel=address.channel,
                 limit=LOOK_BACK,
                 include_all_metadata=True,
+                oldest=address.reply_to,
             )
         for message in found.get("messages") or []:
             metadata = message.get("metadata") or {}

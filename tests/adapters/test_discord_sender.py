@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -11,8 +12,12 @@ import pytest
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, nonce
 from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.jobs import Job
 from gateway.model import Address
+from gateway.store import Keys
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
+from tests.fakes.llm_server import FakeLLM
+from tests.gateway.harness import start_workers
 
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
 
@@ -227,3 +232,20 @@ async def test_interaction_tokens_stay_out_of_debug_logs(
         r.getMessage() for r in caplog.records if r.name.startswith(("discord", "adapters"))
     )
     assert interaction["token"] not in ours and fake.token not in ours
+
+
+async def test_a_side_answer_whose_post_answer_was_lost_is_shown_once(
+    fake: FakeDiscord, sender: DiscordSender, redis_url: str, llm: FakeLLM
+) -> None:
+    """A side answer is posted under its job's key: discord.py's retry of a post Discord
+    took but answered 502, and a second delivery of the job, show no copy."""
+    llm.reply = "what was decided"
+    fake.lose_answers("POST", rf"/channels/{CHANNEL}/messages")
+    payload = {"address": channel(side=True).model_dump(), "question": "what did we decide?"}
+    job = Job(Keys.jobs("discord"), "1-0", "side", f"discord:{GUILD}:{CHANNEL}", payload)
+    async for h in start_workers(redis_url, llm, 1, senders={"discord": sender}):
+        await h.workers[0].answers.side(job)
+        await h.workers[0].answers.side(dataclasses.replace(job, deliveries=2))
+    (shown,) = fake.channel_messages(CHANNEL)
+    assert shown["content"].endswith("what was decided")
+    assert len(fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")) == 3

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
 
 from adapters.slack.sender import MAX_LENGTH, SlackSender, web_client
 from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.jobs import Job
 from gateway.model import Address
+from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.harness import start_workers
@@ -188,6 +191,21 @@ async def test_a_post_is_found_again_by_its_key(
     }
 
 
+async def test_a_post_is_found_after_the_message_it_answers_in_a_long_thread(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    """A page holds 15 messages (Slack's cap for apps outside its Marketplace): the look-up
+    starts at the message the reply answers, not at the thread's start."""
+    slack.page_cap = 15
+    for number in range(20):
+        earlier = await sender.send(THREAD, f"an earlier answer {number}", final=True)
+    asked = THREAD.model_copy(update={"reply_to": earlier})  # the user spoke after those
+    ts = await sender.send(asked, "the reply", final=False, key="s:u9:0")
+    assert await sender.find_post(asked, "s:u9:0") == ts
+    assert slack.calls_to("conversations.replies")[-1].args["oldest"] == earlier
+    assert await sender.find_post(THREAD.model_copy(update={"reply_to": None}), "s:u9:0") is None
+
+
 async def test_a_lookup_refused_is_a_platform_error(slack: FakeSlack, sender: SlackSender) -> None:
     slack.fail_next("conversations.history", "missing_scope")
     with pytest.raises(PlatformError, match="missing_scope"):
@@ -212,3 +230,25 @@ async def test_a_rerun_edits_the_reply_its_predecessor_posted_but_could_not_reco
     assert reply.text == "the whole answer" and reply.thread_ts == "100.1"
     assert len(slack.calls_to("chat.postMessage")) == 1
     assert len(slack.calls_to("conversations.replies")) == 1  # the re-run looked, once
+
+
+async def test_a_side_answer_posted_before_a_crash_is_not_posted_again(
+    slack: FakeSlack, redis_url: str, llm: FakeLLM
+) -> None:
+    """A side job whose worker died after posting its answer, before completing the job,
+    is delivered again: that run finds the answer by the job's key and posts nothing.
+    Another job's answer is posted as usual."""
+    llm.reply = "what was decided"
+    sender = SlackSender(web_client(TOKEN, slack.api_url), edit_interval=0.2)
+    message = inbound("/btw what did we decide?", platform="slack", channel="C1", thread="100.1")
+    payload = {"address": message.side_reply.model_dump(), "question": "what did we decide?"}
+    job = Job(Keys.jobs("slack"), "1-0", "side", message.session_key, payload)
+    async for h in start_workers(redis_url, llm, 1, senders={"slack": sender}):
+        answers = h.workers[0].answers
+        await answers.side(job)
+        await answers.side(dataclasses.replace(job, deliveries=2))  # the run that took it over
+        assert len(slack.calls_to("chat.postMessage")) == 1
+        await answers.side(dataclasses.replace(job, id="2-0", deliveries=2))
+    assert len(slack.calls_to("chat.postMessage")) == 2
+    assert len(slack.calls_to("conversations.replies")) == 2  # each re-run looked, once
+    assert [m.text.endswith("what was decided") for m in slack.messages.values()] == [True] * 2

@@ -134,6 +134,9 @@ class FakeSlack(LoopbackServer):
         self.users: dict[str, dict[str, Any]] = {}
         self.roles: dict[str, dict[str, bool]] = {}  # user id -> is_admin, is_owner
         self.assistant_enabled = False
+        # Slack's cap on a page of conversations.history/.replies (15 for apps outside
+        # the Marketplace since 2025, whatever `limit` asks); None: `limit` as asked.
+        self.page_cap: int | None = None
         self.refuse_connections = False
         self.black_hole = False
         self.acks: list[dict[str, Any]] = []
@@ -439,9 +442,13 @@ class FakeSlack(LoopbackServer):
     def _conversations_history(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         """A channel's top-level messages, newest first (the bot's only: users' messages
         arrive as events, not through this fake's Web API)."""
-        channel, limit = str(args.get("channel")), int(args.get("limit") or 100)
+        channel, limit = str(args.get("channel")), self._page(args, 100)
         with self._lock:
-            top = [m for m in self.messages.values() if m.channel == channel and not m.thread_ts]
+            top = [
+                m
+                for m in self.messages.values()
+                if m.channel == channel and not m.thread_ts and _after(m.ts, args)
+            ]
         newest = sorted(top, key=lambda m: m.ts, reverse=True)[:limit]
         shown = [m.payload(_flag(args.get("include_all_metadata"))) for m in newest]
         return {"messages": shown, "has_more": len(top) > limit}
@@ -449,16 +456,20 @@ class FakeSlack(LoopbackServer):
     def _conversations_replies(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         """A thread's messages, oldest first (its parent first, when the bot posted it)."""
         channel, thread = str(args.get("channel")), str(args.get("ts"))
-        limit = int(args.get("limit") or 1000)
+        limit = self._page(args, 1000)
         with self._lock:
             found = [
                 m
                 for m in self.messages.values()
-                if m.channel == channel and thread in (m.ts, m.thread_ts)
+                if m.channel == channel and thread in (m.ts, m.thread_ts) and _after(m.ts, args)
             ]
         oldest = sorted(found, key=lambda m: m.ts)[:limit]
         shown = [m.payload(_flag(args.get("include_all_metadata"))) for m in oldest]
         return {"messages": shown, "has_more": len(found) > limit}
+
+    def _page(self, args: dict[str, Any], default: int) -> int:
+        asked = int(args.get("limit") or default)
+        return asked if self.page_cap is None else min(asked, self.page_cap)
 
     def _chat_update(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         message = self.messages.get(str(args.get("ts")))
@@ -531,6 +542,14 @@ def _blocks(args: dict[str, Any]) -> list[dict[str, Any]]:
     """The blocks of a call: a JSON body holds a list, a form a JSON string."""
     blocks = args.get("blocks") or []
     return list(json.loads(blocks) if isinstance(blocks, str) else blocks)
+
+
+def _after(ts: str, args: dict[str, Any]) -> bool:
+    """Whether a message's `ts` is within `oldest` (exclusive unless `inclusive`)."""
+    oldest = args.get("oldest")
+    if not oldest:
+        return True
+    return float(ts) > float(oldest) or (_flag(args.get("inclusive")) and ts == str(oldest))
 
 
 def _flag(value: Any) -> bool:

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.delivery import ReplyStream, SendBudget, deliver
-from gateway.errors import LeaseLost
+from gateway.errors import LeaseLost, PlatformError
 from gateway.model import Address
 from tests.gateway.recording_sender import RecordingSender
 
@@ -95,6 +95,29 @@ async def test_deliver_posts_each_piece_final(redis_client: aioredis.Redis) -> N
     sender = RecordingSender(max_length=50)
     ids = await deliver(sender, ADDRESS, "word " * 40, SendBudget(redis_client))
     assert len(ids) >= 4 and all(c.final for c in sender.calls)
+
+
+async def test_deliver_names_each_piece_and_a_rerun_skips_those_found() -> None:
+    """Each piece is posted under `key:index`; a re-run's `find` is asked for each piece
+    first and only the pieces it does not find are posted (one it cannot look up is)."""
+    sender = RecordingSender(max_length=50)
+    text = "word " * 40
+    first = await deliver(sender, ADDRESS, text, key="s:job-1")
+    keys = [c.key for c in sender.calls]
+    assert keys == [f"s:job-1:{i}" for i in range(len(first))]
+    posted = dict(zip(keys, first, strict=True))
+    asked: list[str] = []
+
+    async def find(address: Address, key: str) -> str | None:
+        asked.append(key)
+        if key.endswith(":1"):
+            raise PlatformError("conversations.history: ratelimited")
+        return posted[key] if key != "s:job-1:0" else None
+
+    again = await deliver(sender, ADDRESS, text, key="s:job-1", find=find)
+    assert asked == keys
+    assert [c.key for c in sender.calls[len(first) :]] == ["s:job-1:0", "s:job-1:1"]
+    assert again[2:] == first[2:]
 
 
 async def test_send_budget_is_shared_between_workers(redis_client: aioredis.Redis) -> None:
