@@ -28,25 +28,25 @@ def start_redis(*extra: str, prefix: str = "gw-redis-") -> tuple[subprocess.Pope
     """A redis-server on a free loopback port, without persistence, its files in a new
     temporary directory: its process and base URL. It may not answer yet."""
     port = free_port()
-    process = subprocess.Popen(
-        [
-            find_redis_server(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            tempfile.mkdtemp(prefix=prefix),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = redis_command(port, tempfile.mkdtemp(prefix=prefix), "--appendonly", "no", *extra)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return process, f"redis://127.0.0.1:{port}"
+
+
+def redis_command(port: int, data: str, *options: str) -> list[str]:
+    """A redis-server command: loopback `port`, its files in `data`, no snapshots."""
+    return [
+        find_redis_server(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        data,
+        "--save",
+        "",
+        *options,
+    ]
 
 
 @pytest.fixture(scope="session")

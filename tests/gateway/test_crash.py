@@ -17,13 +17,12 @@ import redis.asyncio as aioredis
 
 from adapters.telegram.inbound import to_inbound
 from gateway import store
-from gateway.embedded_redis import find_redis_server
 from gateway.ingest import Ingest
 from gateway.session import SessionStore
 from gateway.store import GROUP, Keys
 from gateway.worker import Worker
 from tests.adapters.telegram_helpers import Gateway, environment, gateway, message
-from tests.conftest import free_port
+from tests.conftest import free_port, redis_command
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
 from tests.gateway.cli_runs import clean_env
@@ -231,21 +230,7 @@ def _durable_redis(port: int, data: Path) -> list[str]:
     """A redis-server command that writes every change to its append-only file before
     answering, so that a restart keeps whatever it acknowledged."""
     data.mkdir(exist_ok=True)
-    return [
-        find_redis_server(),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        str(data),
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--save",
-        "",
-    ]
+    return redis_command(port, str(data), "--appendonly", "yes", "--appendfsync", "always")
 
 
 def _wait_port(port: int) -> None:
