@@ -5,10 +5,17 @@
 -- Only when nothing could have written since its claim: no holder now, the meta's
 -- `claimant` is still this token (every claim writes its own), and the epoch and
 -- the `answered` mark are the claim's (finish.lua's rule for an expired lease).
--- 1 taken, 0 not.
+-- A lease this token already took again (two renewals of one holder found it expired
+-- at once: the heartbeat's and the one asked before a new message) is simply extended.
+-- 1 taken (or held), 0 not.
 local lease, meta = KEYS[1], KEYS[2]
 local token, ttl_ms, epoch, answered = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if redis.call('EXISTS', lease) == 1 then return 0 end
+local holder = redis.call('GET', lease)
+if holder == token then
+  redis.call('PEXPIRE', lease, ttl_ms)
+  return 1
+end
+if holder then return 0 end
 if redis.call('HGET', meta, 'claimant') ~= token
     or (redis.call('HGET', meta, 'epoch') or '0') ~= epoch
     or (redis.call('HGET', meta, 'answered') or '0') ~= answered then

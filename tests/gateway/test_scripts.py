@@ -118,6 +118,7 @@ async def test_finish_on_an_expired_lease_after_another_claim_writes_nothing(
     ("moved", "taken"),
     [
         ("nothing", True),
+        ("taken again already", True),  # by this holder's other renewal, just before
         ("held by another", False),
         ("claimed by another", False),
         ("reset", False),
@@ -130,7 +131,9 @@ async def test_retake_takes_an_expired_lease_only_when_nothing_moved(
     claim = await _claimed(sessions)
     redis, lease, meta = sessions.redis, Keys.lease(KEY), Keys.meta(KEY)
     await redis.delete(lease)  # expired
-    if moved == "held by another":
+    if moved == "taken again already":
+        await redis.set(lease, "t1", px=500)
+    elif moved == "held by another":
         await redis.set(lease, "t2")
     elif moved == "claimed by another":
         assert (await sessions.claim(KEY, "t2", 30)).ok
@@ -143,6 +146,8 @@ async def test_retake_takes_an_expired_lease_only_when_nothing_moved(
     args = {"token": "t1", "ttl_ms": 30_000, "epoch": claim.epoch, "answered": claim.answered}
     assert await retake(keys={"lease": lease, "meta": meta}, args=args) == int(taken)
     assert (await redis.get(lease) == "t1") is taken
+    if taken:
+        assert await redis.pttl(lease) > 1_000  # a full TTL from now
 
 
 async def test_finish_after_a_reset_is_superseded(sessions: SessionStore) -> None:
