@@ -126,11 +126,13 @@ class Claims:
         got there first. Raises LeaseLost when it could not record (left for a re-run).
         `length` is the history's as the turn left it (past the claim's after tool steps)."""
         key, claim = turn.session_key, turn.claim
+        # The script lets the lease go (or finds it lost): from the moment it is sent, a
+        # heartbeat would find the key gone and cry "lost", and nothing after it needs
+        # the lease (a run that cannot record is over, its job left pending).
+        turn.lease.released = True
         outcome = await self.sessions.finish(key, turn.lease.token, claim, entry, fields, length)
         if outcome is Finish.LOST:
             raise LeaseLost(f"{key} turn {claim.turn_id} lost its lease before recording")
-        # The script let the lease go: a heartbeat now would find it gone and cry "lost".
-        turn.lease.released = True
         return outcome is Finish.RECORDED
 
     async def give_up(self, job: Job) -> Address | None:

@@ -71,7 +71,9 @@ class Lease:
         expired (a turn's lease that expired untaken is taken again: True)."""
         args: dict[str, Arg] = {"token": self.token, "ttl_ms": self.ttl_ms}
         held = bool(await self._renew(keys={"lease": self.key}, args=args))
-        if not held and self.fence is not None and not self.released:
+        if not held and self.released:
+            return False  # let go meanwhile (a turn's finish): nothing was lost
+        if not held and self.fence is not None:
             fence = self.fence
             retake = {**args, "epoch": fence.epoch, "answered": fence.answered}
             held = bool(

@@ -50,3 +50,15 @@ async def test_a_lease_a_script_released_is_not_reported_lost(
     assert lease.lost.is_set() is not marked
     assert ("lost" in caplog.text) is not marked
     assert await redis_client.exists(lease.key) == 0
+
+
+async def test_a_renewal_that_ends_after_the_lease_was_let_go_loses_nothing(
+    redis_client: aioredis.Redis,
+) -> None:
+    """A heartbeat's renewal in flight while the turn's finish script lets the key go
+    answers False without calling the lease lost (nor logging it)."""
+    lease = Lease(redis_client, "test:lease:let-go", TTL)
+    assert await lease.acquire()
+    await lease.release()  # as the finish script does, while the renewal is on its way
+    assert await lease.renew() is False
+    assert not lease.lost.is_set()
