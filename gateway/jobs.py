@@ -121,16 +121,14 @@ class JobQueue:
         The server's answer was stamped somewhere within the round trip: the
         quickest of a few is kept, and half of it is the measure's error.
         """
-        best = None
+        measures = []
         for _ in range(samples):
             before = time.time()
             seconds, micros = await self.redis.time()
             after = time.time()
-            if best is None or after - before < best[0]:
-                best = (after - before, seconds + micros / 1e6 - (before + after) / 2)
-        assert best is not None
-        self.clock_error = best[0] / 2
-        self.clock_offset = best[1]
+            measures.append((after - before, seconds + micros / 1e6 - (before + after) / 2))
+        trip, self.clock_offset = min(measures)
+        self.clock_error = trip / 2
 
     async def read(self, count: int, block_ms: int) -> list[Job]:
         """New jobs for this consumer, waiting up to `block_ms` for the first.

@@ -104,7 +104,7 @@ class Lease:
         if self.lost.is_set() or self.released:
             return
         try:
-            if not await self.renew():
+            if not await self.renew() and self.lost.is_set():
                 log.warning("lease %s lost", self.key)
         except RedisError as exc:
             # The next beat tries again; a lease that expires meanwhile is
