@@ -29,6 +29,7 @@ from gateway.models.types import (
 
 # Told of every call that ended with its usage: the worker counts it (`gateway.usage`).
 Meter = Callable[[ModelCall, Usage], Coroutine[Any, Any, None]]
+METER_DELAY = 0.001  # seconds between a call's end and its usage write
 
 
 class Models:
@@ -116,9 +117,19 @@ class Models:
         reaches its reader at once, and the usage write goes on meanwhile."""
         if self.meter is None:
             return
-        task = asyncio.create_task(self.meter(call, usage))
+        task = asyncio.create_task(self._meter_after_reader(self.meter, call, usage))
         self._metering.add(task)
         task.add_done_callback(self._metering.discard)
+
+    @staticmethod
+    async def _meter_after_reader(meter: Meter, call: ModelCall, usage: Usage) -> None:
+        """The write waits a moment first. Started at once, its few hundred microseconds
+        of packing would run before the code the stream's end wakes (that wake-up is
+        queued behind the new task), and a reply's last edit would wait for them; a
+        timer's callback joins the queue only after what is ready, and its wake-up after
+        the reader's."""
+        await asyncio.sleep(METER_DELAY)
+        await meter(call, usage)
 
     async def metered(self) -> None:
         """Until every usage write started so far has ended: a job completes after its own."""

@@ -4,6 +4,7 @@ Redis, with no model server and no litellm in the way."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ import redis.asyncio as aioredis
 
 from gateway.errors import ModelStalled, ModelUnavailable
 from gateway.ingest import Ingest
-from gateway.models import ModelCall, Models
+from gateway.models import ModelCall, Models, ToolCall, Usage
 from gateway.models.scripted import ScriptedBackend
 from gateway.session import SessionStore
 from gateway.worker import Worker
@@ -112,3 +113,61 @@ async def test_a_side_question_is_one_call_to_the_side_model(scripted: Scripted)
     (call,) = scripted.backend.calls
     assert call.model == SIDE
     assert await scripted.roles(key) == []
+
+
+class ShownFirst(ScriptedBackend):
+    """Streams the rest of its answer only once the first word is on screen: the reply
+    then ends with an edit after the stream has ended."""
+
+    def __init__(self, sender: RecordingSender) -> None:
+        super().__init__("one two three four")
+        self.sender = sender
+
+    async def stream(
+        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
+    ) -> AsyncIterator[str]:
+        shown = len(self.sender.calls)
+        pieces = super().stream(call, usage, calls)
+        yield await anext(pieces)
+        async with asyncio.timeout(5):
+            while len(self.sender.calls) == shown:
+                self.sender.changed.clear()
+                await self.sender.changed.wait()
+        async for piece in pieces:
+            yield piece
+
+
+async def test_a_turns_usage_is_written_after_its_last_edit(redis_url: str) -> None:
+    """The usage write is a few hundred microseconds of the event loop: it must not
+    run between the model's last piece and the reply's last edit."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    sender = RecordingSender(edit_interval=1.0)  # pieces after the first wait for the end
+    backend = ShownFirst(sender)
+    models = Models(backend)
+    config = settings(redis_url, GATEWAY_MODEL=MAIN)
+    worker = Worker(config, client, {"test": sender}, models)
+    ledger_write = models.meter
+    assert ledger_write is not None
+    written: list[float] = []
+
+    async def watched(call: ModelCall, usage: Usage) -> None:
+        written.append(time.monotonic())
+        await ledger_write(call, usage)
+
+    models.meter = watched
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    await worker.ready.wait()
+    try:
+        chat = Scripted(backend, Ingest(config, client), SessionStore(client), sender)
+        for text in ("first", "second", "third"):
+            await chat.say(text)
+        await models.metered()
+    finally:
+        stop.set()
+        await running
+        await client.aclose()
+    finals = [call for call in sender.calls if call.final]
+    assert [call.text for call in finals] == ["one two three four"] * 3
+    assert len(written) == 3
+    assert all(call.at < at for call, at in zip(finals, written, strict=True))
