@@ -12,6 +12,7 @@ mapping of its errors stay behind that one import.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -46,7 +47,9 @@ log = logging.getLogger(__name__)
 
 # An opened stream: its first text (None: it ended without any), its iterator, and the
 # tool calls read from it so far (each attempt has its own, so a retry repeats none).
-Opened = tuple[str | None, Any, ToolCallParts | FunctionCalls]
+# A stream read up to its first text: that text (None: it ended without any), the iterator,
+# the tool calls gathered so far, and the function that reads the text of each later item.
+Opened = tuple[str | None, Any, ToolCallParts | FunctionCalls, Callable[[Any], str]]
 CLOSE_TIMEOUT = 5.0  # for closing a stalled stream's connection
 
 # litellm prepares a call in an executor thread, which hands back the coroutine
@@ -134,7 +137,7 @@ class LitellmBackend:
         piece, the end of the stream after it.
         """
         opened = await self._with_retries(lambda: self._open_stream(call, usage))
-        async for piece in self._read_stream(opened, call, usage):
+        async for piece in self._read(opened, call):
             yield piece
         _hand_over(opened, calls)
         self._price(call, usage)
@@ -154,7 +157,7 @@ class LitellmBackend:
         caller resends the turn in full).
         """
         opened = await self._with_retries(lambda: self._open_response_stream(call, usage, chain))
-        async for piece in self._read_response_stream(opened, call, usage, chain):
+        async for piece in self._read(opened, call):
             yield piece
         _hand_over(opened, calls)
         self._price(call, usage)
@@ -265,22 +268,8 @@ class LitellmBackend:
         """Open a Responses stream and read it up to its first text (see `_open_stream`)."""
         response = await self._aresponses(call, chain)
         iterator, calls = response.__aiter__(), FunctionCalls()
-        text = await self._first_text(
-            iterator, call, lambda e: response_event(e, usage, chain, calls)
-        )
-        return text, iterator, calls
-
-    async def _read_response_stream(
-        self, opened: Opened, call: ModelCall, usage: Usage, chain: ResponseChain
-    ) -> AsyncIterator[str]:
-        text, iterator, calls = opened
-        assert isinstance(calls, FunctionCalls)
-        if text is None:
-            return
-        yield text
-        while (event := await self._next_item(iterator, call)) is not None:
-            if text := response_event(event, usage, chain, calls):
-                yield text
+        text_of = functools.partial(response_event, usage=usage, chain=chain, calls=calls)
+        return await self._first_text(iterator, call, text_of), iterator, calls, text_of
 
     async def _open_stream(self, call: ModelCall, usage: Usage) -> Opened:
         """Open the stream and read it up to its first text, so that every failure
@@ -289,19 +278,18 @@ class LitellmBackend:
         to its end here."""
         response = await self._acompletion(call, stream=True)
         iterator, parts = response.__aiter__(), ToolCallParts()
-        text = await self._first_text(iterator, call, lambda c: _chunk_text(c, usage, parts))
-        return text, iterator, parts
+        text_of = functools.partial(_chunk_text, usage=usage, parts=parts)
+        return await self._first_text(iterator, call, text_of), iterator, parts, text_of
 
-    async def _read_stream(
-        self, opened: Opened, call: ModelCall, usage: Usage
-    ) -> AsyncIterator[str]:
-        text, iterator, parts = opened
-        assert isinstance(parts, ToolCallParts)
+    async def _read(self, opened: Opened, call: ModelCall) -> AsyncIterator[str]:
+        """An opened stream's text: the first piece, then each later item's, read by the
+        function its opening used."""
+        text, iterator, _, text_of = opened
         if text is None:
             return
         yield text
-        while (chunk := await self._next_item(iterator, call)) is not None:
-            if text := _chunk_text(chunk, usage, parts):
+        while (item := await self._next_item(iterator, call)) is not None:
+            if text := text_of(item):
                 yield text
 
     async def _first_text(
