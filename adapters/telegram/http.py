@@ -101,10 +101,7 @@ async def _click(clicks: Clicks, update: Update) -> Response:
     try:
         await clicks.handle(update)
     except (GatewayError, RedisError) as exc:
-        log.warning(
-            "telegram webhook: click %s not stored (%s), answered 503", update.update_id, exc
-        )
-        return PlainTextResponse("try again", status_code=503)
+        return _not_stored("click", update.update_id, exc)
     except SHAPE_ERRORS as exc:
         raise MalformedRequest(f"update {update.update_id}: {one_line(exc)}") from None
     return JSONResponse({"ok": True})
@@ -115,9 +112,11 @@ async def _receive(ingest: Ingest, inbound: Inbound | None) -> Response:
         try:
             await ingest.receive(inbound)
         except (GatewayError, RedisError) as exc:
-            # Telegram delivers the update again later; ingest dedupes it then.
-            log.warning(
-                "telegram webhook: update %s not stored (%s), answered 503", inbound.event_id, exc
-            )
-            return PlainTextResponse("try again", status_code=503)
+            return _not_stored("update", inbound.event_id, exc)
     return JSONResponse({"ok": True})
+
+
+def _not_stored(what: str, ident: object, exc: Exception) -> Response:
+    """A 503: Telegram delivers the update again later, and ingest dedupes it then."""
+    log.warning("telegram webhook: %s %s not stored (%s), answered 503", what, ident, exc)
+    return PlainTextResponse("try again", status_code=503)

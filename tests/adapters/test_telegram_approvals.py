@@ -28,6 +28,7 @@ from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
 from gateway.model import Address
 from gateway.store import Keys
 from gateway.web import create_app
+from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
 from tests.gateway.helpers import inbound
@@ -165,6 +166,31 @@ async def test_the_askers_click_approves_enqueues_the_turn_and_is_answered(
     assert [(a["callback_query_id"], a.get("text")) for a in fake.callback_answers] == [
         (query_id, None)
     ]
+
+
+async def test_a_click_that_cannot_be_stored_is_503_and_its_redelivery_decides(
+    fake: FakeTelegram, redis_client: aioredis.Redis
+) -> None:
+    settings = _settings(fake, TELEGRAM_WEBHOOK_SECRET=SECRET)
+    telegram = PLATFORM(settings, redis_client)
+    await telegram.startup()
+    live = Ingest(settings, redis_client)
+    dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    approval_id = await _open(live)
+    update = click(approval_id)
+    try:
+        for ingest, answered in ((Ingest(settings, dead), 503), (live, 200)):
+            app = create_app(redis_client, ingest, [telegram], ["telegram"])
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+                assert (await _post(http, update)).status_code == answered
+            if answered == 503:  # nothing was decided: Telegram delivers the click again
+                assert await _status(live, approval_id) == Status.PENDING
+        assert await _status(live, approval_id) == Status.APPROVED
+        assert [job["session"] for job in await _turn_jobs(redis_client)] == [SESSION]
+    finally:
+        await dead.aclose()
+        await telegram.shutdown()
 
 
 async def test_someone_elses_click_is_answered_with_the_refusal_and_changes_nothing(
