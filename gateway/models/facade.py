@@ -123,11 +123,11 @@ class Models:
 
     @staticmethod
     async def _meter_after_reader(meter: Meter, call: ModelCall, usage: Usage) -> None:
-        """The write waits a moment first. Started at once, its few hundred microseconds
-        of packing would run before the code the stream's end wakes (that wake-up is
-        queued behind the new task), and a reply's last edit would wait for them; a
-        timer's callback joins the queue only after what is ready, and its wake-up after
-        the reader's."""
+        """The write waits on a timer first. Started at once, its few hundred microseconds
+        of packing would run before the reader the stream's end wakes (that wake-up is
+        queued behind the new task), and a reply's last edit would wait for them. A
+        timer's callback joins the queue only after what is ready, so the reader always
+        goes on first, and a last edit made within the delay goes out before the write."""
         await asyncio.sleep(METER_DELAY)
         await meter(call, usage)
 

@@ -4,7 +4,6 @@ Redis, with no model server and no litellm in the way."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -13,7 +12,7 @@ import redis.asyncio as aioredis
 
 from gateway.errors import ModelStalled, ModelUnavailable
 from gateway.ingest import Ingest
-from gateway.models import ModelCall, Models, ToolCall, Usage
+from gateway.models import ModelCall, Models, Usage
 from gateway.models.scripted import ScriptedBackend
 from gateway.session import SessionStore
 from gateway.worker import Worker
@@ -115,59 +114,24 @@ async def test_a_side_question_is_one_call_to_the_side_model(scripted: Scripted)
     assert await scripted.roles(key) == []
 
 
-class ShownFirst(ScriptedBackend):
-    """Streams the rest of its answer only once the first word is on screen: the reply
-    then ends with an edit after the stream has ended."""
+async def test_a_calls_usage_is_written_only_once_its_reader_has_gone_on() -> None:
+    """The usage write is a few hundred microseconds of the event loop: started as the
+    stream ends, it would run before the code the stream's end wakes (a turn's reply
+    delivery, woken by its reading task's end as here), not after it."""
+    models = Models(ScriptedBackend("one two three"))
+    order: list[str] = []
 
-    def __init__(self, sender: RecordingSender) -> None:
-        super().__init__("one two three four")
-        self.sender = sender
+    async def meter(call: ModelCall, usage: Usage) -> None:
+        order.append("usage written")
 
-    async def stream(
-        self, call: ModelCall, usage: Usage, calls: list[ToolCall] | None = None
-    ) -> AsyncIterator[str]:
-        shown = len(self.sender.calls)
-        pieces = super().stream(call, usage, calls)
-        yield await anext(pieces)
-        async with asyncio.timeout(5):
-            while len(self.sender.calls) == shown:
-                self.sender.changed.clear()
-                await self.sender.changed.wait()
-        async for piece in pieces:
-            yield piece
+    async def read() -> None:
+        async for _ in models.stream(ModelCall(MAIN, (), 5.0), Usage()):
+            pass
+        order.append("stream ended")
 
-
-async def test_a_turns_usage_is_written_after_its_last_edit(redis_url: str) -> None:
-    """The usage write is a few hundred microseconds of the event loop: it must not
-    run between the model's last piece and the reply's last edit."""
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    sender = RecordingSender(edit_interval=1.0)  # pieces after the first wait for the end
-    backend = ShownFirst(sender)
-    models = Models(backend)
-    config = settings(redis_url, GATEWAY_MODEL=MAIN)
-    worker = Worker(config, client, {"test": sender}, models)
-    ledger_write = models.meter
-    assert ledger_write is not None
-    written: list[float] = []
-
-    async def watched(call: ModelCall, usage: Usage) -> None:
-        written.append(time.monotonic())
-        await ledger_write(call, usage)
-
-    models.meter = watched
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    await worker.ready.wait()
-    try:
-        chat = Scripted(backend, Ingest(config, client), SessionStore(client), sender)
-        for text in ("first", "second", "third"):
-            await chat.say(text)
-        await models.metered()
-    finally:
-        stop.set()
-        await running
-        await client.aclose()
-    finals = [call for call in sender.calls if call.final]
-    assert [call.text for call in finals] == ["one two three four"] * 3
-    assert len(written) == 3
-    assert all(call.at < at for call, at in zip(finals, written, strict=True))
+    models.meter = meter
+    reading = asyncio.create_task(read())
+    await asyncio.wait({reading})  # as `generation.generate` waits for its reading task
+    order.append("reader went on")
+    await models.metered()
+    assert order == ["stream ended", "reader went on", "usage written"]
