@@ -45,10 +45,9 @@ from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChai
 
 log = logging.getLogger(__name__)
 
-# An opened stream: its first text (None: it ended without any), its iterator, and the
-# tool calls read from it so far (each attempt has its own, so a retry repeats none).
-# A stream read up to its first text: that text (None: it ended without any), the iterator,
-# the tool calls gathered so far, and the function that reads the text of each later item.
+# An opened stream: its first text (None: it ended without any), its iterator, the tool
+# calls read from it so far (each attempt has its own, so a retry repeats none), and the
+# function that reads the text of each later item.
 Opened = tuple[str | None, Any, ToolCallParts | FunctionCalls, Callable[[Any], str]]
 CLOSE_TIMEOUT = 5.0  # for closing a stalled stream's connection
 
