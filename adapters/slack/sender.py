@@ -39,6 +39,11 @@ REPLY_EVENT = "gateway_reply"  # the metadata event type a reply's posts carry, 
 # Messages a re-run reads for its predecessor's post, from the message it answers on
 # (Slack caps a page at 15 for apps outside its Marketplace, whatever is asked).
 LOOK_BACK = 200
+# At the top level of a channel (pages newest first) the look-up reads only the messages
+# within this many seconds after the one answered (a run posts its reply seconds after it),
+# following the pages back to that message, at most LOOK_PAGES of them.
+LOOK_WINDOW = 300.0
+LOOK_PAGES = 10
 THINKING_STATUS = "is thinking…"
 _REJECTED = frozenset(
     {"msg_too_long", "no_text", "invalid_blocks", "invalid_arguments", "rich_text_too_long"}
@@ -150,9 +155,10 @@ class SlackSender:
         return str(result["ts"])
 
     async def find_post(self, address: Address, key: str) -> str | None:
-        """The bot's message posted under `key` among the first messages of the thread
-        after the one it answers (`reply_to`: posted before the reply), or the channel's
-        latest: conversations.replies / .history with the messages' metadata, one call."""
+        """The bot's message posted under `key` after the one it answers (`reply_to`: posted
+        before the reply): in a thread, among its first messages after that one (pages
+        oldest first, one call); at the top level, among the channel's messages in the
+        LOOK_WINDOW after it, however many others the channel got since."""
         if address.thread:
             found = await self._call(
                 "conversations.replies",
@@ -163,7 +169,15 @@ class SlackSender:
                 include_all_metadata=True,
                 oldest=address.reply_to,
             )
-        else:
+            return _posted_under(found.get("messages"), key)
+        return await self._find_at_top_level(address, key)
+
+    async def _find_at_top_level(self, address: Address, key: str) -> str | None:
+        """conversations.history pages newest first: bounded by `latest` too, the pages
+        from the window's end back to the answered message hold the post."""
+        latest = None if address.reply_to is None else _seconds_after(address.reply_to)
+        cursor = None
+        for _ in range(LOOK_PAGES):
             found = await self._call(
                 "conversations.history",
                 address,
@@ -171,12 +185,14 @@ class SlackSender:
                 limit=LOOK_BACK,
                 include_all_metadata=True,
                 oldest=address.reply_to,
+                latest=latest,
+                cursor=cursor,
             )
-        for message in found.get("messages") or []:
-            metadata = message.get("metadata") or {}
-            payload = metadata.get("event_payload") or {}
-            if metadata.get("event_type") == REPLY_EVENT and payload.get("key") == key:
-                return str(message["ts"])
+            if (ts := _posted_under(found.get("messages"), key)) is not None:
+                return ts
+            cursor = (found.get("response_metadata") or {}).get("next_cursor")
+            if not found.get("has_more") or not cursor:
+                return None
         return None
 
     async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
@@ -314,3 +330,18 @@ class SlackSender:
             raise platform_error(exc, api_method) from None
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformError(f"Slack {api_method} failed: {type(exc).__name__}") from None
+
+
+def _posted_under(messages: list[dict[str, Any]] | None, key: str) -> str | None:
+    """The `ts` of the message among `messages` that carries a reply's metadata for `key`."""
+    for message in messages or []:
+        metadata = message.get("metadata") or {}
+        payload = metadata.get("event_payload") or {}
+        if metadata.get("event_type") == REPLY_EVENT and payload.get("key") == key:
+            return str(message["ts"])
+    return None
+
+
+def _seconds_after(ts: str) -> str:
+    """The Slack timestamp LOOK_WINDOW seconds after `ts` (a look-up's `latest`)."""
+    return f"{float(ts) + LOOK_WINDOW:.6f}"

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from adapters.slack.sender import MAX_LENGTH, SlackSender, web_client
+from adapters.slack.sender import LOOK_WINDOW, MAX_LENGTH, SlackSender, web_client
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.jobs import Job
 from gateway.model import Address
@@ -180,7 +180,8 @@ async def test_thinking_in_a_top_level_dm_reacts(slack: FakeSlack, sender: Slack
 async def test_a_post_is_found_again_by_its_key(
     slack: FakeSlack, sender: SlackSender, address: Address
 ) -> None:
-    await sender.send(address, "someone else's", final=True)
+    answered = await sender.send(address, "someone else's", final=True)
+    address = address.model_copy(update={"reply_to": answered})
     ts = await sender.send(address, "the reply", final=False, key="s:u1:0")
     await sender.send(address, "another turn's", final=True, key="s:u2:0")
     assert await sender.find_post(address, "s:u1:0") == ts
@@ -204,6 +205,39 @@ async def test_a_post_is_found_after_the_message_it_answers_in_a_long_thread(
     assert await sender.find_post(asked, "s:u9:0") == ts
     assert slack.calls_to("conversations.replies")[-1].args["oldest"] == earlier
     assert await sender.find_post(THREAD.model_copy(update={"reply_to": None}), "s:u9:0") is None
+
+
+async def test_a_post_is_found_at_the_top_level_of_a_channel_busy_since(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    """Slack pages conversations.history 15 messages at a time, newest first: the look-up
+    ends its window minutes after the answered message, so the 20 later messages do
+    not hide the post."""
+    slack.page_cap = 15
+    answered = await sender.send(DM, "the question's stand-in", final=True)
+    asked = DM.model_copy(update={"reply_to": answered})
+    ts = await sender.send(asked, "the reply", final=False, key="s:u9:0")
+    slack.clock += 3600  # the channel goes on talking, an hour later
+    for number in range(20):
+        await sender.send(DM, f"a later answer {number}", final=True)
+    assert await sender.find_post(asked, "s:u9:0") == ts
+    (call,) = slack.calls_to("conversations.history")
+    assert float(call.args["latest"]) == pytest.approx(float(answered) + LOOK_WINDOW)
+
+
+async def test_a_post_is_found_among_more_than_a_page_of_messages_right_after_it(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    """A channel busy within the window itself: the look-up follows the pages back."""
+    slack.page_cap = 15
+    answered = await sender.send(DM, "the question's stand-in", final=True)
+    asked = DM.model_copy(update={"reply_to": answered})
+    ts = await sender.send(asked, "the reply", final=False, key="s:u9:0")
+    for number in range(40):
+        await sender.send(DM, f"a later answer {number}", final=True)
+    assert await sender.find_post(asked, "s:u9:0") == ts
+    assert len(slack.calls_to("conversations.history")) == 3
+    assert await sender.find_post(asked, "s:u8:0") is None
 
 
 async def test_a_lookup_refused_is_a_platform_error(slack: FakeSlack, sender: SlackSender) -> None:

@@ -150,6 +150,7 @@ class FakeSlack(LoopbackServer):
         self._code_numbers = itertools.count(1)
         self._failures: dict[str, list[_Failure]] = {}
         self._ts = itertools.count(1)
+        self.clock = 1700000000  # the seconds of the next message's `ts`; tests move it on
         self._envelopes = itertools.count(1)
         self._sockets: list[web.WebSocketResponse] = []
         self._lock = threading.Lock()
@@ -380,7 +381,7 @@ class FakeSlack(LoopbackServer):
         return web.json_response(body, status=status, headers=headers)
 
     def _new_ts(self) -> str:
-        return f"1700000000.{next(self._ts):06d}"
+        return f"{self.clock}.{next(self._ts):06d}"
 
     async def _authorize(self, request: web.Request) -> web.Response:
         with self._lock:
@@ -440,18 +441,24 @@ class FakeSlack(LoopbackServer):
         return {"channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
 
     def _conversations_history(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
-        """A channel's top-level messages, newest first (the bot's only: users' messages
-        arrive as events, not through this fake's Web API)."""
+        """A channel's top-level messages between `oldest` and `latest`, newest first, in
+        pages: `response_metadata.next_cursor` names the next (older) one (the bot's messages
+        only: users' messages arrive as events, not through this fake's Web API)."""
         channel, limit = str(args.get("channel")), self._page(args, 100)
         with self._lock:
             top = [
                 m
                 for m in self.messages.values()
-                if m.channel == channel and not m.thread_ts and _after(m.ts, args)
+                if m.channel == channel and not m.thread_ts and _within(m.ts, args)
             ]
-        newest = sorted(top, key=lambda m: m.ts, reverse=True)[:limit]
-        shown = [m.payload(_flag(args.get("include_all_metadata"))) for m in newest]
-        return {"messages": shown, "has_more": len(top) > limit}
+        newest = sorted(top, key=lambda m: m.ts, reverse=True)
+        start = _cursor_start(args.get("cursor"))
+        if start is None:
+            return "invalid_cursor"
+        page, more = newest[start : start + limit], len(newest) > start + limit
+        shown = [m.payload(_flag(args.get("include_all_metadata"))) for m in page]
+        cursor = _cursor(start + limit) if more else ""
+        return {"messages": shown, "has_more": more, "response_metadata": {"next_cursor": cursor}}
 
     def _conversations_replies(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         """A thread's messages, oldest first (its parent first, when the bot posted it)."""
@@ -550,6 +557,31 @@ def _after(ts: str, args: dict[str, Any]) -> bool:
     if not oldest:
         return True
     return float(ts) > float(oldest) or (_flag(args.get("inclusive")) and ts == str(oldest))
+
+
+def _within(ts: str, args: dict[str, Any]) -> bool:
+    """Whether a message's `ts` is between `oldest` and `latest` (each exclusive unless
+    `inclusive`), as conversations.history reads them."""
+    latest = args.get("latest")
+    before = not latest or float(ts) < float(latest)
+    before = before or (_flag(args.get("inclusive")) and ts == str(latest))
+    return before and _after(ts, args)
+
+
+def _cursor(start: int) -> str:
+    return base64.b64encode(f"next:{start}".encode()).decode()
+
+
+def _cursor_start(cursor: Any) -> int | None:
+    """Where the page a cursor names starts (0 without one); None for a cursor this fake
+    did not give."""
+    if not cursor:
+        return 0
+    try:
+        kind, _, start = base64.b64decode(str(cursor)).decode().partition(":")
+        return int(start) if kind == "next" else None
+    except ValueError:
+        return None
 
 
 def _flag(value: Any) -> bool:
