@@ -142,6 +142,7 @@ class Worker:
         await self.turns.scoped.load()  # settings by scope, before the first early start
         if self.tools is not None:
             await self.tools.start()  # each server up, or retried in the background
+            self.tools.check_commands()  # ...unless its command cannot be run at all
         loops = [
             asyncio.create_task(self._read_loop(stop)),
             asyncio.create_task(self._reclaim_loop(stop)),

@@ -95,6 +95,8 @@ class ServerConnection:
         self.config = config
         self.tools: tuple[Tool, ...] = ()
         self.error: str | None = "not connected yet"
+        # Why its command cannot be run at all (a mistake in the file, not retried).
+        self.cannot_run: str | None = None
         self.attempts = 0
         self.settled = asyncio.Event()  # set after the first attempt, up or failed
         self._timing = timing
@@ -127,6 +129,10 @@ class ServerConnection:
         while True:
             try:
                 await self._connect_and_serve()
+            except CannotRun as exc:  # not retried; the process stops with this line
+                self.cannot_run = str(exc)
+                self._mark_down(self.cannot_run, quiet=True)
+                return
             except Exception as exc:  # whatever a transport or server does ends this attempt
                 if cancel_requested():
                     raise asyncio.CancelledError from exc
@@ -184,7 +190,7 @@ class ServerConnection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            return stdio_client(params, errlog=self._errlog or sys.stderr)
+            return _spawned(stdio_client(params, errlog=self._errlog or sys.stderr), config)
         return _http_transport(config)
 
     async def _serve(self, session: ClientSession) -> None:
@@ -234,12 +240,14 @@ class ServerConnection:
         self.settled.set()
         log.info("MCP server %s is up with %d tools", self.config.name, len(self.tools))
 
-    def _mark_down(self, reason: str) -> None:
+    def _mark_down(self, reason: str, *, quiet: bool = False) -> None:
         was_up = self._was_up
         self._session, self.error = None, reason
         self.attempts += 1
         self.settled.set()
         self._on_tools()
+        if quiet:
+            return
         if was_up:
             log.warning("MCP server %s is down: %s", self.config.name, reason)
         else:
@@ -248,6 +256,38 @@ class ServerConnection:
 
 def _page(cursor: str | None) -> PaginatedRequestParams | None:
     return None if cursor is None else PaginatedRequestParams(cursor=cursor)
+
+
+class CannotRun(Exception):
+    """A stdio server's command could not be started at all: not found, not executable,
+    or its `cwd` missing. Retrying cannot help; the file must change."""
+
+
+@asynccontextmanager
+async def _spawned(
+    transport: AbstractAsyncContextManager[Streams], config: ServerConfig
+) -> AsyncIterator[Streams]:
+    """The stdio transport, with a spawn that failed (before the process existed) told
+    apart from a server that started and then failed: only the first is `CannotRun`."""
+    started = False
+    try:
+        async with transport as streams:
+            started = True
+            yield streams
+    except OSError as exc:  # the SDK raises the spawn's own error, before any task group
+        if started:
+            raise
+        raise CannotRun(_spawn_failure(exc, config)) from None
+
+
+def _spawn_failure(exc: OSError, config: ServerConfig) -> str:
+    """Why a command could not be started, naming the command (or the `cwd`), never `env`."""
+    what = f"its cwd {config.cwd!r}" if _missing_cwd(exc, config) else repr(config.command)
+    return masked(f"{what} cannot be run: {exc.strerror or type(exc).__name__}", config.secrets)
+
+
+def _missing_cwd(exc: OSError, config: ServerConfig) -> bool:
+    return config.cwd is not None and exc.filename == config.cwd
 
 
 @asynccontextmanager
@@ -319,6 +359,11 @@ def short_reason(exc: BaseException, secrets: tuple[str, ...]) -> str:
     text = str(exc) or type(exc).__name__
     if not isinstance(exc, MCPError | ToolServerUnavailable):
         text = f"{type(exc).__name__}: {text}" if str(exc) else text
+    return masked(text, secrets)
+
+
+def masked(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` on one line, cut short, with every secret in it replaced."""
     for secret in secrets:
         text = text.replace(secret, "***")
     line = " ".join(text.split())

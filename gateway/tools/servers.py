@@ -23,7 +23,7 @@ from mcp_types import REQUEST_TIMEOUT
 from redis.exceptions import RedisError
 
 from gateway.config import Settings
-from gateway.errors import ToolServerUnavailable
+from gateway.errors import ConfigError, ToolServerUnavailable
 from gateway.metrics import Metrics
 from gateway.tools.answers import from_call
 from gateway.tools.config import ToolsConfig, load_tool_config
@@ -94,6 +94,14 @@ class ToolServers:
         waits = [c.settled.wait() for c in self._connections.values()]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*waits), self._timing.connect_timeout + 5)
+
+    def check_commands(self) -> None:
+        """Raise ConfigError naming the first stdio server whose command could not be run
+        at all (not found, not executable): after `start()`, a mistake in the file stops
+        the process rather than being retried. A server that ran and failed is retried."""
+        for name, connection in self._connections.items():
+            if connection.cannot_run is not None:
+                raise ConfigError(f"MCP server {name!r}: {connection.cannot_run}")
 
     def reports(self) -> list[ServerReport]:
         """Each server: up with its tools' public names, or down with a short reason."""

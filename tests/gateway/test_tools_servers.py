@@ -26,6 +26,7 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from gateway.config import load_settings
+from gateway.errors import ConfigError
 from gateway.metrics import Metrics, SnapshotCollector, snapshot
 from gateway.tools import (
     Backoff,
@@ -304,15 +305,56 @@ async def test_a_server_that_dies_during_a_call_answers_unavailable(
     assert result.outcome == "unavailable"
 
 
-async def test_a_server_that_cannot_start_is_reported_and_retried(tmp_path: Path) -> None:
-    missing = ServerConfig(name="missing", command=str(tmp_path / "no-such-server"))
-    tools = await start(missing)
+@pytest.mark.parametrize("kind", ["not found", "not executable", "cwd missing"])
+async def test_a_command_that_cannot_be_run_is_named_and_not_retried(
+    tmp_path: Path, kind: str
+) -> None:
+    """A mistake in the file: reported with the command, never retried, and
+    `check_commands` stops the worker with a line that names the server."""
+    script = tmp_path / "server.sh"
+    script.write_text("#!/bin/sh\n")  # exists, but without the execute bit
+    command, cwd = {
+        "not found": (str(tmp_path / "no-such-server"), None),
+        "not executable": (str(script), None),
+        "cwd missing": (sys.executable, str(tmp_path / "gone")),
+    }[kind]
+    config = ServerConfig(name="missing", command=command, cwd=cwd, env={"API_KEY": "s3cr3t"})
+    tools = await start(config)
     try:
         (report,) = tools.reports()
-        assert not report.ok and report.error and "no-such-server" in report.error
-        assert tools.down() == ["missing"]
-        attempts = tools._connections["missing"].attempts
-        await until(lambda: tools._connections["missing"].attempts > attempts + 1)
+        assert not report.ok and report.error and "cannot be run" in report.error
+        assert (cwd or command) in report.error and "s3cr3t" not in report.error
+        with pytest.raises(ConfigError, match=r"MCP server 'missing': .* cannot be run"):
+            tools.check_commands()
+        task = tools._tasks[0]
+        await asyncio.wait_for(asyncio.shield(task), 10)  # the connection gave up: done
+        assert tools._connections["missing"].attempts == 1
+    finally:
+        await tools.aclose()
+
+
+async def test_a_server_that_starts_and_then_fails_is_reported_and_retried(
+    tmp_path: Path,
+) -> None:
+    exits = ServerConfig(name="exits", command=sys.executable, args=("-c", "raise SystemExit(3)"))
+    tools = await start(exits)
+    try:
+        (report,) = tools.reports()
+        assert not report.ok and report.error and "cannot be run" not in report.error
+        tools.check_commands()  # not a mistake in the file: the worker goes on
+        attempts = tools._connections["exits"].attempts
+        await until(lambda: tools._connections["exits"].attempts > attempts + 1)
+    finally:
+        await tools.aclose()
+
+
+async def test_an_http_server_that_is_down_is_retried() -> None:
+    gone = ServerConfig(name="gone", url="http://127.0.0.1:9/mcp")
+    tools = await start(gone)
+    try:
+        tools.check_commands()
+        attempts = tools._connections["gone"].attempts
+        await until(lambda: tools._connections["gone"].attempts > attempts + 1)
     finally:
         await tools.aclose()
 
