@@ -10,16 +10,22 @@ sealed with an older key is sealed again with the newest when it is read.
 
 `app_uninstalled` and `tokens_revoked` reach `async_delete_all`,
 `async_delete_installation` and `async_delete_bot` through bolt's own listeners.
+Each installation record carries the bot's token too, and bolt's authorize reads
+the installation first: removing the bot takes its fields out of every record of
+the owner, and removing a user's installation takes that user's token out of the
+latest record, so what was revoked is found nowhere and nothing else is lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 from slack_sdk.oauth.installation_store import Bot, Installation
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 
@@ -30,6 +36,16 @@ log = logging.getLogger(__name__)
 
 PLATFORM = "slack"
 SEALED_FIELDS = ("bot_token", "bot_refresh_token", "user_token", "user_refresh_token")
+# What a record says of the bot, and of its installer's user token (slack-sdk's names).
+BOT_FIELDS = (
+    "bot_token",
+    "bot_refresh_token",
+    "bot_token_expires_at",
+    "bot_id",
+    "bot_user_id",
+    "bot_scopes",
+)
+USER_FIELDS = ("user_token", "user_refresh_token", "user_token_expires_at", "user_scopes")
 
 
 def owner_id(
@@ -102,18 +118,52 @@ class RedisInstallationStore(AsyncInstallationStore):
             pipe.delete(Keys.installed_bot(PLATFORM, owner))
             pipe.srem(Keys.installed(PLATFORM), owner)
             await pipe.execute()
+        for key in await self._records(owner):
+            await self._strip(key, BOT_FIELDS)
         log.info("slack: the bot of %s removed", owner)
 
     async def async_delete_installation(
         self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
     ) -> None:
         owner = owner_id(enterprise_id, team_id)
-        if user_id is not None:
-            await self.redis.delete(Keys.installation(PLATFORM, owner, user_id))
-            return
         latest = Keys.installation(PLATFORM, owner)
-        installers = [key async for key in self.redis.scan_iter(f"{latest}:user:*")]
-        await self.redis.delete(latest, *installers)
+        if user_id is None:
+            await self.redis.delete(*await self._records(owner))
+            return
+        await self.redis.delete(Keys.installation(PLATFORM, owner, user_id))
+        await self._strip(latest, USER_FIELDS, installer=user_id)
+        log.info("slack: the user token of %s in %s removed", user_id, owner)
+
+    async def _records(self, owner: str) -> list[str]:
+        """The keys of the owner's latest installation and of each installer's."""
+        latest = Keys.installation(PLATFORM, owner)
+        return [latest, *[key async for key in self.redis.scan_iter(f"{latest}:user:*")]]
+
+    async def _strip(self, key: str, fields: tuple[str, ...], installer: str | None = None) -> None:
+        """Take `fields` out of the record at `key` (only if `installer` installed it,
+        when given). A save between the read and the write (the app installed again at
+        that moment) is newer than the removal, and is kept."""
+        with contextlib.suppress(WatchError):
+            await self._strip_watched(key, fields, installer)
+
+    async def _strip_watched(
+        self, key: str, fields: tuple[str, ...], installer: str | None
+    ) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(key)
+            stored = await pipe.get(key)
+            if stored is None:
+                return
+            record: dict[str, Any] = json.loads(stored)
+            if installer is not None and record.get("user_id") != installer:
+                return
+            if all(record.get(name) is None for name in fields):
+                return
+            for name in fields:
+                record[name] = None
+            pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            pipe.set(key, json.dumps(record), xx=True)
+            await pipe.execute()
 
     async def owners(self) -> list[str]:
         """Every owner with a bot installed."""

@@ -163,6 +163,60 @@ async def test_tokens_revoked_for_the_bot_removes_the_bot(
     assert await store(web).async_find_bot(enterprise_id=None, team_id="T0002") is None
 
 
+async def sessions_of(web: InstallsApp, team_id: str) -> list[str]:
+    """The inboxes a workspace's messages were written to."""
+    return [key async for key in web.redis.scan_iter(f"gw:{{slack:{team_id}:*:inbox")]
+
+
+@pytest.mark.parametrize("removal", ["tokens_revoked", "app_uninstalled"])
+async def test_after_the_bot_is_revoked_its_workspace_is_no_longer_taken(
+    web: InstallsApp, slack: FakeSlack, removal: str
+) -> None:
+    """bolt's authorize reads the installation before the bot: once the bot is gone,
+    neither may hold its token, or the next message is answered with it."""
+    two = await web.install(slack, "T0002")
+    three = await web.install(slack, "T0003")
+    tokens = {"oauth": [], "bot": [two.bot_user_id]}
+    event = {"type": removal, **({"tokens": tokens} if removal == "tokens_revoked" else {})}
+    assert (await web.post_event(installed_event(event, two))).status_code == 200
+    ignored = installed_event(team_mention("anyone there?", two), two)
+    await web.post_event(ignored)
+    taken = installed_event(team_mention("still here?", three), three)
+    assert (await web.post_event(taken)).status_code == 200
+    assert await sessions_of(web, "T0003") != []
+    assert await sessions_of(web, "T0002") == []
+    found = await store(web).async_find_installation(enterprise_id=None, team_id="T0002")
+    assert found is None or found.bot_token is None
+    again = await web.install(slack, "T0002")  # installing again brings it back
+    await web.post_event(installed_event(team_mention("back?", again), again))
+    assert await sessions_of(web, "T0002") != []
+
+
+async def test_a_user_token_revoked_alone_removes_only_that_token(
+    web: InstallsApp, slack: FakeSlack
+) -> None:
+    two = await web.install(slack, "T0002")
+    installed = await store(web).async_find_installation(enterprise_id=None, team_id="T0002")
+    assert installed is not None
+    with_user = installed.to_dict_for_copying() | {"user_id": "U9", "user_token": "xoxp-user-9"}
+    await store(web).async_save(Installation(**with_user))
+    revoked = installed_event(
+        {"type": "tokens_revoked", "tokens": {"oauth": ["U9"], "bot": []}}, two
+    )
+    assert (await web.post_event(revoked)).status_code == 200
+    latest = await store(web).async_find_installation(enterprise_id=None, team_id="T0002")
+    assert latest is not None and latest.user_token is None
+    assert latest.bot_token == two.bot_token
+    mine = await store(web).async_find_installation(
+        enterprise_id=None, team_id="T0002", user_id="U9"
+    )
+    assert mine is None
+    assert await store(web).owners() == ["team:T0002"]
+    await web.post_event(installed_event(team_mention("still answered?", two), two))
+    assert await sessions_of(web, "T0002") != []
+    assert "xoxp-user-9" not in await raw_values(web)
+
+
 async def test_a_message_from_an_installed_workspace_is_taken_with_its_bot_identity(
     web: InstallsApp, slack: FakeSlack
 ) -> None:
