@@ -24,6 +24,15 @@ one-time code Slack would hand the redirect; `oauth.v2.access` exchanges it,
 with the app's client id and secret, for that workspace's own bot token,
 which auth.test then answers for. `uninstall()` makes a workspace's token
 dead (`invalid_auth`), as Slack does once the app is removed.
+
+Token rotation (https://api.slack.com/authentication/rotation): with
+`token_lifetime` set, an install's bot token expires that many seconds after it
+was issued and comes with a refresh token; a call with an expired token answers
+`token_expired`. oauth.v2.access with `grant_type=refresh_token` exchanges a
+refresh token for a new access token, refresh token and `expires_in`; the
+refresh token used is revoked at once, so a second use answers
+`invalid_refresh_token` (as an unknown one does). `refreshes()` lists those calls;
+`refresh_latency` makes each take that long (refreshes that overlap).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -63,12 +72,16 @@ class Install:
     bot_id: str
     enterprise_id: str | None = None
     org_wide: bool = False
+    refresh_token: str | None = None  # with token rotation only
+    expires_in: int | None = None
 
     def oauth_answer(self) -> dict[str, Any]:
-        """oauth.v2.access's answer for this install."""
+        """oauth.v2.access's answer for this install (and for each refresh of its token)."""
         team = {"id": self.team_id, "name": self.team_name} if self.team_id else None
         enterprise = {"id": self.enterprise_id, "name": "Org"} if self.enterprise_id else None
+        rotation = {"refresh_token": self.refresh_token, "expires_in": self.expires_in}
         return {
+            **(rotation if self.refresh_token else {}),
             "app_id": "A0001",
             "authed_user": {"id": "U1"},
             "scope": "chat:write,app_mentions:read",
@@ -146,6 +159,11 @@ class FakeSlack(LoopbackServer):
         self.authorize_visits: list[dict[str, str]] = []
         self.installs: dict[str, Install] = {}  # bot token -> its install
         self.dead_tokens: set[str] = set()
+        self.token_lifetime: int | None = None  # seconds; None: tokens do not expire
+        self.refresh_latency = 0.0  # seconds a refresh takes to answer (a slow Slack)
+        self.expiries: dict[str, float] = {}  # an expiring token -> when it expires (epoch)
+        self._refresh_tokens: dict[str, Install] = {}  # refresh tokens not yet used
+        self._token_numbers = itertools.count(1)
         self._codes: dict[str, Install] = {}  # one-time codes not yet exchanged
         self._code_numbers = itertools.count(1)
         self._failures: dict[str, list[_Failure]] = {}
@@ -221,6 +239,8 @@ class FakeSlack(LoopbackServer):
             enterprise_id=enterprise_id,
             org_wide=org_wide,
         )
+        if self.token_lifetime is not None:
+            install = self._rotated(install)
         code = f"code-{owner}-{next(self._code_numbers)}"
         with self._lock:
             self._codes[code] = install
@@ -252,6 +272,20 @@ class FakeSlack(LoopbackServer):
 
     def calls_to(self, method: str) -> list[Call]:
         return self.calls.where(lambda c: c.method == method)
+
+    def refreshes(self) -> list[Call]:
+        """oauth.v2.access calls that exchanged (or tried to) a refresh token."""
+        return self.calls.where(
+            lambda c: c.method == "oauth.v2.access" and c.args.get("grant_type") == "refresh_token"
+        )
+
+    def current_install(self, team_or_org: str) -> Install:
+        """The newest tokens Slack issued for a workspace or an org."""
+        with self._lock:
+            issued = [
+                i for i in self.installs.values() if team_or_org in (i.team_id, i.enterprise_id)
+            ]
+        return issued[-1]
 
     def answered(self, method: str) -> list[Call]:
         return [c for c in self.calls_to(method) if c.error is None]
@@ -352,6 +386,10 @@ class FakeSlack(LoopbackServer):
             return self._refuse(call, "not_authed")
         if token in self.dead_tokens:
             return self._refuse(call, "invalid_auth")
+        if self.expiries.get(token, float("inf")) <= time.time():
+            return self._refuse(call, "token_expired")
+        if method == "oauth.v2.access" and args.get("grant_type") == "refresh_token":
+            await asyncio.sleep(self.refresh_latency)
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return self._refuse(call, "unknown_method", 404)
@@ -392,12 +430,43 @@ class FakeSlack(LoopbackServer):
         basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
         if token != f"Basic {basic}":
             return "invalid_client_id"
+        if args.get("grant_type") == "refresh_token":
+            return self._refresh(str(args.get("refresh_token")))
         with self._lock:
             install = self._codes.pop(str(args.get("code")), None)
             if install is None:
                 return "invalid_code"
-            self.installs[install.bot_token] = install
+            self._issue(install)
         return install.oauth_answer()
+
+    def _refresh(self, refresh_token: str) -> dict[str, Any] | str:
+        """A refresh token exchanged once: new tokens, the used one revoked. The access
+        token it replaces keeps working until it expires, as Slack's does."""
+        with self._lock:
+            install = self._refresh_tokens.pop(refresh_token, None)
+            if install is None or install.bot_token in self.dead_tokens:
+                return "invalid_refresh_token"
+            renewed = self._rotated(install)
+            self._issue(renewed)
+        return renewed.oauth_answer()
+
+    def _rotated(self, install: Install) -> Install:
+        """`install` with a new expiring access token and a new refresh token."""
+        owner = install.enterprise_id if install.org_wide else install.team_id
+        number = next(self._token_numbers)
+        return replace(
+            install,
+            bot_token=f"xoxe.xoxb-{owner}-{number}-secret",
+            refresh_token=f"xoxe-1-{owner}-{number}-refresh-secret",
+            expires_in=self.token_lifetime,
+        )
+
+    def _issue(self, install: Install) -> None:
+        """Called with the lock held: the install's tokens start working."""
+        self.installs[install.bot_token] = install
+        if install.refresh_token is not None and install.expires_in is not None:
+            self.expiries[install.bot_token] = time.time() + install.expires_in
+            self._refresh_tokens[install.refresh_token] = install
 
     def _auth_test(self, args: dict[str, Any], token: str) -> dict[str, Any]:
         install = self.installs.get(token)
