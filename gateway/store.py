@@ -225,6 +225,12 @@ class Keys:
         return f"{PREFIX}:bot:{platform}:{owner}"
 
     @staticmethod
+    def token_refresh(platform: str, owner: str) -> str:
+        """Who is refreshing an owner's expiring bot token (SET NX PX: one process at a
+        time uses its refresh token), or `failed:<error>` for a pause after a failure."""
+        return f"{PREFIX}:token_refresh:{platform}:{owner}"
+
+    @staticmethod
     def workspace_org(platform: str, workspace: str) -> str:
         """workspace -> the org whose org-wide install serves it (seen on its events)."""
         return f"{PREFIX}:org_of:{platform}:{workspace}"

@@ -37,6 +37,7 @@ from adapters.slack.inbound import (
 )
 from adapters.slack.names import UserNames
 from adapters.slack.render import escape
+from adapters.slack.rotation import StoreRotates
 from adapters.slack.sender import platform_error
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import GatewayError, PlatformError
@@ -216,7 +217,8 @@ def build_app(
 def _installed(client: AsyncWebClient, oauth: AsyncOAuthSettings | None) -> dict[str, Any]:
     """bolt's arguments for many workspaces: the OAuth flow, and an authorize that reads
     the installation store and keeps each token's auth.test answer (one call per token,
-    not per event)."""
+    not per event). The store refreshes expiring tokens under its lock, so bolt's own
+    rotator, which has none, is replaced (`StoreRotates`)."""
     if oauth is None:
         return {}
     authorize = AsyncInstallationStoreAuthorize(
@@ -226,6 +228,9 @@ def _installed(client: AsyncWebClient, oauth: AsyncOAuthSettings | None) -> dict
         client_secret=oauth.client_secret,
         cache_enabled=True,
         client=client,
+    )
+    authorize.token_rotator = StoreRotates(
+        client_id=oauth.client_id, client_secret=oauth.client_secret, client=client
     )
     return {
         "oauth_settings": oauth,

@@ -14,6 +14,8 @@ Each installation record carries the bot's token too, and bolt's authorize reads
 the installation first: removing the bot takes its fields out of every record of
 the owner, and removing a user's installation takes that user's token out of the
 latest record, so what was revoked is found nowhere and nothing else is lost.
+A bot token that expires (token rotation) is refreshed by `rotation.py`, which
+writes the new tokens back here with `save_refreshed`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ BOT_FIELDS = (
     "bot_scopes",
 )
 USER_FIELDS = ("user_token", "user_refresh_token", "user_token_expires_at", "user_scopes")
+ROTATED_FIELDS = ("bot_token", "bot_refresh_token", "bot_token_expires_at")
+SAVE_ATTEMPTS = 5  # a refreshed token's write, tried again when a record is sealed anew meanwhile
 
 
 def owner_id(
@@ -95,10 +99,51 @@ class RedisInstallationStore(AsyncInstallationStore):
         team_id: str | None,
         is_enterprise_install: bool | None = False,
     ) -> Bot | None:
-        owner = owner_id(enterprise_id, team_id, is_enterprise_install)
-        key = Keys.installed_bot(PLATFORM, owner)
-        fields = await self._open(key)
+        return await self.bot_of(owner_id(enterprise_id, team_id, is_enterprise_install))
+
+    async def bot_of(self, owner: str) -> Bot | None:
+        """The owner's bot, as stored."""
+        fields = await self._open(Keys.installed_bot(PLATFORM, owner))
         return None if fields is None else Bot(**fields)
+
+    def refresh_due(self, bot: Bot) -> float | None:
+        """When the bot's token is due to be replaced (epoch seconds; None: never). This
+        store refreshes nothing, so when it expires; `rotation.py` refreshes earlier."""
+        return bot.bot_token_expires_at
+
+    async def save_refreshed(self, owner: str, used: str, bot: Bot) -> bool:
+        """The bot's refreshed tokens written into its record and the owner's latest
+        installation (and that installer's), in one transaction. False, and nothing
+        written, when the stored refresh token is no longer `used`: the owner was
+        removed or installed again meanwhile, whose tokens are the newer ones."""
+        for _ in range(SAVE_ATTEMPTS):
+            try:
+                return await self._save_refreshed(owner, used, bot)
+            except WatchError:
+                continue  # a record changed while read (sealed anew): read it again
+        return False
+
+    async def _save_refreshed(self, owner: str, used: str, bot: Bot) -> bool:
+        bot_key, latest_key = (
+            Keys.installed_bot(PLATFORM, owner),
+            Keys.installation(PLATFORM, owner),
+        )
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(bot_key, latest_key)
+            stored_bot, stored_latest = await pipe.get(bot_key), await pipe.get(latest_key)
+            if stored_bot is None or self._decode(stored_bot).get("bot_refresh_token") != used:
+                return False
+            rotated = {name: bot.to_dict_for_copying()[name] for name in ROTATED_FIELDS}
+            pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            pipe.set(bot_key, self._seal(bot.to_dict_for_copying()))
+            if stored_latest is not None:
+                latest = {**self._decode(stored_latest), **rotated}
+                pipe.set(latest_key, self._seal(latest))
+                if latest.get("user_id"):
+                    mine = Keys.installation(PLATFORM, owner, str(latest["user_id"]))
+                    pipe.set(mine, self._seal(latest), xx=True)
+            await pipe.execute()
+        return True
 
     async def async_find_installation(
         self,
@@ -194,14 +239,24 @@ class RedisInstallationStore(AsyncInstallationStore):
         stored = await self.redis.get(key)
         if stored is None:
             return None
-        record: dict[str, Any] = json.loads(stored)
-        sealed = {name: record[name] for name in SEALED_FIELDS if record.get(name) is not None}
-        for name, value in sealed.items():
-            record[name] = self.cipher.open(value)
-        if not all(self.cipher.is_current(value) for value in sealed.values()):
+        record = self._decode(stored)
+        if not all(self.cipher.is_current(value) for value in _sealed(json.loads(stored))):
             await self.redis.set(key, self._seal(record), xx=True)
             log.info("slack: %s sealed again with the newest GATEWAY_SECRET_KEY", key)
         return record
+
+    def _decode(self, stored: str | bytes) -> dict[str, Any]:
+        """A stored record with its tokens decrypted."""
+        record: dict[str, Any] = json.loads(stored)
+        for name in SEALED_FIELDS:
+            if record.get(name) is not None:
+                record[name] = self.cipher.open(record[name])
+        return record
+
+
+def _sealed(record: dict[str, Any]) -> list[str]:
+    """The encrypted values of a stored record."""
+    return [record[name] for name in SEALED_FIELDS if record.get(name) is not None]
 
 
 def _plain(value: Any) -> Any:

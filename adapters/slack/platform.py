@@ -13,7 +13,8 @@ auth.test at start. Many (SLACK_CLIENT_ID): installs through bolt's OAuth flow
 with GATEWAY_SECRET_KEY); bolt authorizes each request with its workspace's
 installation, so a listener's `client` and `context` (the bot's ids) are that
 workspace's, and `app_uninstalled` / `tokens_revoked` remove what they name.
-Workers pick each reply's token by its workspace (`workspaces.py`).
+Workers pick each reply's token by its workspace (`workspaces.py`). Both read
+the store that refreshes expiring tokens (token rotation, `rotation.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from adapters.slack.inbound import BotIdentity
 from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.names import UserNames
 from adapters.slack.oauth import oauth_settings
+from adapters.slack.rotation import Rotation, rotating_store
 from adapters.slack.sender import SlackSender, platform_error
 from adapters.slack.workspaces import Workspaces
 from gateway.cipher import TokenCipher
@@ -71,6 +73,8 @@ class SlackPlatform(Platform):
     # Socket Mode pacing; tests shorten it to watch a reconnect in well under a second.
     socket_timing = Timing()
     socket_backoff = Backoff()
+    # When expiring tokens are refreshed; tests shorten it to tokens of a few seconds.
+    token_rotation = Rotation()
 
     def __init__(self, settings: Settings, redis: Redis) -> None:
         super().__init__(settings, redis)
@@ -138,10 +142,26 @@ class SlackPlatform(Platform):
         return self._workspaces
 
     def installations(self) -> RedisInstallationStore:
-        key = self.settings.secret_key
+        """The installation store, refreshing expiring tokens with the app's credentials."""
+        settings = self.settings
+        key, client_id, secret = (
+            settings.secret_key,
+            settings.slack_client_id,
+            settings.slack_client_secret,
+        )
         if key is None:
             raise ConfigError("GATEWAY_SECRET_KEY is required for Slack in many workspaces")
-        return RedisInstallationStore(self.redis, TokenCipher(key.get_secret_value()))
+        cipher = TokenCipher(key.get_secret_value())
+        if client_id is None or secret is None:
+            return RedisInstallationStore(self.redis, cipher)
+        return rotating_store(
+            self.redis,
+            cipher,
+            web_client(None, settings.slack_api_url),
+            client_id,
+            secret.get_secret_value(),
+            self.token_rotation,
+        )
 
     def sender(self) -> SlackSender:
         api_url, interval = self.settings.slack_api_url, self.settings.slack_edit_interval

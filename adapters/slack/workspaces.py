@@ -5,8 +5,10 @@ workspace's installation, or, for a workspace of an Enterprise Grid org that
 installed the app org-wide, the org's (the web process notes which org serves
 a workspace as its events arrive). Each process keeps what it found for a
 minute, so a busy conversation costs no Redis read per call, and forgets it at
-once when Slack says the token is dead (uninstalled, revoked, deactivated):
-the next call reads the store again.
+once when Slack says the token is dead (uninstalled, revoked, deactivated,
+expired): the next call reads the store again. An expiring token (token
+rotation) is kept only until it is due for its refresh, which the store's next
+read performs (`rotation.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 
 from redis.asyncio import Redis
+from slack_sdk.oauth.installation_store import Bot
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.client import web_client
@@ -24,7 +27,9 @@ from gateway.store import Keys
 CACHE_TTL = 60.0  # seconds
 ORG_TTL = 30 * 86_400  # a workspace -> org note, renewed by each of its events
 # Slack's answers that mean the token will never work again.
-DEAD_TOKEN = frozenset({"invalid_auth", "token_revoked", "account_inactive", "not_authed"})
+DEAD_TOKEN = frozenset(
+    {"invalid_auth", "token_revoked", "account_inactive", "not_authed", "token_expired"}
+)
 
 
 class NotInstalled(PlatformError):
@@ -66,12 +71,18 @@ class Workspaces:
         found = self._found.get(workspace)
         if found is not None and found[0] > time.monotonic():
             return found[1], found[2]
-        token = await self._lookup(workspace)
+        bot = await self._lookup(workspace)
+        token = str(bot.bot_token)
         client = web_client(token, self.api_url)
-        self._found[workspace] = (time.monotonic() + self.ttl, token, client)
+        self._found[workspace] = (time.monotonic() + self._keep_for(bot), token, client)
         return token, client
 
-    async def _lookup(self, workspace: str) -> str:
+    def _keep_for(self, bot: Bot) -> float:
+        """A minute, or less when the token is due for its refresh sooner."""
+        due = self.store.refresh_due(bot)
+        return self.ttl if due is None else max(0.0, min(self.ttl, due - time.time()))
+
+    async def _lookup(self, workspace: str) -> Bot:
         bot = await self.store.async_find_bot(enterprise_id=None, team_id=workspace)
         if bot is None:
             org = await self.redis.get(Keys.workspace_org(PLATFORM, workspace))
@@ -81,4 +92,4 @@ class Workspaces:
                 )
         if bot is None or not bot.bot_token:
             raise NotInstalled(f"Slack: the app is not installed in workspace {workspace}")
-        return bot.bot_token
+        return bot

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from slack_sdk.signature import SignatureVerifier
 
 from adapters.slack import SlackPlatform
+from adapters.slack.rotation import Rotation
 from gateway.config import load_settings
 from gateway.ingest import Ingest
 from gateway.web import create_app
@@ -361,13 +362,24 @@ class InstallsApp:
         return list(slack.installs.values())[-1]
 
 
-@contextlib.asynccontextmanager
-async def installs_app(slack: FakeSlack, redis_url: str) -> AsyncIterator[InstallsApp]:
-    """The Slack platform installing into many workspaces, behind `gateway web`'s routes."""
+def many_platform(slack: FakeSlack, redis_url: str, rotation: Rotation | None) -> SlackPlatform:
+    """A process's Slack platform in many workspaces, on its own Redis connection;
+    `rotation` when its expiring tokens are refreshed (tokens of a few seconds)."""
     settings = load_settings(_env_file=None, REDIS_URL=redis_url, **many_workspaces(slack.api_url))
-    redis = Redis.from_url(redis_url, decode_responses=True)
-    platform = SlackPlatform(settings, redis)
+    platform = SlackPlatform(settings, Redis.from_url(redis_url, decode_responses=True))
+    if rotation is not None:
+        platform.token_rotation = rotation
     platform.validate("http")
+    return platform
+
+
+@contextlib.asynccontextmanager
+async def installs_app(
+    slack: FakeSlack, redis_url: str, rotation: Rotation | None = None
+) -> AsyncIterator[InstallsApp]:
+    """The Slack platform installing into many workspaces, behind `gateway web`'s routes."""
+    platform = many_platform(slack, redis_url, rotation)
+    settings, redis = platform.settings, platform.redis
     await platform.preflight()
     # https: bolt's state cookie is Secure, and a browser sends it back only over TLS.
     async with serving(platform, Ingest(settings, redis), redis, "https://gateway") as http:
