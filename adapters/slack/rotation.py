@@ -141,7 +141,9 @@ class RotatingInstallationStore(RedisInstallationStore):
         while True:
             holder = secrets.token_hex(8)
             if await self.redis.set(lock, holder, nx=True, px=_ms(self.rotation.lock_ttl)):
-                return await self._refresh_held(owner, lock, holder)
+                # Shielded: once Slack has taken the refresh token, only the saved answer
+                # keeps the workspace working, whatever happens to the caller.
+                return await asyncio.shield(self._refresh_held(owner, lock, holder))
             failure = await self._wait(lock, deadline)
             bot = await self.bot_of(owner)
             if bot is None or bot.bot_token != seen.bot_token or not self._expiring(bot):
