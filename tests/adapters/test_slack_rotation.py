@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -174,3 +175,24 @@ async def test_a_refused_refresh_is_one_line_without_a_secret_and_is_not_tried_a
     ]
     for secret in (first.bot_token, str(first.refresh_token), CLIENT_SECRET, SECRET_KEY):
         assert secret not in caplog.text and secret not in str(raised.value)
+
+
+async def test_an_install_during_a_refresh_keeps_the_new_installs_tokens(
+    web: InstallsApp, slack: FakeSlack
+) -> None:
+    """The workspace installs the app again while a refresh waits for Slack's answer: the
+    refreshed tokens are not written over the new install's."""
+    first = await install_expiring(web, slack)
+    slack.refresh_gate = threading.Event()
+    await until(await refresh_point(web))
+    posting = asyncio.create_task(web.platform.sender().send(address(), "meanwhile", final=True))
+    await asyncio.to_thread(slack.wait_for, lambda: len(slack.refreshes()) == 1, 30)
+    again = await web.install(slack, "T0002")
+    slack.refresh_gate.set()
+    await posting
+    assert [c.error for c in slack.refreshes()] == [None]
+    assert again.bot_token not in (first.bot_token, slack.current_install("T0002").bot_token)
+    bot = await stored_bot(web)
+    assert bot is not None and bot.bot_token == again.bot_token
+    assert bot.bot_refresh_token == again.refresh_token
+    assert post_tokens(slack) == [again.bot_token]

@@ -32,7 +32,8 @@ was issued and comes with a refresh token; a call with an expired token answers
 refresh token for a new access token, refresh token and `expires_in`; the
 refresh token used is revoked at once, so a second use answers
 `invalid_refresh_token` (as an unknown one does). `refreshes()` lists those calls;
-`refresh_latency` makes each take that long (refreshes that overlap).
+`refresh_latency` makes each take that long (refreshes that overlap), and
+`refresh_gate` holds each answer until it is set.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ class FakeSlack(LoopbackServer):
         self.dead_tokens: set[str] = set()
         self.token_lifetime: int | None = None  # seconds; None: tokens do not expire
         self.refresh_latency = 0.0  # seconds a refresh takes to answer (a slow Slack)
+        self.refresh_gate: threading.Event | None = None  # set: refreshes are answered
         self.expiries: dict[str, float] = {}  # an expiring token -> when it expires (epoch)
         self._refresh_tokens: dict[str, Install] = {}  # refresh tokens not yet used
         self._token_numbers = itertools.count(1)
@@ -389,7 +391,7 @@ class FakeSlack(LoopbackServer):
         if self.expiries.get(token, float("inf")) <= time.time():
             return self._refuse(call, "token_expired")
         if method == "oauth.v2.access" and args.get("grant_type") == "refresh_token":
-            await asyncio.sleep(self.refresh_latency)
+            await self._refresh_delay()
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return self._refuse(call, "unknown_method", 404)
@@ -397,6 +399,12 @@ class FakeSlack(LoopbackServer):
         if isinstance(result, str):
             return self._refuse(call, result)
         return web.json_response({"ok": True, **result})
+
+    async def _refresh_delay(self) -> None:
+        """A refresh answered after `refresh_latency`, and once `refresh_gate` is set."""
+        await asyncio.sleep(self.refresh_latency)
+        while self.refresh_gate is not None and not self.refresh_gate.is_set():
+            await asyncio.sleep(0.01)
 
     def _take_failure(self, method: str) -> _Failure | None:
         queue = self._failures.get(method)
