@@ -97,9 +97,10 @@ async def test_a_post_past_the_refresh_point_goes_out_with_a_new_token_before_th
     await until(await refresh_point(web))
     await sender.send(address(), "after the refresh point", final=True)
     refreshed_at = time.time()
+    assert [c.error for c in slack.refreshes()] == [None], "no refresh before the post"
     new = slack.current_install("T0002")
-    assert post_tokens(slack) == [new.bot_token], "the post did not go out with a new token"
     assert new.bot_token != first.bot_token
+    assert post_tokens(slack) == [new.bot_token]
     assert refreshed_at < slack.expiries[first.bot_token]  # before the old one expired
     # Past the old token's expiry the new one goes on working, refreshed once in all.
     await until(slack.expiries[first.bot_token])
