@@ -45,6 +45,7 @@ from drill_faults import (
 from drill_faults import row as _row
 from drill_faults import slow_side as slow_side_drill
 from drill_fuzz import adversarial_markdown
+from drill_silence import silent_model
 from drill_stack import (
     TAG,
     TELEGRAM_SECRET,
@@ -504,6 +505,7 @@ DRILLS: dict[str, Drill] = {
     "crash-slack": crash_slack,
     "redis-restart": redis_restart,
     "model-chaos": model_chaos,
+    "silent-model": silent_model,
     "platform-429": platform_429,
     "duplicates": duplicate_storm,
     "fuzz": fuzz,

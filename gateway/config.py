@@ -83,9 +83,12 @@ class Settings(BaseSettings):
     compression_model_name: str | None = Field(default=None, alias="GATEWAY_COMPRESSION_MODEL")
     system_prompt: str = Field(default=DEFAULT_SYSTEM_PROMPT, alias="GATEWAY_SYSTEM_PROMPT")
     token_budget: int | None = Field(default=None, alias="GATEWAY_TOKEN_BUDGET", gt=0)
+    # One deadline for a turn's attempts (the call and its retries) until its first
+    # text, and for a summary's whole call: a user waits on all of them.
     model_timeout: float = Field(default=120.0, alias="GATEWAY_MODEL_TIMEOUT", gt=0)
-    # The longest silence between two pieces of a streamed answer, apart from the
-    # whole call's model_timeout: a stream that stalls is cut off after this.
+    # The longest silence of a streamed answer, counted from its request (the wait
+    # for the headers and for the first piece included): a stream that stalls, or
+    # never starts, is cut off after this.
     stream_idle_timeout: float = Field(default=30.0, alias="GATEWAY_STREAM_IDLE_TIMEOUT", gt=0)
     model_retries: int = Field(default=2, alias="GATEWAY_MODEL_RETRIES", ge=0, le=10)
     max_tokens: int | None = Field(default=None, alias="GATEWAY_MAX_TOKENS", gt=0)
@@ -93,6 +96,7 @@ class Settings(BaseSettings):
 
     side_max_tokens: int = Field(default=2048, alias="GATEWAY_SIDE_MAX_TOKENS", gt=0)
     side_temperature: float = Field(default=0.3, alias="GATEWAY_SIDE_TEMPERATURE", ge=0, le=2)
+    # A side question's whole call, retries included (it is not streamed).
     side_timeout: float = Field(default=180.0, alias="GATEWAY_SIDE_TIMEOUT", gt=0)
     side_max_in_flight: int = Field(default=3, alias="GATEWAY_SIDE_MAX_IN_FLIGHT", ge=1)
     side_message_cap: int = Field(default=2000, alias="GATEWAY_SIDE_MESSAGE_CAP", ge=100)

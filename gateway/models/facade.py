@@ -71,11 +71,12 @@ class Models:
         failed. An answer of tool calls alone streams no text at all.
 
         Failures before the first piece are retried with backoff (429, 5xx,
-        timeouts, refused connections); after it, they end the stream with a
-        ModelError, since a half-shown answer cannot be silently redone. A
-        stream silent for the idle timeout (`GATEWAY_STREAM_IDLE_TIMEOUT`) is
-        cut off with ModelStalled: retried like a timeout before the first
-        piece, the end of the stream after it.
+        timeouts, refused connections), all within `call.timeout`; after it,
+        they end the stream with a ModelError, since a half-shown answer cannot
+        be silently redone. A stream silent for the idle timeout
+        (`GATEWAY_STREAM_IDLE_TIMEOUT`), counted from its request (headers not
+        sent yet included), is cut off with ModelStalled: retried like a timeout
+        before the first piece, the end of the stream after it.
         """
         return self._metered(call, usage, self._serving(call.model).stream(call, usage, calls))
 
@@ -97,7 +98,8 @@ class Models:
         return self._metered(call, usage, pieces)
 
     async def complete(self, call: ModelCall) -> tuple[str, Usage]:
-        """One non-streamed answer (side questions, summaries); `call.tools` is not sent."""
+        """One non-streamed answer (side questions, summaries); `call.tools` is not sent.
+        `call.timeout` bounds it whole, its retries included."""
         usage = Usage()
         text = await self._serving(call.model).complete(call, usage)
         self._count(call, usage)

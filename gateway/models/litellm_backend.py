@@ -15,7 +15,6 @@ import asyncio
 import functools
 import logging
 import os
-import random
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import ModuleType
@@ -40,6 +39,7 @@ from gateway.models.providers import (
     to_responses_tools,
 )
 from gateway.models.responses_stream import response_event
+from gateway.models.retries import Deadline, with_retries
 from gateway.models.tool_calls import FunctionCalls, ToolCallParts
 from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
 
@@ -129,13 +129,16 @@ class LitellmBackend:
         """The reply's text in pieces; `usage` and `calls` are filled in when the stream ends.
 
         Failures before the first piece are retried with backoff (429, 5xx,
-        timeouts, refused connections); after it, they end the stream with a
-        ModelError, since a half-shown answer cannot be silently redone. A
-        stream silent for the idle timeout (`GATEWAY_STREAM_IDLE_TIMEOUT`) is
-        cut off with ModelStalled: retried like a timeout before the first
-        piece, the end of the stream after it.
+        timeouts, refused connections), all within the call's timeout (see
+        `retries`); after it, they end the stream with a ModelError, since a
+        half-shown answer cannot be silently redone. A stream silent for the
+        idle timeout (`GATEWAY_STREAM_IDLE_TIMEOUT`), counted from the moment
+        its request is sent, is cut off with ModelStalled: retried like a
+        timeout before the first piece, the end of the stream after it.
         """
-        opened = await self._with_retries(lambda: self._open_stream(call, usage))
+        opened = await with_retries(
+            lambda d: self._open_stream(call, usage, d), self.retries, call.timeout
+        )
         async for piece in self._read(opened, call):
             yield piece
         _hand_over(opened, calls)
@@ -155,15 +158,21 @@ class LitellmBackend:
         previous response raises ProviderStateLost (never retried here: the
         caller resends the turn in full).
         """
-        opened = await self._with_retries(lambda: self._open_response_stream(call, usage, chain))
+        opened = await with_retries(
+            lambda d: self._open_response_stream(call, usage, chain, d), self.retries, call.timeout
+        )
         async for piece in self._read(opened, call):
             yield piece
         _hand_over(opened, calls)
         self._price(call, usage)
 
     async def complete(self, call: ModelCall, usage: Usage) -> str:
-        """One non-streamed answer (side questions, summaries): offered no tools."""
-        response = await self._with_retries(lambda: self._acompletion(call, stream=False))
+        """One non-streamed answer (side questions, summaries): offered no tools. Its
+        attempts share the call's timeout: nothing shows before the whole answer, so
+        that is the only bound a silent provider meets."""
+        response = await with_retries(
+            lambda d: self._acompletion(call, d, stream=False), self.retries, call.timeout
+        )
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise ModelBadResponse("the answer held no choices")
@@ -208,7 +217,7 @@ class LitellmBackend:
         transcription_usage(litellm, model, response, usage, self.prices)
         return str(getattr(response, "text", "") or "")
 
-    async def _acompletion(self, call: ModelCall, *, stream: bool) -> Any:
+    async def _acompletion(self, call: ModelCall, deadline: Deadline, *, stream: bool) -> Any:
         litellm = load_litellm()
         kwargs: dict[str, Any] = {
             "model": call.model,
@@ -223,9 +232,9 @@ class LitellmBackend:
             kwargs["stream_options"] = {"include_usage": True}
             if call.tools:
                 kwargs["tools"] = list(call.tools)
-        return await self._send(litellm.acompletion, kwargs, call, "max_tokens")
+        return await self._send(litellm.acompletion, kwargs, call, deadline, "max_tokens")
 
-    async def _aresponses(self, call: ModelCall, chain: ResponseChain) -> Any:
+    async def _aresponses(self, call: ModelCall, chain: ResponseChain, deadline: Deadline) -> Any:
         litellm = load_litellm()
         instructions, items = to_responses_input(call.messages)
         kwargs: dict[str, Any] = {
@@ -242,43 +251,73 @@ class LitellmBackend:
             kwargs["previous_response_id"] = chain.previous_id
         if call.tools:
             kwargs["tools"] = to_responses_tools(call.tools)
-        return await self._send(litellm.aresponses, kwargs, call, "max_output_tokens")
+        return await self._send(litellm.aresponses, kwargs, call, deadline, "max_output_tokens")
 
     async def _send(
         self,
         endpoint: Callable[..., Awaitable[Any]],
         kwargs: dict[str, Any],
         call: ModelCall,
+        deadline: Deadline,
         max_tokens_name: str,
     ) -> Any:
-        """One litellm request with the call's limits, its failure mapped to our tree."""
+        """One litellm request with the call's limits, ended at its deadline, its failure
+        mapped to our tree."""
         if call.max_tokens is not None:
             kwargs[max_tokens_name] = call.max_tokens
         if call.temperature is not None:
             kwargs["temperature"] = call.temperature
         try:
-            return await asyncio.wait_for(endpoint(**kwargs), call.timeout)
+            return await asyncio.wait_for(endpoint(**kwargs), deadline.left())
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
             raise self._map(exc) from exc
 
     async def _open_response_stream(
-        self, call: ModelCall, usage: Usage, chain: ResponseChain
+        self, call: ModelCall, usage: Usage, chain: ResponseChain, deadline: Deadline
     ) -> Opened:
         """Open a Responses stream and read it up to its first text (see `_open_stream`)."""
-        response = await self._aresponses(call, chain)
-        iterator, calls = response.__aiter__(), FunctionCalls()
+        send = functools.partial(self._aresponses, call, chain, deadline)
+        iterator, first = await self._opening(send, call, deadline)
+        calls = FunctionCalls()
         text_of = functools.partial(response_event, usage=usage, chain=chain, calls=calls)
-        return await self._first_text(iterator, call, text_of), iterator, calls, text_of
+        return await self._first_text(iterator, first, call, text_of), iterator, calls, text_of
 
-    async def _open_stream(self, call: ModelCall, usage: Usage) -> Opened:
+    async def _open_stream(self, call: ModelCall, usage: Usage, deadline: Deadline) -> Opened:
         """Open the stream and read it up to its first text, so that every failure
-        before anything is shown (a stall after the headers, or after a tool call's
-        first fragments, included) can retry. An answer of tool calls alone is read
-        to its end here."""
-        response = await self._acompletion(call, stream=True)
-        iterator, parts = response.__aiter__(), ToolCallParts()
+        before anything is shown (no headers, a stall after them, or after a tool
+        call's first fragments, included) can retry. An answer of tool calls alone is
+        read to its end here."""
+        send = functools.partial(self._acompletion, call, deadline, stream=True)
+        iterator, first = await self._opening(send, call, deadline)
+        parts = ToolCallParts()
         text_of = functools.partial(_chunk_text, usage=usage, parts=parts)
-        return await self._first_text(iterator, call, text_of), iterator, parts, text_of
+        return await self._first_text(iterator, first, call, text_of), iterator, parts, text_of
+
+    async def _opening(
+        self, send: Callable[[], Awaitable[Any]], call: ModelCall, deadline: Deadline
+    ) -> tuple[Any, Any]:
+        """The stream `send` opens and its first item (None: it ended at once).
+
+        The wait for the response's headers and the one for its first item are one
+        silence, counted from the moment the request is sent: over the idle timeout
+        (or past the call's deadline), the stream is closed and raises ModelStalled.
+        """
+        silence = deadline.bound(min(self.idle_timeout, call.timeout))
+        opened: list[Any] = []
+
+        async def first_item() -> Any:
+            opened.append((await send()).__aiter__())
+            return await _next_or_none(opened[0])
+
+        try:
+            first = await asyncio.wait_for(first_item(), silence)
+        except TimeoutError:
+            if opened:
+                await _close(opened[0])
+            raise ModelStalled(f"the model sent nothing for {silence:g}s") from None
+        except Exception as exc:  # litellm raises many types; each is mapped to our tree
+            raise self._map(exc) from exc
+        return opened[0], first
 
     async def _read(self, opened: Opened, call: ModelCall) -> AsyncIterator[str]:
         """An opened stream's text: the first piece, then each later item's, read by the
@@ -292,13 +331,15 @@ class LitellmBackend:
                 yield text
 
     async def _first_text(
-        self, iterator: Any, call: ModelCall, text_of: Callable[[Any], str]
+        self, iterator: Any, first: Any, call: ModelCall, text_of: Callable[[Any], str]
     ) -> str | None:
-        """The stream's first text, its items before it read by `text_of`; None when it
-        ends without any."""
-        while (item := await self._next_item(iterator, call)) is not None:
+        """The stream's first text, from its `first` item on, each read by `text_of`;
+        None when it ends without any."""
+        item = first
+        while item is not None:
             if text := text_of(item):
                 return text
+            item = await self._next_item(iterator, call)
         return None
 
     async def _next_item(self, iterator: Any, call: ModelCall) -> Any:
@@ -309,28 +350,12 @@ class LitellmBackend:
         """
         idle = min(self.idle_timeout, call.timeout)
         try:
-            return await asyncio.wait_for(iterator.__anext__(), idle)
-        except StopAsyncIteration:
-            return None
+            return await asyncio.wait_for(_next_or_none(iterator), idle)
         except TimeoutError:
             await _close(iterator)
             raise ModelStalled(f"the model sent nothing for {idle:g}s") from None
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
             raise self._map(exc) from exc
-
-    async def _with_retries(self, attempt: Any) -> Any:
-        for number in range(self.retries + 1):
-            try:
-                return await attempt()
-            except (ModelTimeout, ModelRateLimited, ModelUnavailable) as exc:
-                if number == self.retries:
-                    raise
-                delay = min(8.0, 0.5 * 2**number) * (0.5 + random.random())
-                if isinstance(exc, ModelRateLimited):
-                    delay = max(delay, exc.retry_after or 0.0)
-                log.warning("model call failed (%s), retry %d in %.1fs", exc, number + 1, delay)
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
 
     def _map(self, exc: BaseException) -> ModelError:
         """litellm's exception, as a ModelError a caller can act on (never with the key)."""
@@ -379,6 +404,14 @@ def _hand_over(opened: Opened, calls: list[ToolCall] | None) -> None:
     found = opened[2].calls()
     if calls is not None:
         calls.extend(found)
+
+
+async def _next_or_none(iterator: Any) -> Any:
+    """The stream's next item; None at its end."""
+    try:
+        return await iterator.__anext__()
+    except StopAsyncIteration:
+        return None
 
 
 async def _close(stream: Any) -> None:

@@ -28,6 +28,8 @@ class ModelCall:
 
     model: str
     messages: Sequence[Message]
+    # Seconds for the attempts before any text (gateway/models/retries.py); all of a
+    # one-shot call.
     timeout: float
     max_tokens: int | None = None
     temperature: float | None = None

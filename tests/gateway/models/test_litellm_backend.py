@@ -4,11 +4,14 @@ A stream that goes silent is cut off after the idle timeout
 (GATEWAY_STREAM_IDLE_TIMEOUT), in this process and through a model process:
 retried while nothing was shown, ended with ModelStalled once text was, and
 never cut while it keeps sending. The turn then finishes the visible reply
-with the text shown and a note that it was cut off.
+with the text shown and a note that it was cut off. The silence counts from
+the request, so an endpoint that never sends its headers is cut off too; the
+attempts before any text, and a one-shot call's, share the call's timeout.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ModelStalled
+from gateway.errors import ModelStalled, ModelTimeout
 from gateway.models import ModelCall, Models, ResponseChain, Usage
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import start_workers, texts
@@ -35,13 +38,15 @@ RESPONSES_MODEL = "openai/responses/gpt-4.1-mini"
 
 
 @asynccontextmanager
-async def boundary(llm: FakeLLM, processes: int, idle: float = IDLE) -> AsyncIterator[Models]:
+async def boundary(
+    llm: FakeLLM, processes: int, idle: float = IDLE, retries: int = 1
+) -> AsyncIterator[Models]:
     """Models as a worker builds them, with `processes` model processes (0: here)."""
     config = settings(
         "redis://127.0.0.1:1",  # never used: the boundary does not touch Redis
         GATEWAY_API_BASE=llm.api_base,
         GATEWAY_API_KEY="sk-test-key",
-        GATEWAY_MODEL_RETRIES=1,
+        GATEWAY_MODEL_RETRIES=retries,
         GATEWAY_MODEL_TIMEOUT=TOTAL,
         GATEWAY_STREAM_IDLE_TIMEOUT=idle,
     )
@@ -53,8 +58,8 @@ async def boundary(llm: FakeLLM, processes: int, idle: float = IDLE) -> AsyncIte
         await models.aclose()
 
 
-def call(model: str = "openai/main-model") -> ModelCall:
-    return ModelCall(model, [{"role": "user", "content": "hi"}], TOTAL)
+def call(model: str = "openai/main-model", timeout: float = TOTAL) -> ModelCall:
+    return ModelCall(model, [{"role": "user", "content": "hi"}], timeout)
 
 
 async def collect(pieces: AsyncIterator[str], into: list[str]) -> float:
@@ -109,6 +114,51 @@ async def test_a_stream_that_never_speaks_fails_as_stalled_after_its_retries(llm
         seconds = time.monotonic() - started
     assert len(llm.requests) == 2  # the call and its one retry, each cut at the idle bound
     assert seconds < QUICK
+
+
+@MODES
+async def test_an_endpoint_that_never_sends_its_headers_is_cut_at_the_idle_bound(
+    llm: FakeLLM, processes: int
+) -> None:
+    """The wait for the headers is silence too: each attempt is cut at the idle timeout
+    from its request, not at the call's timeout."""
+    llm.hang_next(times=2)  # the call and its one retry: accepted, then not one byte
+    async with boundary(llm, processes) as models:
+        started = time.monotonic()
+        with pytest.raises(ModelStalled):
+            await collect(models.stream(call(), Usage()), [])
+        seconds = time.monotonic() - started
+    assert len(llm.requests) == 2
+    assert seconds < QUICK, f"the header-less stream took {seconds:.1f}s to fail"
+
+
+async def test_the_retries_before_any_text_share_the_calls_one_deadline(llm: FakeLLM) -> None:
+    """Many retries of a silent endpoint: no attempt starts past the call's timeout."""
+    idle, timeout = 1.0, 2.5
+    llm.hang_next(times=6)
+    async with boundary(llm, 0, idle=idle, retries=5) as models:
+        started = time.monotonic()
+        with pytest.raises(ModelTimeout):  # a silence (ModelStalled), or the deadline
+            await collect(models.stream(call(timeout=timeout), Usage()), [])
+        seconds = time.monotonic() - started
+    assert seconds < timeout + 2.0, f"gave up after {seconds:.1f}s, past the {timeout}s deadline"
+    assert len(llm.requests) <= 3, "retries went on past the deadline"  # 1 s each, and a wait
+
+
+@MODES
+async def test_a_one_shot_call_to_a_silent_endpoint_ends_within_its_timeout(
+    llm: FakeLLM, processes: int
+) -> None:
+    """A side question's or a summary's call: its timeout bounds it, retries included."""
+    timeout = 2.0
+    llm.hang_next(times=3)
+    async with boundary(llm, processes, retries=2) as models:
+        started = time.monotonic()
+        with pytest.raises(ModelTimeout):
+            await models.complete(call(timeout=timeout))
+        seconds = time.monotonic() - started
+    assert seconds < timeout + 2.0, f"the one-shot call took {seconds:.1f}s, over {timeout}s"
+    assert len(llm.requests) == 1  # no time was left for a retry
 
 
 @MODES
@@ -198,3 +248,50 @@ async def test_a_reply_that_never_started_says_the_model_stopped_responding(
         (shown,) = texts(harness.sender)
         assert shown.startswith("⚠️ Sorry, I could not answer: the model stopped responding")
         assert [e["role"] for e in await harness.history(message.session_key)] == ["user"]
+
+
+async def test_a_turn_against_an_endpoint_that_never_answers_is_told_once_within_its_retries(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    """No headers, ever: each attempt is cut at the idle timeout, the user told once after
+    the last retry, long before the call's own timeout."""
+    idle, retries = 1.0, 2
+    values: dict[str, Any] = {
+        "GATEWAY_STREAM_IDLE_TIMEOUT": idle,
+        "GATEWAY_MODEL_TIMEOUT": TOTAL,
+        "GATEWAY_MODEL_RETRIES": retries,
+    }
+    async for harness in start_workers(redis_url, llm, 1, **values):
+        llm.hang_next(times=retries + 1)
+        message = inbound("anyone there?")
+        started = time.monotonic()
+        await harness.ingest.receive(message)
+        await harness.idle(message.session_key, timeout=TOTAL)
+        seconds = time.monotonic() - started
+        # Each attempt's silence, the backoffs between them (at most 0.75 s and 1.5 s),
+        # and room for a loaded machine.
+        bound = idle * (1 + retries) + 2.25 + 3.0
+        assert seconds < bound, f"the user was told after {seconds:.1f}s (bound {bound:g}s)"
+        (shown,) = texts(harness.sender)
+        assert shown.startswith("⚠️ Sorry, I could not answer: the model stopped responding")
+        assert len(llm.requests) == retries + 1  # the call and its retries, no more
+        assert [e["role"] for e in await harness.history(message.session_key)] == ["user"]
+
+
+async def test_a_side_question_to_an_endpoint_that_never_answers_fails_within_its_timeout(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    """GATEWAY_SIDE_TIMEOUT bounds a side question's whole call, its retries included."""
+    timeout = 2.0
+    values: dict[str, Any] = {"GATEWAY_SIDE_TIMEOUT": timeout, "GATEWAY_MODEL_RETRIES": 2}
+    async for harness in start_workers(redis_url, llm, 1, **values):
+        llm.hang_next(times=3, model="side-model")
+        started = time.monotonic()
+        await harness.ingest.receive(inbound("/btw what was decided?"))
+        await harness.sender.wait_for(functools.partial(texts, harness.sender), timeout=TOTAL)
+        seconds = time.monotonic() - started
+        assert seconds < timeout + 3.0, f"the side question failed after {seconds:.1f}s"
+        (shown,) = texts(harness.sender)
+        assert shown.startswith("> btw: “what was decided?”\n\n⚠️ The side question failed: ")
+        assert "the model took too long to answer" in shown
+        assert len(llm.requests_for("side-model")) == 1
