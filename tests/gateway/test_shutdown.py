@@ -232,7 +232,6 @@ def test_end_of_input_waits_only_for_what_this_run_owes(
     assert result.stdout.startswith("bot: "), result.stdout
 
 
-
 def embedded(tmp_path: Path) -> redis.Redis:
     """A client of the embedded Redis a run in `tmp_path` started (while it runs)."""
     return redis.Redis(unix_socket_path=str(tmp_path / ".gateway" / "redis.sock"))
@@ -246,7 +245,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 
 def two_messages_while_the_first_reply_is_written(tmp_path: Path, llm: FakeLLM, run: Run) -> None:
-    """"one" streams slowly; "two" waits behind it, in the inbox with its queued turn."""
+    """The first message streams slowly; the second waits behind it, in the inbox."""
     run.say("one")
     llm.wait_for_requests(1, timeout=START_TIMEOUT, model=MODEL)
     run.say("two")
