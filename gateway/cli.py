@@ -12,7 +12,7 @@ import contextlib
 import gc
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -174,7 +174,6 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             # A console's replies must reach this terminal: its jobs go to a stream of
             # its own, which takes over what an earlier run left unanswered.
             jobs = ConsoleJobs(redis, console.SESSION_KEY)
-            await jobs.register()
         _banner(settings, platforms, use_console)
         streams = {"console": jobs.stream} if jobs is not None else {}
         ingest = Ingest(settings, redis, streams)
@@ -193,7 +192,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         readers = [task(_hold_connection(p, ingest, redis)) for p in platforms if not p.uses_http()]
         if jobs is not None:
             tasks.append(task(_console(ingest, jobs, worker.ready, stop)))
-            readers.append(task(jobs.keep_alive()))
+            readers.append(task(_once(worker.ready, jobs.keep_alive)))
         owed = None
         try:
             await first(*tasks, *readers, task(stop.wait()), cancel=False)
@@ -215,13 +214,21 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 async def _console(
     ingest: Ingest, jobs: ConsoleJobs, ready: asyncio.Event, stop: asyncio.Event
 ) -> None:
-    """The console, once the worker reads its stream; its end of input ends the run."""
+    """The console, once the worker reads its stream (registered then: a start that
+    stalls the loop for seconds does not look like a run that is gone); its end of
+    input ends the run."""
     from adapters import console
 
     await first(task(ready.wait()), task(stop.wait()))
     if not stop.is_set():
+        await jobs.register()
         await console.run(ingest, stop=stop, jobs=jobs)
     stop.set()
+
+
+async def _once(ready: asyncio.Event, then: Callable[[], Awaitable[None]]) -> None:
+    await ready.wait()
+    await then()
 
 
 async def _hold_connection(platform: Platform, ingest: Ingest, redis: aioredis.Redis) -> None:
