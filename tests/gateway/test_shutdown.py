@@ -219,6 +219,12 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path, llm: FakeLLM, run_in: lis
     assert not alive(model_pid), "the model process outlived the gateway"
     assert "Traceback" not in run.err.closed(10)
 
+    llm.set_model_behaviour(MODEL, reply="hello again")  # what it left, the next run writes
+    again = run_console(tmp_path, "and now?\n", timeout=120, **model_env(llm))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("bot: hello again"), again.stdout
+    answered_once(tmp_path, model_env(llm), ["hi", "and now?"])
+
 
 @pytest.mark.parametrize("typed", ["hi", "/reset"])
 def test_end_of_input_waits_only_for_what_this_run_owes(
