@@ -4,8 +4,11 @@ A main reply is printed once, complete, as `bot: ...`; a side answer as `btw:
 ...`. An approval request is printed with `approve? [y/n]`; while one is
 pending, an input line that is y or n (yes, no) is the console user's click on
 it, and any other line a message as usual. At the end of input the console waits
-for the replies this run still owes: the jobs left on its own stream (`gateway
-run` gives each run one), not whatever an earlier run left owed in the session.
+for the replies still owed: the jobs on its own stream (`gateway run` gives each
+run one) and on the streams of other console runs (gateway/console_jobs.py: what
+a run that is gone left is taken over and answered here), not a count an earlier
+run left in the session. A stop (Ctrl-C) ends the reading after the line being
+sent: a line the console took is never dropped halfway.
 
 `/attach PATH [text]` sends a local file with the text (a path with spaces in
 quotes): the worker reads it through `LocalFileSource`, as it reads any
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import concurrent.futures
+import contextlib
 import getpass
 import itertools
 import mimetypes
@@ -29,6 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TextIO
 
+from gateway.console_jobs import ConsoleJobs
 from gateway.errors import DownloadFailed
 from gateway.ingest import Ingest
 from gateway.model import Address, Attachment, Decision, Inbound, Speaker
@@ -126,13 +131,21 @@ def to_inbound(
 
 
 async def run(
-    ingest: Ingest, stdin: int | None = None, poll: float = 0.05, out: TextIO | None = None
+    ingest: Ingest,
+    stdin: int | None = None,
+    poll: float = 0.05,
+    out: TextIO | None = None,
+    *,
+    stop: asyncio.Event | None = None,
+    jobs: ConsoleJobs | None = None,
 ) -> None:
     """Feed standard input (a file descriptor) to the gateway, then wait for the replies
-    this run still owes."""
+    still owed; return early once `stop` is set."""
+    stop = stop or asyncio.Event()
+    jobs = jobs or ConsoleJobs(ingest.redis, SESSION_KEY, ingest.sessions.stream(PLATFORM))
     user = _user_name()
     number = 0
-    async for line in _lines(sys.stdin.fileno() if stdin is None else stdin):
+    async for line in _lines(sys.stdin.fileno() if stdin is None else stdin, stop):
         number += 1
         if not line.strip() or await _answered(ingest, line):
             continue
@@ -142,9 +155,8 @@ async def run(
             (out or sys.stdout).write(f"bot: {refused}\n")
             continue
         await ingest.receive(inbound)
-    stream = ingest.sessions.stream(PLATFORM)
-    while await ingest.redis.xlen(stream) > 0:  # a job leaves its stream as it completes
-        await asyncio.sleep(poll)
+    while not stop.is_set() and not await jobs.settled():  # a job leaves as it completes
+        await _wait(stop, poll)
 
 
 def message(line: str, number: int, user: str) -> Inbound:
@@ -217,8 +229,14 @@ async def _answered(ingest: Ingest, line: str) -> bool:
     return True
 
 
-async def _lines(fd: int) -> AsyncIterator[str]:
-    """The lines read from `fd` (without their newline), up to the end of input.
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _lines(fd: int, stop: asyncio.Event) -> AsyncIterator[str]:
+    """The lines read from `fd` (without their newline), up to the end of input or
+    `stop` (a line taken as it comes is still given).
 
     A daemon thread reads them: a read that waits for the next Enter cannot be
     cancelled, and a stop (Ctrl-C) must wait neither for it nor for that thread.
@@ -239,8 +257,20 @@ async def _lines(fd: int) -> AsyncIterator[str]:
     threading.Thread(
         target=_read_lines, args=(fd, hand_over), name="console-input", daemon=True
     ).start()
-    while (line := await lines.get()) is not None:
-        yield line
+    stopped = asyncio.ensure_future(stop.wait())
+    taking: asyncio.Future[str | None] | None = None
+    try:
+        while True:
+            taking = asyncio.ensure_future(lines.get())
+            await asyncio.wait({taking, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            line = taking.result() if taking.done() else None
+            if line is None:
+                return
+            yield line
+    finally:
+        stopped.cancel()
+        if taking is not None:
+            taking.cancel()
 
 
 def _read_lines(fd: int, hand_over: Callable[[str | None], bool]) -> None:

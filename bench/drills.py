@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
+from drill_console import console_interrupt
 from drill_faults import (
     crash,
     crash_slack,
@@ -514,6 +515,7 @@ DRILLS: dict[str, Drill] = {
     "tool-crash": tool_crash,
     "markdown": markdown_flood,
     "soak": soak,
+    "console-interrupt": console_interrupt,
 }
 COLUMNS = ("drill", "trials", "lost", "dup", "stuck", "worst s", "verdict")
 

@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 import gc
 import logging
-import secrets
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -21,10 +20,19 @@ from redis.exceptions import RedisError
 
 from gateway import cli_settings, cli_usage, embedded_redis, logs, shutdown, store
 from gateway.cli_sessions import cmd_sessions, positive_days
-from gateway.cli_tasks import first, raise_first_failure, serve_web, stop_event, stop_run, task
+from gateway.cli_tasks import (
+    FORCED_CLEANUP,
+    first,
+    raise_first_failure,
+    serve_web,
+    stop_event,
+    stop_run,
+    task,
+)
 from gateway.cli_tools import cmd_tools, doctor_tools
 from gateway.cli_users import cmd_users
 from gateway.config import Settings, load_settings
+from gateway.console_jobs import ConsoleJobs
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.health import Health
 from gateway.ingest import Ingest
@@ -157,14 +165,17 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         use_console = args.console or not platforms
         senders: dict[str, Sender] = {p.name: p.sender() for p in platforms}
         sources: dict[str, FileSource] = {p.name: p.file_source() for p in platforms}
+        jobs = None
         if use_console:
             from adapters import console
 
             senders["console"] = console.ConsoleSender()
             sources["console"] = console.LocalFileSource()
+            # A console's replies must reach this terminal: its jobs go to a stream of
+            # its own, which takes over what an earlier run left unanswered.
+            jobs = ConsoleJobs(redis, console.SESSION_KEY)
         _banner(settings, platforms, use_console)
-        # A console's replies must reach this terminal: its jobs go to a stream of its own.
-        streams = {"console": store.Keys.jobs(f"console:{secrets.token_hex(4)}")}
+        streams = {"console": jobs.stream} if jobs is not None else {}
         ingest = Ingest(settings, redis, streams)
         stopping = shutdown.Shutdown(RUN_GRACE).install()
         stop = stopping.requested
@@ -176,10 +187,13 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         if http:
             app = create_app(redis, ingest, http, sorted(senders))
             tasks.append(task(serve_web(settings, app, stop)))
-        # What only brings work in (connections, the console) just closes on a stop.
+        # What only brings work in (connections) just closes on a stop; the console ends
+        # by itself, once the line it is sending is sent.
         readers = [task(_hold_connection(p, ingest, redis)) for p in platforms if not p.uses_http()]
-        if use_console:
-            readers.append(task(_console(ingest, worker.ready, stop)))
+        if jobs is not None:
+            tasks.append(task(_console(ingest, jobs, worker.ready, stop)))
+            readers.append(task(_once(worker.ready, jobs.keep_alive)))
+        owed = None
         try:
             await first(*tasks, *readers, task(stop.wait()), cancel=False)
         finally:
@@ -188,19 +202,33 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             finally:
                 for sender in senders.values():
                     await sender.aclose()
-                with contextlib.suppress(GatewayError, RedisError, OSError):
-                    await redis.delete(streams["console"])
+                if jobs is not None:
+                    owed = await jobs.end(within=FORCED_CLEANUP)
         raise_first_failure(results)
+    if owed is not None:
+        print(f"gateway: {owed}", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _console(ingest: Ingest, ready: asyncio.Event, stop: asyncio.Event) -> None:
-    """The console, once the worker reads its stream; its end of input ends the run."""
+async def _console(
+    ingest: Ingest, jobs: ConsoleJobs, ready: asyncio.Event, stop: asyncio.Event
+) -> None:
+    """The console, once the worker reads its stream (registered then: a start that
+    stalls the loop for seconds does not look like a run that is gone); its end of
+    input ends the run."""
     from adapters import console
 
-    await ready.wait()
-    await console.run(ingest)
+    await first(task(ready.wait()), task(stop.wait()))
+    if not stop.is_set():
+        await jobs.register()
+        await console.run(ingest, stop=stop, jobs=jobs)
     stop.set()
+
+
+async def _once(ready: asyncio.Event, then: Callable[[], Awaitable[None]]) -> None:
+    await ready.wait()
+    await then()
 
 
 async def _hold_connection(platform: Platform, ingest: Ingest, redis: aioredis.Redis) -> None:

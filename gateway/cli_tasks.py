@@ -81,21 +81,18 @@ async def stop_run(
     """Stop every part of a run: the worker and web finish what they hold (the worker
     for its grace), readers close. A second Ctrl-C (this task cancelled) cuts it short."""
     stopping.requested.set()
-    for reader in readers:
-        reader.cancel()
-    if not ready.is_set():
-        working.cancel()  # still starting (seconds of import): it holds nothing yet
     parts = [*tasks, *readers]
     try:
         if stopping.forced:
             raise asyncio.CancelledError  # it came before this stop began
-        await asyncio.wait(parts)
+        stopped = [task(shutdown.cancel_and_wait(readers))]
+        if not ready.is_set():  # still starting (seconds of import): it holds nothing yet
+            stopped.append(task(shutdown.cancel_and_wait([working])))
+        await asyncio.wait([*stopped, *tasks])
     except asyncio.CancelledError:
         # Their own clean-up (leases given up, the model processes stopped) takes
         # moments, and needs Redis still there; what is left is cancelled on exit.
-        for part in parts:
-            part.cancel()
-        await asyncio.wait(parts, timeout=FORCED_CLEANUP)
+        await shutdown.cancel_and_wait(parts, within=FORCED_CLEANUP)
         raise
     return [_outcome(part) for part in parts]
 

@@ -9,6 +9,11 @@
                                  embedded Redis are stopped); the command exits 130
     a third                   ─> the process exits there and then
 
+A stop cancels tasks, and a cancellation can be lost: Python 3.11's
+`asyncio.wait_for` (which redis-py awaits inside its commands) returns the result
+that arrived together with the cancel and drops the cancel. `cancel_and_wait`
+cancels again what is still running, so no stop waits on a task that went on.
+
 A Ctrl-C in a terminal reaches the whole foreground process group; the
 processes the gateway starts (the embedded Redis, the model processes) run in
 sessions of their own, so they are stopped by the gateway on its way out, not
@@ -21,10 +26,37 @@ import asyncio
 import logging
 import os
 import signal
+import time
+from collections.abc import Collection
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 FORCED_EXIT = 128 + signal.SIGINT  # what a shell reports for a process stopped by Ctrl-C
+RECANCEL_EVERY = 0.25  # seconds a cancelled task gets before it is cancelled again
+
+
+async def cancel_and_wait(
+    tasks: Collection[asyncio.Task[Any]], within: float | None = None
+) -> set[asyncio.Task[Any]]:
+    """Cancel `tasks` and wait until they end, cancelling again every RECANCEL_EVERY
+    seconds those that went on (their cancel was lost); the ones still running after
+    `within` seconds are returned, not waited for."""
+    running = set(tasks)
+    deadline = None if within is None else time.monotonic() + within
+    while running:
+        for task in running:
+            task.cancel()
+        wait = RECANCEL_EVERY
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                break
+        _, running = await asyncio.wait(running, timeout=wait)
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # seen here, as `gather(return_exceptions=True)` sees it
+    return running
 
 
 class Shutdown:

@@ -134,6 +134,17 @@ class Keys:
     def jobs(platform: str) -> str:
         return f"{PREFIX}:jobs:{platform}"
 
+    @staticmethod
+    def console_jobs(run: str) -> str:
+        """The job stream of one `gateway run --console` (its replies reach its terminal)."""
+        return Keys.jobs(f"console:{run}")
+
+    CONSOLE_JOBS_PREFIX = f"{PREFIX}:jobs:console:"
+    # The console runs' job streams, scored by when each run's life ends unless it
+    # renews it (ms, server clock; 0: ended with jobs left): where a run finds the
+    # jobs an interrupted or killed one left (gateway/console_jobs.py).
+    CONSOLES = f"{PREFIX}:consoles"
+
     # Every session, scored by its last activity (a message, a recorded turn, a job):
     # the listing, and where retention finds the idle ones.
     SESSIONS = f"{PREFIX}:sessions"

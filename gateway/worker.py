@@ -38,6 +38,7 @@ from gateway.models import Models
 from gateway.ports import FileSource, Sender
 from gateway.retention import DAY, Retention
 from gateway.session import SessionStore
+from gateway.shutdown import cancel_and_wait
 from gateway.store import Keys
 from gateway.turn import TurnRunner
 from gateway.usage import UsageLedger
@@ -157,9 +158,7 @@ class Worker:
         try:
             await stop.wait()
         finally:
-            for loop in loops:
-                loop.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            await cancel_and_wait(loops)
         await self.drain(timeout=grace)
 
     async def _approval_deadlines(self) -> None:
@@ -189,9 +188,7 @@ class Worker:
         """
         if self.tasks:
             _, pending = await asyncio.wait(set(self.tasks), timeout=timeout)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await cancel_and_wait(pending)
 
     async def _read_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

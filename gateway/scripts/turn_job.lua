@@ -2,8 +2,8 @@
 -- enqueue turns (ingest, enqueue_turn, decide): at most one live turn job per session.
 
 -- Whether a live turn job is queued for the session. A marker whose job is gone
--- (its stream was removed, as a console's is when its process exits) would block
--- every later turn: it is dropped, with the job it owed.
+-- (its stream was removed) would block every later turn: it is dropped, with the
+-- job it owed.
 local function turn_job_queued(queued, meta)
   local marker = redis.call('GET', queued)
   if not marker then return false end

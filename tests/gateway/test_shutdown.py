@@ -8,13 +8,14 @@ the test Redis, and the loopback model fake writing a slow reply.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -36,6 +37,7 @@ AT_ONCE = 2.0  # a second Ctrl-C: stopped within this many seconds
 START_TIMEOUT = 150.0  # a model process imports litellm: seconds on a busy machine
 FAILURE_WORDS = ("could not", "Sorry", "⚠️")
 SESSION = "console:local:console"
+OWED_EXIT = 1  # a run stopped before every message typed was answered
 
 
 class Lines:
@@ -178,10 +180,11 @@ def test_ctrl_c_while_a_reply_is_written_stops_in_seconds_and_the_next_run_answe
     first.say("hi")  # standard input stays open, as a terminal's does
     llm.wait_for_requests(1, timeout=START_TIMEOUT, model=MODEL)
     sent = first.ctrl_c()
-    assert first.stopped_within(sent, STOP_BOUND) == 0, first.err.text
+    assert first.stopped_within(sent, STOP_BOUND) == OWED_EXIT, first.err.text  # "hi" is owed
     out, err = first.out.closed(10), first.err.closed(10)
     assert not any(word in out for word in FAILURE_WORDS), out  # not told as a failure
     assert "Traceback" not in err, err
+    assert "stopped with 1 console reply owed" in err, err
     assert not alive(model_pid), "the model process outlived the gateway"
 
     llm.set_model_behaviour(MODEL, reply="hello again")
@@ -198,7 +201,7 @@ def test_ctrl_c_after_end_of_input_with_a_reply_owed_stops_in_seconds(
     run.say("hi", then_close=True)
     llm.wait_for_requests(1, timeout=START_TIMEOUT, model=MODEL)
     sent = run.ctrl_c()
-    assert run.stopped_within(sent, STOP_BOUND) == 0, run.err.text
+    assert run.stopped_within(sent, STOP_BOUND) == OWED_EXIT, run.err.text
     out = run.out.closed(10)
     assert not any(word in out for word in FAILURE_WORDS), out
 
@@ -216,6 +219,12 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path, llm: FakeLLM, run_in: lis
     assert not alive(model_pid), "the model process outlived the gateway"
     assert "Traceback" not in run.err.closed(10)
 
+    llm.set_model_behaviour(MODEL, reply="hello again")  # what it left, the next run writes
+    again = run_console(tmp_path, "and now?\n", timeout=120, **model_env(llm))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("bot: hello again"), again.stdout
+    answered_once(tmp_path, model_env(llm), ["hi", "and now?"])
+
 
 @pytest.mark.parametrize("typed", ["hi", "/reset"])
 def test_end_of_input_waits_only_for_what_this_run_owes(
@@ -227,3 +236,76 @@ def test_end_of_input_waits_only_for_what_this_run_owes(
     result = run_console(tmp_path, f"{typed}\n", timeout=120, **model_env(llm, REDIS_URL=redis_url))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("bot: "), result.stdout
+
+
+def embedded(tmp_path: Path) -> redis.Redis:
+    """A client of the embedded Redis a run in `tmp_path` started (while it runs)."""
+    return redis.Redis(unix_socket_path=str(tmp_path / ".gateway" / "redis.sock"))
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(0.05)
+
+
+def two_messages_while_the_first_reply_is_written(tmp_path: Path, llm: FakeLLM, run: Run) -> None:
+    """The first message streams slowly; the second waits behind it, in the inbox."""
+    run.say("one")
+    llm.wait_for_requests(1, timeout=START_TIMEOUT, model=MODEL)
+    run.say("two")
+    with embedded(tmp_path) as client:
+        wait_until(lambda: client.llen(Keys.inbox(SESSION)) == 1, 30, '"two" in the inbox')
+
+
+def answered_once(tmp_path: Path, env: dict[str, str], texts: list[str]) -> None:
+    """Each of `texts` is in the session's history once, and an answer comes after all."""
+    shown = subprocess.run(
+        gateway("sessions", "show", SESSION, "--json"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert shown.returncode == 0, shown.stderr
+    entries = json.loads(shown.stdout)
+    users = [entry["text"] for entry in entries if entry["role"] == "user"]
+    assert sorted(users) == sorted(texts), entries
+    assert entries[-1]["role"] == "assistant", entries
+
+
+def test_ctrl_c_with_two_messages_owed_stops_in_the_drain_time_and_the_next_run_answers_both(
+    tmp_path: Path, llm: FakeLLM, run_in: list[Run]
+) -> None:
+    writing_slowly(llm)
+    env = model_env(llm, GATEWAY_LEASE_TTL="2")
+    first = start(run_in, tmp_path, env)
+    two_messages_while_the_first_reply_is_written(tmp_path, llm, first)
+    sent = first.ctrl_c()
+    first.say("", then_close=True)  # and the end of input
+    assert first.stopped_within(sent, STOP_BOUND) == OWED_EXIT, first.err.text
+    assert "stopped with 2 console replies owed" in first.err.closed(10)
+
+    llm.set_model_behaviour(MODEL, reply="hello again")
+    again = run_console(tmp_path, "three\n", timeout=120, **env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("bot: hello again"), again.stdout
+    answered_once(tmp_path, env, ["one", "two", "three"])
+
+
+def test_a_run_killed_with_two_messages_owed_leaves_them_to_the_next_run(
+    tmp_path: Path, llm: FakeLLM, run_in: list[Run]
+) -> None:
+    writing_slowly(llm)
+    env = model_env(llm, GATEWAY_LEASE_TTL="2")
+    first = start(run_in, tmp_path, env)
+    two_messages_while_the_first_reply_is_written(tmp_path, llm, first)
+    first.kill()  # SIGKILL: nothing of it runs on the way out
+
+    llm.set_model_behaviour(MODEL, reply="hello again")
+    again = run_console(tmp_path, "three\n", timeout=120, **env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("bot: hello again"), again.stdout
+    answered_once(tmp_path, env, ["one", "two", "three"])
