@@ -39,7 +39,7 @@ from gateway.embedded_redis import EmbeddedRedis
 from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_shapes import JSON, last_user_text
-from tests.gateway.cli_runs import clean_env, gateway
+from tests.gateway.cli_runs import as_in_a_terminal, clean_env, gateway
 
 MODEL = "console-model"
 SESSION = "console:local:console"
@@ -89,6 +89,7 @@ class Console:
             cwd=workdir,
             env=env,
             start_new_session=True,
+            preexec_fn=as_in_a_terminal,
         )
         return cls(process)
 

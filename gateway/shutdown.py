@@ -76,7 +76,9 @@ class Shutdown:
     def install(self) -> Shutdown:
         """Take SIGINT, SIGTERM and SIGHUP over for the running task (the command's main one).
 
-        A SIGHUP that is ignored (`nohup`) stays ignored.
+        A signal that is ignored when the command starts stays ignored: SIGHUP under
+        `nohup`, SIGINT in a job a shell started in the background (`gateway run &`),
+        which a Ctrl-C in that terminal is not meant for.
         """
         loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()

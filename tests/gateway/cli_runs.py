@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,14 @@ def clean_env(**values: str) -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(values)
     return env
+
+
+def as_in_a_terminal() -> None:
+    """A `preexec_fn` for a run that is sent Ctrl-C: SIGINT as a terminal's foreground
+    job has it. A command a shell starts in the background (`cmd &`, as scripts and CI
+    runners do) inherits SIGINT ignored, and the gateway keeps an ignored signal
+    ignored, so the Ctrl-C would reach nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def gateway(*args: str) -> list[str]:

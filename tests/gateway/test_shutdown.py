@@ -25,7 +25,7 @@ import redis
 from gateway.embedded_redis import ServerRecord
 from gateway.store import Keys
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.cli_runs import clean_env, gateway, run_console
+from tests.gateway.cli_runs import as_in_a_terminal, clean_env, gateway, run_console
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -99,6 +99,7 @@ class Run:
             cwd=tmp_path,
             env=env,
             start_new_session=True,
+            preexec_fn=as_in_a_terminal,
         )
         assert self.process.stdout is not None and self.process.stderr is not None
         self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
