@@ -188,10 +188,7 @@ def test_ctrl_c_while_a_reply_is_written_stops_in_seconds_and_the_next_run_answe
     assert "stopped with 1 console reply owed" in err, err
     assert not alive(model_pid), "the model process outlived the gateway"
 
-    llm.set_model_behaviour(MODEL, reply="hello again")
-    again = run_console(tmp_path, "hi\n", timeout=120, **model_env(llm))
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("bot: hello again"), again.stdout
+    the_next_run_answers(tmp_path, llm, model_env(llm), "hi")
 
 
 def test_ctrl_c_after_end_of_input_with_a_reply_owed_stops_in_seconds(
@@ -220,10 +217,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path, llm: FakeLLM, run_in: lis
     assert not alive(model_pid), "the model process outlived the gateway"
     assert "Traceback" not in run.err.closed(10)
 
-    llm.set_model_behaviour(MODEL, reply="hello again")  # what it left, the next run writes
-    again = run_console(tmp_path, "and now?\n", timeout=120, **model_env(llm))
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("bot: hello again"), again.stdout
+    the_next_run_answers(tmp_path, llm, model_env(llm), "and now?")  # and what it left
     answered_once(tmp_path, model_env(llm), ["hi", "and now?"])
 
 
@@ -260,6 +254,15 @@ def two_messages_while_the_first_reply_is_written(tmp_path: Path, llm: FakeLLM, 
         wait_until(lambda: client.llen(Keys.inbox(SESSION)) == 1, 30, '"two" in the inbox')
 
 
+def the_next_run_answers(tmp_path: Path, llm: FakeLLM, env: dict[str, str], typed: str) -> None:
+    """A next run on the same data directory, sent `typed` and the end of input, answers
+    and exits 0."""
+    llm.set_model_behaviour(MODEL, reply="hello again")
+    again = run_console(tmp_path, f"{typed}\n", timeout=120, **env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("bot: hello again"), again.stdout
+
+
 def answered_once(tmp_path: Path, env: dict[str, str], texts: list[str]) -> None:
     """Each of `texts` is in the session's history once, and an answer comes after all."""
     shown = subprocess.run(
@@ -289,10 +292,7 @@ def test_ctrl_c_with_two_messages_owed_stops_in_the_drain_time_and_the_next_run_
     assert first.stopped_within(sent, STOP_BOUND) == OWED_EXIT, first.err.text
     assert "stopped with 2 console replies owed" in first.err.closed(10)
 
-    llm.set_model_behaviour(MODEL, reply="hello again")
-    again = run_console(tmp_path, "three\n", timeout=120, **env)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("bot: hello again"), again.stdout
+    the_next_run_answers(tmp_path, llm, env, "three")
     answered_once(tmp_path, env, ["one", "two", "three"])
 
 
@@ -305,8 +305,5 @@ def test_a_run_killed_with_two_messages_owed_leaves_them_to_the_next_run(
     two_messages_while_the_first_reply_is_written(tmp_path, llm, first)
     first.kill()  # SIGKILL: nothing of it runs on the way out
 
-    llm.set_model_behaviour(MODEL, reply="hello again")
-    again = run_console(tmp_path, "three\n", timeout=120, **env)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("bot: hello again"), again.stdout
+    the_next_run_answers(tmp_path, llm, env, "three")
     answered_once(tmp_path, env, ["one", "two", "three"])
