@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from gateway.ports import Platform
+from gateway.platform import Platform
 
 NAMES = ("slack", "telegram", "discord")
 

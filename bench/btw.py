@@ -29,10 +29,10 @@ from typing import Any
 
 from common import PLATFORM, BenchSender, RemoteFake, inbound, ms, start_redis, wait_redis
 
-from gateway.config import Settings
-from gateway.ingest import Ingest, Outcome
-from gateway.model import Address
-from gateway.store import connect
+from gateway.inbound.ingest import Ingest, Outcome
+from gateway.messages import Address
+from gateway.settings.env import Settings
+from gateway.state.keys import connect
 from gateway.worker import Worker
 
 QUESTION = re.compile(r"question (\d{3})")

@@ -22,9 +22,9 @@ import common  # noqa: F401  first: it puts the project and the fakes on sys.pat
 
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
-from gateway import embedded_redis, store
-from gateway.delivery import ReplyStream, SendBudget
-from gateway.model import Address
+from gateway.delivery.stream import ReplyStream, SendBudget
+from gateway.messages import Address
+from gateway.state import embedded_redis, keys
 from tests.fakes.telegram_api import FakeTelegram, running
 
 PRIVATE = Address(platform="telegram", workspace="123456", channel="42")
@@ -68,7 +68,7 @@ def report(fake: FakeTelegram, name: str, chat_id: int, elapsed: float, interval
 async def main(seconds: float, rate: float, private: float, group: float) -> None:
     data = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     embedded = embedded_redis.EmbeddedRedis(data)
-    redis = store.connect(embedded.start())
+    redis = keys.connect(embedded.start())
     try:
         async with running() as fake:
             sender = TelegramSender(

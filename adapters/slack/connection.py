@@ -23,7 +23,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from adapters.common import RENEW_INTERVAL
-from gateway.health import Health
+from gateway.state.health import Health
 
 log = logging.getLogger(__name__)
 

@@ -42,16 +42,16 @@ from adapters.slack.oauth import oauth_settings
 from adapters.slack.rotation import Rotation, rotating_store
 from adapters.slack.sender import SlackSender, platform_error
 from adapters.slack.workspaces import Workspaces
-from gateway.cipher import TokenCipher
 from gateway.errors import ConfigError, PlatformError
-from gateway.ports import Mode, Platform
+from gateway.platform import Mode, Platform
+from gateway.state.cipher import TokenCipher
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from gateway.config import Settings
-    from gateway.health import Health
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
+    from gateway.settings.env import Settings
+    from gateway.state.health import Health
 
 log = logging.getLogger(__name__)
 

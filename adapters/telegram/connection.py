@@ -26,11 +26,11 @@ from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, Tel
 from adapters.telegram.clicks import Clicks
 from adapters.telegram.sender import retry_after_seconds
 from gateway.errors import GatewayError, PlatformError
-from gateway.model import Inbound
+from gateway.messages import Inbound
 
 if TYPE_CHECKING:
-    from gateway.health import Health
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
+    from gateway.state.health import Health
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from typing import Any
 from redis.asyncio import Redis
 
 from adapters.discord import PLATFORM
-from gateway.config import Settings
-from gateway.health import Health, read_all
-from gateway.ingest import Ingest, Outcome
-from gateway.model import Inbound
+from gateway.inbound.ingest import Ingest, Outcome
+from gateway.messages import Inbound
+from gateway.settings.env import Settings
+from gateway.state.health import Health, read_all
 from tests.fakes.discord_api import FakeDiscord
 
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"

@@ -14,9 +14,9 @@ import httpx
 import redis.asyncio as aioredis
 
 from adapters.telegram import PLATFORM, TelegramPlatform
-from gateway.config import load_settings
-from gateway.ingest import Ingest
-from gateway.web import create_app
+from gateway.http.app import create_app
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
 from tests import processes
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram

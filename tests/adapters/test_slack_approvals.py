@@ -21,13 +21,13 @@ from redis.asyncio import Redis
 from adapters.slack import SlackPlatform
 from adapters.slack.connection import Backoff, Timing
 from adapters.slack.sender import SlackSender, web_client
-from gateway.approvals import Status
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
-from gateway.model import Address
-from gateway.store import Keys
-from gateway.web import create_app
+from gateway.approvals.store import Status
+from gateway.http.app import create_app
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
+from gateway.messages import Address
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     APP_TOKEN,
     BOT_TOKEN,

@@ -22,10 +22,10 @@ from redis.asyncio import Redis
 from adapters.slack import SlackPlatform
 from adapters.slack.app import NO_SESSION
 from adapters.slack.connection import Backoff, Timing
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import Ingest
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     APP_TOKEN,
     BOT_TOKEN,

@@ -21,13 +21,13 @@ import redis.asyncio as aioredis
 from adapters.telegram import PLATFORM, TelegramPlatform
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
-from gateway.approvals import Status
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
-from gateway.model import Address
-from gateway.store import Keys
-from gateway.web import create_app
+from gateway.approvals.store import Status
+from gateway.http.app import create_app
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
+from gateway.messages import Address
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running

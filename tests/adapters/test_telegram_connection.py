@@ -18,11 +18,11 @@ from adapters.telegram.clicks import Clicks
 from adapters.telegram.client import BotClient
 from adapters.telegram.connection import Poller
 from adapters.telegram.inbound import to_inbound
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import Ingest
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore
 from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running
 

@@ -12,10 +12,10 @@ import redis.asyncio as aioredis
 from adapters.telegram import PLATFORM
 from adapters.telegram.client import file_base_url
 from adapters.telegram.files import TelegramFileSource
-from gateway.config import load_settings
 from gateway.errors import DownloadFailed
 from gateway.media.download import Downloader
-from gateway.model import Attachment
+from gateway.messages import Attachment
+from gateway.settings.env import load_settings
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
 from tests.gateway.harness import start_workers, texts

@@ -12,11 +12,11 @@ import redis.asyncio as aioredis
 from starlette.applications import Starlette
 
 from adapters.telegram import PLATFORM, TelegramPlatform
-from gateway.config import load_settings
 from gateway.errors import ConfigError
-from gateway.http_limits import MAX_BODY
-from gateway.ingest import Ingest
-from gateway.session import SessionStore
+from gateway.http.limits import MAX_BODY
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state.session import SessionStore
 from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
 from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running

@@ -8,10 +8,10 @@ import time
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest, Outcome
-from gateway.model import Attachment, Inbound
-from gateway.session import SessionStore
-from gateway.store import GROUP, Keys
+from gateway.inbound.ingest import Ingest, Outcome
+from gateway.messages import Attachment, Inbound
+from gateway.state.keys import GROUP, Keys
+from gateway.state.session import SessionStore
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import start_workers, texts

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.compiler import SUMMARY_HEADER
-from gateway.compression import Compressor, Outcome
+from gateway.context.compiler import SUMMARY_HEADER
+from gateway.context.compression import Compressor, Outcome
+from gateway.context.segments import KEEP_MIN, plan_segment
 from gateway.models import Models
-from gateway.scoped import ScopedSettings
-from gateway.segments import KEEP_MIN, plan_segment
-from gateway.session import HistoryView
+from gateway.settings.scoped import ScopedSettings
+from gateway.state.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import (
     COMPRESSOR,

@@ -10,9 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.delivery import ReplyStream, SendBudget, deliver
+from gateway.delivery.stream import ReplyStream, SendBudget, deliver
 from gateway.errors import LeaseLost, PlatformError
-from gateway.model import Address
+from gateway.messages import Address
 from tests.gateway.recording_sender import RecordingSender
 
 ADDRESS = Address(platform="test", workspace="w", channel="c")

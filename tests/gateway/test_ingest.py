@@ -7,11 +7,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest, Outcome
-from gateway.jobs import JobQueue
-from gateway.model import Inbound, Speaker
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest, Outcome
+from gateway.messages import Inbound, Speaker
+from gateway.state.jobs import JobQueue
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore
 from tests.gateway.helpers import inbound, settings
 
 

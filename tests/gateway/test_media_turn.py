@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 from PIL import Image
 
-from gateway.delivery import SendBudget
-from gateway.model import Attachment
-from gateway.store import Keys
+from gateway.delivery.stream import SendBudget
+from gateway.messages import Attachment
+from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers, texts

@@ -8,9 +8,9 @@ import subprocess
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest, Outcome
-from gateway.pairing import ALPHABET, CODE_LENGTH, MAX_FAILURES, Pairing
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest, Outcome
+from gateway.inbound.pairing import ALPHABET, CODE_LENGTH, MAX_FAILURES, Pairing
+from gateway.state.keys import Keys
 from tests.gateway.cli_runs import clean_env, gateway
 from tests.gateway.helpers import inbound, settings
 

@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.ingest import Ingest, Outcome
+from gateway.inbound.ingest import Ingest, Outcome
 from gateway.metrics import SnapshotCollector, snapshot
-from gateway.store import Keys, connect
+from gateway.state.keys import Keys, connect
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound, settings

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.budgets import Budget
 from gateway.errors import ConfigError
-from gateway.scoped import ENVIRONMENT, ScopedSettings, parse_scope, scopes_of, validate
+from gateway.settings.scoped import ENVIRONMENT, ScopedSettings, parse_scope, scopes_of, validate
+from gateway.settings.values import Budget
 from tests.gateway.helpers import settings
 
 THREAD = "slack:T1:C1:1710000000.000100"

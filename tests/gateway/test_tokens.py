@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.config import Settings
+from gateway.context.tokens import DEFAULT_BUDGET, RequestShape, TokenCounter, token_budget
 from gateway.models import Models
-from gateway.session import HistoryView
-from gateway.tokens import DEFAULT_BUDGET, RequestShape, TokenCounter, token_budget
+from gateway.settings.env import Settings
+from gateway.state.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import MAIN, assistant_entry, make_settings, user_entry
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.transcript import PLACEHOLDER, render_transcript
+from gateway.context.transcript import PLACEHOLDER, render_transcript
 
 
 def user(text: Any, name: str | None = None, entry_id: str = "m") -> dict[str, Any]:
