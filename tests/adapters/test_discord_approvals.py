@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
 from redis.asyncio import Redis
 
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender
 from gateway.approvals.store import Status
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
 from gateway.messages import Address
 from gateway.state.keys import Keys
 from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway

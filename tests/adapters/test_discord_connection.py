@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from gateway.state.health import Health
-from gateway.inbound.ingest import Ingest, Outcome
 from redis.asyncio import Redis
 
 from adapters.discord.platform import INTENT_REFUSED, DiscordPlatform, shard_plan
 from gateway.errors import ConfigError, PlatformError
+from gateway.inbound.ingest import Ingest, Outcome
 from gateway.settings.env import Settings
+from gateway.state.health import Health
 from gateway.state.keys import Keys
 from tests.adapters.discord_helpers import (
     CHANNEL,
