@@ -69,7 +69,7 @@ class Address(_Frozen):
 
     @property
     def chat_key(self) -> str:
-        """The chat a send budget applies to (platforms rate-limit per chat)."""
+        """The chat a send pacing applies to (platforms rate-limit per chat)."""
         return f"{self.platform}:{self.workspace}:{self.channel}"
 
 

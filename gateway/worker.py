@@ -27,7 +27,7 @@ from gateway import tools
 from gateway.answers.side_jobs import Answers
 from gateway.approvals.store import ApprovalStore
 from gateway.approvals.waiting import Confirmations
-from gateway.delivery.stream import SendBudget
+from gateway.delivery.stream import SendPacing
 from gateway.errors import LeaseLost
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address
@@ -76,7 +76,7 @@ class Worker:
         self.models.meter = self.ledger.safely
         self.sessions = SessionStore(redis, streams)
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
-        self.budget = SendBudget(redis)
+        self.pacing = SendPacing(redis)
         self.metrics = Metrics(redis)
         self.tools = (
             tools.ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
@@ -90,7 +90,7 @@ class Worker:
             self.queue,
             self.models,
             self.senders,
-            self.budget,
+            self.pacing,
             self.metrics,
             self.tools,
             confirmations,
@@ -104,7 +104,7 @@ class Worker:
             self.turns,
             self.tools,
             self.senders,
-            self.budget,
+            self.pacing,
             self.metrics,
             self.ledger,
         )

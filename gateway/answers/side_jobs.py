@@ -18,7 +18,7 @@ from gateway.answers import config_command, side_question
 from gateway.answers.config_command import ConfigAsk
 from gateway.context.compiler import split_view
 from gateway.context.transcript import render_transcript
-from gateway.delivery.stream import SendBudget, deliver, finder
+from gateway.delivery.stream import SendPacing, deliver, finder
 from gateway.errors import ModelError, PlatformError
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address
@@ -48,13 +48,13 @@ class Answers:
         turns: TurnRunner,
         tools: tools.ToolServers | None,
         senders: Mapping[str, Sender],
-        budget: SendBudget,
+        pacing: SendPacing,
         metrics: Metrics,
         ledger: UsageLedger,
     ) -> None:
         self.settings, self.sessions, self.models, self.media = settings, sessions, models, media
         self.turns, self.tools, self.senders = turns, tools, senders
-        self.budget, self.metrics, self.ledger = budget, metrics, ledger
+        self.pacing, self.metrics, self.ledger = pacing, metrics, ledger
 
     async def side(self, job: Job) -> None:
         """A side question, answered from a read-only snapshot by a one-shot model call."""
@@ -143,7 +143,7 @@ class Answers:
         await self.send(Address.model_validate(job.payload["address"]), text, job)
 
     async def send(self, address: Address, text: str, job: Job | None = None) -> None:
-        """Post `text` through the chat's send budget; a platform that refuses is logged.
+        """Post `text` through the chat's send pacing; a platform that refuses is logged.
 
         A job's answer is posted under a key of its own (the job's id): where the
         platform makes a post idempotent it is not shown twice, and a re-run of the job
@@ -153,7 +153,7 @@ class Answers:
         key = None if job is None else f"{job.session_key}:{job.id}"
         find = None if job is None else finder(sender, job.deliveries > 1)
         try:
-            await deliver(sender, address, text, self.budget, key=key, find=find)
+            await deliver(sender, address, text, self.pacing, key=key, find=find)
         except PlatformError as exc:
             log.error("could not send to %s: %s", address.chat_key, exc)
             await self.metrics.count("errors", "delivery")

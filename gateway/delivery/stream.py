@@ -1,10 +1,10 @@
-"""Getting text onto a platform: streamed edits, continuations, and the per-chat send budget.
+"""Getting text onto a platform: streamed edits, continuations, and the per-chat send pacing.
 
 A reply streams as one message edited in place, no more often than the
 platform allows, and continues in further messages past the platform's
 length limit. When the platform says "wait" (RateLimited), intermediate edits
 are dropped and the latest text goes out after the wait: the final text is
-always delivered. Platforms that ban per chat get a budget shared by every
+always delivered. Platforms that ban per chat get a pace shared by every
 worker through Redis, so two workers cannot together exceed it.
 """
 
@@ -35,10 +35,10 @@ FINAL_ATTEMPTS = 30
 MAX_WAIT = 900.0
 
 
-# --- the shared send budget ------------------------------------------------------------------
+# --- the shared send pacing ------------------------------------------------------------------
 
 
-class SendBudget:
+class SendPacing:
     """Per-chat pacing shared by every worker: one Redis key per chat, its next free time."""
 
     def __init__(self, redis: Redis) -> None:
@@ -48,14 +48,14 @@ class SendBudget:
     async def acquire(self, chat_key: str, interval: float) -> float:
         """Take a send slot: 0 when granted, else the seconds to wait before asking again."""
         wait_ms = await self._acquire(
-            keys={"budget": Keys.budget(chat_key)}, args={"interval_ms": int(interval * 1000)}
+            keys={"pacing": Keys.pacing(chat_key)}, args={"interval_ms": int(interval * 1000)}
         )
         return int(wait_ms) / 1000.0
 
     async def ban(self, chat_key: str, seconds: float) -> None:
         """Nothing goes to this chat, from any worker, for `seconds`."""
         await self._ban(
-            keys={"budget": Keys.budget(chat_key)}, args={"wait_ms": int(seconds * 1000) + 1}
+            keys={"pacing": Keys.pacing(chat_key)}, args={"wait_ms": int(seconds * 1000) + 1}
         )
 
 
@@ -73,23 +73,23 @@ class Done(Generic[T]):
 class Channel:
     """One address on one platform, with its limits and pacing."""
 
-    def __init__(self, sender: Sender, address: Address, budget: SendBudget | None) -> None:
+    def __init__(self, sender: Sender, address: Address, pacing: SendPacing | None) -> None:
         self.sender = sender
         self.address = address
         self.limits: Limits = sender.limits(address)
-        self.budget = budget if self.limits.chat_interval is not None else None
+        self.pacing = pacing if self.limits.chat_interval is not None else None
         self.not_before = 0.0
 
     def split(self, text: str) -> list[str]:
         return split_markdown(text, self.limits.max_length, self.sender.measure)
 
     async def wait_turn(self, *, final: bool) -> bool:
-        """Wait (final) or decline (intermediate) while the platform or budget says wait."""
+        """Wait (final) or decline (intermediate) while the platform or pacing says wait."""
         while True:
             delay = self.not_before - time.monotonic()
-            if delay <= 0 and self.budget is not None:
+            if delay <= 0 and self.pacing is not None:
                 assert self.limits.chat_interval is not None
-                delay = await self.budget.acquire(self.address.chat_key, self.limits.chat_interval)
+                delay = await self.pacing.acquire(self.address.chat_key, self.limits.chat_interval)
             if delay <= 0:
                 return True
             if not final:
@@ -112,15 +112,15 @@ class Channel:
     async def rate_limited(self, retry_after: float) -> None:
         log.warning("rate limited in %s: waiting %.1fs", self.address.chat_key, retry_after)
         self.not_before = time.monotonic() + retry_after
-        if self.budget is not None:
-            await self.budget.ban(self.address.chat_key, retry_after)
+        if self.pacing is not None:
+            await self.pacing.ban(self.address.chat_key, retry_after)
 
 
 async def deliver(
     sender: Sender,
     address: Address,
     text: str,
-    budget: SendBudget | None = None,
+    pacing: SendPacing | None = None,
     *,
     key: str | None = None,
     find: Find | None = None,
@@ -131,7 +131,7 @@ async def deliver(
     `post_key` does); `find` (a re-run's, where the sender can find its posts) is asked
     for each piece first, and a piece its predecessor posted is not posted again.
     """
-    channel = Channel(sender, address, budget)
+    channel = Channel(sender, address, pacing)
     ids: list[str] = []
     for index, piece in enumerate(channel.split(text)):
         piece_key = None if key is None else f"{key}:{index}"
@@ -192,7 +192,7 @@ class ReplyStream:
         sender: Sender,
         address: Address,
         *,
-        budget: SendBudget | None,
+        pacing: SendPacing | None,
         known_ids: list[str],
         on_ids: Callable[[list[str]], Awaitable[None]],
         on_flush: Callable[[str], Awaitable[None]] | None = None,
@@ -200,7 +200,7 @@ class ReplyStream:
         post_key: str | None = None,
         find: Find | None = None,
     ) -> None:
-        self.channel = Channel(sender, address, budget)
+        self.channel = Channel(sender, address, pacing)
         self.post_key, self._find = post_key, find
         self.sender, self.address = sender, address
         self.ids = list(known_ids)

@@ -194,7 +194,9 @@ class Keys:
         return f"{PREFIX}:spend:{scope}:{ident}:{period}"
 
     @staticmethod
-    def budget(chat_key: str) -> str:
+    def pacing(chat_key: str) -> str:
+        """A chat's send pacing: its next free send time. The key keeps its first name
+        (`budget`), so a running chat's pause is not dropped by an upgrade."""
         return f"{PREFIX}:budget:{chat_key}"
 
     @staticmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.delivery.stream import ReplyStream, SendBudget, finder
+from gateway.delivery.stream import ReplyStream, SendPacing, finder
 from gateway.errors import BudgetExceeded, ModelError, ModelStalled, PlatformError
 from gateway.messages import Address
 from gateway.metrics import Metrics
@@ -22,8 +22,8 @@ EMPTY_REPLY = "_(the model returned an empty answer)_"
 class Replies:
     """Opens turns' reply streams and posts their final texts."""
 
-    def __init__(self, sessions: SessionStore, budget: SendBudget, metrics: Metrics) -> None:
-        self.sessions, self.budget, self.metrics = sessions, budget, metrics
+    def __init__(self, sessions: SessionStore, pacing: SendPacing, metrics: Metrics) -> None:
+        self.sessions, self.pacing, self.metrics = sessions, pacing, metrics
 
     def open(
         self,
@@ -48,7 +48,7 @@ class Replies:
         stream = ReplyStream(
             sender,
             address,
-            budget=self.budget,
+            pacing=self.pacing,
             known_ids=list(claim.ids_for(user_entry_id)),
             on_ids=store_ids,
             on_flush=show_live,

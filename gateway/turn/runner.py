@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from gateway.approvals.waiting import Asker, Confirmations
 from gateway.context.compiler import TurnContext
 from gateway.context.compression import Compressor
-from gateway.delivery.stream import ReplyStream, SendBudget, deliver, finder
+from gateway.delivery.stream import ReplyStream, SendPacing, deliver, finder
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address
@@ -59,7 +59,7 @@ class TurnRunner:
         queue: JobQueue,
         models: Models,
         senders: dict[str, Sender],
-        budget: SendBudget,
+        pacing: SendPacing,
         metrics: Metrics,
         tools: ToolServers | None = None,
         confirmations: Confirmations | None = None,
@@ -72,7 +72,7 @@ class TurnRunner:
         self.generation = Generation(settings, models, self.chains)
         self.early = EarlyStarts(self.preparer, self.chains, self.generation.pieces)
         self.claims = Claims(sessions, settings.lease_ttl, self.early)
-        self.replies = Replies(sessions, budget, metrics)
+        self.replies = Replies(sessions, pacing, metrics)
         self.tools = tools
         self.scoped = ScopedSettings(sessions.redis, settings)
         self.caps = Budgets.priced(sessions.redis, settings)
@@ -150,7 +150,7 @@ class TurnRunner:
         unanswered = view.entries[max(0, claim.answered - view.start) :]
         context, notices = await self.preparer.with_media(context, unanswered)
         told = f"{key}:{user.get('id') or ''}:notice"  # the same on a re-run, found there
-        await _tell(sender, address, notices, self.replies.budget, told, claim.rerun)
+        await _tell(sender, address, notices, self.replies.pacing, told, claim.rerun)
         stream = self.replies.open(
             key,
             turn.lease.token,
@@ -228,7 +228,7 @@ class TurnRunner:
         hold = await caps.hold_call(charge, prepared.model, messages, self.max_output)
         if hold.warning:
             told = f"{key}:{user.get('id') or ''}:budget"
-            await _tell(sender, address, (f"⚠️ {hold.warning}",), self.replies.budget, told)
+            await _tell(sender, address, (f"⚠️ {hold.warning}",), self.replies.pacing, told)
         return hold
 
     async def _wait_for_approval(self, turn: Turn, stream: ReplyStream) -> None:
@@ -293,7 +293,7 @@ async def _tell(
     sender: Sender,
     address: Address,
     notices: tuple[str, ...],
-    budget: SendBudget,
+    pacing: SendPacing,
     key: str,
     rerun: bool = False,
 ) -> None:
@@ -305,7 +305,7 @@ async def _tell(
         return
     try:
         text = "\n".join(notices)
-        await deliver(sender, address, text, budget, key=key, find=finder(sender, rerun))
+        await deliver(sender, address, text, pacing, key=key, find=finder(sender, rerun))
     except PlatformError as exc:
         log.warning("%s: the notice about its files was not sent (%s)", address.chat_key, exc)
 
