@@ -72,7 +72,7 @@ class Answers:
         transcript = render_transcript(
             [*entries, *inbox],
             message_cap=self.settings.side_message_cap,
-            budget=self.settings.side_transcript_budget,
+            max_chars=self.settings.side_transcript_budget,
             live_reply=live,
             summary=str(segment.get("summary", "")) if segment is not None else None,
             media=media,

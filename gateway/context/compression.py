@@ -1,6 +1,6 @@
 """Long conversations: planning and writing summarised segments.
 
-When a session's compiled view passes its budget, the oldest part of it (all
+When a session's compiled view passes its allowance, the oldest part of it (all
 but the newest entries, which stay verbatim) is summarised by the compression
 model into a *segment*: the ids and positions of its first and last entries,
 the summary, when and by which model. Segments are contiguous and never
@@ -17,7 +17,7 @@ One Redis lock per session (`SET NX PX` with a token) keeps two workers from
 compressing the same session at once; the segment is written only while the
 lock is still ours and the session was not reset meanwhile.
 
-Whether a request fits its budget is `gateway.context.tokens`' to tell; which range a
+Whether a request fits its allowance is `gateway.context.tokens`' to tell; which range a
 segment covers is `gateway.context.segments`'; what the summariser is asked (and the
 fallback's text) is `gateway.context.summary`'s.
 """
@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 
 from gateway.context.segments import Plan, Segment, plan_segment
 from gateway.context.summary import fallback_summary, summary_request
-from gateway.context.tokens import RequestShape, TokenCounter, token_budget, window_share
+from gateway.context.tokens import RequestShape, TokenCounter, token_allowance, window_share
 from gateway.errors import ModelError
 from gateway.models import Charge, ModelCall, Models
 from gateway.settings.env import Settings
@@ -47,7 +47,7 @@ from gateway.state.session import Entry, HistoryView, SessionStore
 
 log = logging.getLogger(__name__)
 
-THRESHOLD_SHARE = 0.8  # after a turn, compress once the view passes this share of the budget
+THRESHOLD_SHARE = 0.8  # after a turn, compress past this share of the allowance
 SUMMARY_MAX_TOKENS = 1024
 MAX_ROUNDS = 8  # compressions in a row before a turn goes ahead anyway
 LOCK_WAIT = 30.0  # seconds a turn waits for another worker's compression
@@ -93,16 +93,16 @@ class Compressor:
         return self._warm
 
     @property
-    def budget(self) -> int:
-        return token_budget(self.settings, self.models)
+    def allowance(self) -> int:
+        return token_allowance(self.settings, self.models)
 
     @property
     def threshold(self) -> int:
-        return int(self.budget * THRESHOLD_SHARE)
+        return int(self.allowance * THRESHOLD_SHARE)
 
     @property
     def summary_tokens(self) -> int:
-        return max(64, min(SUMMARY_MAX_TOKENS, self.budget // 4))
+        return max(64, min(SUMMARY_MAX_TOKENS, self.allowance // 4))
 
     @property
     def transcript_chars(self) -> int:
@@ -137,10 +137,10 @@ class Compressor:
         group: bool,
         reminder: str | None,
         limit: int,
-        budget: int | None = None,
+        allowance: int | None = None,
         system_prompt: str | None = None,
     ) -> int:
-        """Before a turn: compress until the request fits the budget (the session's, by
+        """Before a turn: compress until the request fits the allowance (the session's, by
         scope, when given) or nothing is left.
 
         Waits for another worker's compression of the session rather than
@@ -152,7 +152,7 @@ class Compressor:
             view = await self.sessions.view(session_key)
             prompt = system_prompt or self.settings.system_prompt
             shape = RequestShape(prompt, view, group, reminder)
-            if await self.within(budget or self.budget, shape):
+            if await self.within(allowance or self.allowance, shape):
                 break
             outcome = await self.compress(session_key, limit)
             if outcome is Outcome.BUSY:
@@ -285,18 +285,18 @@ class Compressor:
         group: bool,
         entry: Entry | None,
         changed: Callable[[str], None],
-        budget: int | None = None,
+        allowance: int | None = None,
         system_prompt: str | None = None,
     ) -> None:
         """After a recorded turn (`view` and its reply `entry`): compress off the hot path
-        once the history passed the threshold (of `budget` and the `system_prompt`, the
+        once the history passed the threshold (of `allowance` and the `system_prompt`, the
         session's by scope, when given).
 
         `changed(session_key)` is called when the session's view may have moved since
         (a segment was written, or the compression failed part way).
         """
         extra = [entry] if entry is not None else []
-        threshold = int(budget * THRESHOLD_SHARE) if budget else self.threshold
+        threshold = int(allowance * THRESHOLD_SHARE) if allowance else self.threshold
         prompt = system_prompt or self.settings.system_prompt
         shape = RequestShape(prompt, view, group, extra=extra)
         if self.known_within(threshold, shape):

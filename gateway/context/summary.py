@@ -22,14 +22,14 @@ grouped by topic, in the conversation's language."""
 
 
 def summary_request(
-    previous: dict[str, Any] | None, entries: Sequence[Entry], budget: int = 48_000
+    previous: dict[str, Any] | None, entries: Sequence[Entry], max_chars: int = 48_000
 ) -> list[dict[str, str]]:
     """The summariser's messages: the instructions, the summary so far, the new part.
 
-    The transcript keeps within `budget` characters (its newest part, with a
+    The transcript keeps within `max_chars` characters (its newest part, with a
     marker for what was left out), so the request fits the summariser.
     """
-    transcript = render_transcript(entries, message_cap=4000, budget=budget)
+    transcript = render_transcript(entries, message_cap=4000, max_chars=max_chars)
     earlier = str(previous.get("summary", "")).strip() if previous else ""
     body = (
         f"Summary so far:\n{earlier or '(none: this is the start of the conversation)'}\n\n"

@@ -1,4 +1,5 @@
-"""Token counting: the budget, and whether a request fits it.
+"""Token counting: the token allowance (the history tokens a request may carry:
+GATEWAY_TOKEN_BUDGET, or a share of the model's window), and whether a request fits it.
 
 A request is counted from its `RequestShape`: the system prompt, the history
 view (its newest summary and the entries after it), whether the conversation
@@ -22,22 +23,22 @@ from gateway.models.providers import base_model
 from gateway.settings.env import Settings
 from gateway.state.session import Entry, HistoryView
 
-DEFAULT_BUDGET = 16_000  # tokens, for a model litellm has no window for
+DEFAULT_ALLOWANCE = 16_000  # tokens, for a model litellm has no window for
 WINDOW_SHARE = 0.6  # of the model's input window, when GATEWAY_TOKEN_BUDGET is unset
 FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
 
 
-def token_budget(settings: Settings, models: Models) -> int:
-    """GATEWAY_TOKEN_BUDGET, else 60% of the model's input window, else DEFAULT_BUDGET."""
+def token_allowance(settings: Settings, models: Models) -> int:
+    """GATEWAY_TOKEN_BUDGET, else 60% of the model's input window, else DEFAULT_ALLOWANCE."""
     if settings.token_budget:
         return settings.token_budget
     return window_share(models, settings.model)
 
 
 def window_share(models: Models, model: str) -> int:
-    """60% of `model`'s input window, or DEFAULT_BUDGET when litellm does not know it."""
+    """60% of `model`'s input window, or DEFAULT_ALLOWANCE when litellm does not know it."""
     window = models.known_window(model)
-    return int(window * WINDOW_SHARE) if window else DEFAULT_BUDGET
+    return int(window * WINDOW_SHARE) if window else DEFAULT_ALLOWANCE
 
 
 @dataclass(frozen=True, slots=True)

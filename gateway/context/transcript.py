@@ -12,7 +12,7 @@ assistant tool-call entry would trip a request that declares no tools):
     ASSISTANT: The deploy finished in 41 seconds.
     ASSISTANT (still writing, in progress): Looking at the
 
-Each message is capped and the whole kept within a budget, newest first. One
+Each message is capped and the whole kept within `max_chars` characters, newest first. One
 escaping for every part: a message's continuation lines are indented and a
 name (a speaker's, a tool's) is kept on one line, so no text can forge a line
 of its own. `/btw` passes the summary and the reply still being written; the
@@ -29,7 +29,7 @@ from gateway.media.items import MediaItem
 PLACEHOLDER: Final = "(no earlier conversation)"
 CUT: Final = "…"
 SUMMARY_LABEL: Final = "EARLIER CONVERSATION (summary)"
-SUMMARY_SHARE: Final = 0.5  # of the budget, at most, for the summary
+SUMMARY_SHARE: Final = 0.5  # of `max_chars`, at most, for the summary
 
 # Text-bearing content blocks across the chat and Responses API shapes.
 _TEXT_BLOCKS: Final = frozenset({"text", "input_text", "output_text"})
@@ -42,7 +42,7 @@ def render_transcript(
     entries: Iterable[object] | None,
     *,
     message_cap: int = 2000,
-    budget: int = 24000,
+    max_chars: int = 24000,
     live_reply: str | None = None,
     summary: str | None = None,
     media: Mapping[str, Mapping[int, MediaItem]] | None = None,
@@ -51,10 +51,10 @@ def render_transcript(
 
     System messages are skipped and malformed entries ignored. Each message is
     capped at `message_cap` characters; the oldest messages are dropped until the
-    whole fits `budget`, behind a marker line saying how many were left out. A
+    whole fits `max_chars`, behind a marker line saying how many were left out. A
     non-empty `live_reply` (the reply still being streamed) is always kept, last.
     A non-empty `summary` (of the conversation before `entries`) always opens it,
-    cut to at most half the budget, so it never crowds out the newest messages.
+    cut to at most half of `max_chars`, so it never crowds out the newest messages.
     `media` (the session's processed attachments, by entry id and index) shows an
     image by name, a voice message by its transcript, a document by name.
     """
@@ -65,15 +65,15 @@ def render_transcript(
         else None
     )
     earlier = (
-        _clip(f"{SUMMARY_LABEL}: {_indented(summary.strip())}", int(budget * SUMMARY_SHARE))
+        _clip(f"{SUMMARY_LABEL}: {_indented(summary.strip())}", int(max_chars * SUMMARY_SHARE))
         if summary and summary.strip()
         else None
     )
     if not blocks and live is None and earlier is None:
         return PLACEHOLDER
     if earlier is None:
-        return _fit(blocks, live, budget)
-    rest = _fit(blocks, live, max(0, budget - len(earlier) - 1))
+        return _fit(blocks, live, max_chars)
+    rest = _fit(blocks, live, max(0, max_chars - len(earlier) - 1))
     return f"{earlier}\n{rest}" if rest else earlier
 
 
@@ -227,7 +227,7 @@ def _clip(text: str, limit: int) -> str:
     return text[: max(0, limit - len(CUT))] + CUT
 
 
-# -- fitting the budget -----------------------------------------------------------
+# -- fitting within max_chars -------------------------------------------------------
 
 
 def _omitted(count: int) -> str:
@@ -235,15 +235,15 @@ def _omitted(count: int) -> str:
     return f"[... {count} earlier {noun} omitted ...]"
 
 
-def _fit(blocks: list[str], live: str | None, budget: int) -> str:
-    """The newest blocks (and the live reply) that fit `budget`, with a marker if any were cut."""
+def _fit(blocks: list[str], live: str | None, max_chars: int) -> str:
+    """The newest blocks (and the live reply) that fit `max_chars`, marked if any were cut."""
     tail = [live] if live is not None else []
     whole = "\n".join(blocks + tail)
-    if len(whole) <= budget:
+    if len(whole) <= max_chars:
         return whole
     # Reserve the longest marker this many blocks could need, so adding it never
-    # pushes the result over the budget.
-    room = max(0, budget - len(_omitted(len(blocks))) - 1)
+    # pushes the result over `max_chars`.
+    room = max(0, max_chars - len(_omitted(len(blocks))) - 1)
     if tail:
         tail[0] = _clip(tail[0], room)
         room = max(0, room - len(tail[0]) - 1)

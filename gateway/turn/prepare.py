@@ -24,14 +24,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class PreparedTurn:
     """A turn's compiled request, the model it goes to, the tokens of history it may
-    carry (`budget`), and what it was compiled from."""
+    carry (`allowance`), and what it was compiled from."""
 
     compiler: MessageCompiler
     context: TurnContext
     request: CompiledRequest
     view: HistoryView
     model: str
-    budget: int
+    allowance: int
 
     def in_full(self) -> PreparedTurn:
         """The same turn compiled without its cursor (for a provider that lost the chain)."""
@@ -93,28 +93,28 @@ class Preparer:
         model = settings.model if settings else self.settings.model
         compiler = MessageCompiler(context.session_key, prompt)
         request = compiler.compile(context)
-        return PreparedTurn(compiler, context, request, view, model, self.budget(settings))
+        return PreparedTurn(compiler, context, request, view, model, self.allowance(settings))
 
     @property
     def ready(self) -> bool:
         """Whether the tokenizer is loaded, so a request can be measured without waiting."""
         return self.compressor.warmed
 
-    def budget(self, settings: Effective | None = None) -> int:
-        """Tokens of history a turn may send: the session's token budget, else the
+    def allowance(self, settings: Effective | None = None) -> int:
+        """Tokens of history a turn may send: the session's token allowance, else the
         environment's, else a share of its model's window."""
         if settings is None or settings.model == self.settings.model:
             found = settings.token_budget if settings else None
-            return found or self.compressor.budget
+            return found or self.compressor.allowance
         return settings.token_budget or window_share(self.compressor.models, settings.model)
 
     def known_over_budget(self, prepared: PreparedTurn) -> bool:
         """Whether the turn is known, without counting anything new, to need compressing."""
-        return self.compressor.known_within(prepared.budget, self._shape(prepared)) is False
+        return self.compressor.known_within(prepared.allowance, self._shape(prepared)) is False
 
     async def fits(self, prepared: PreparedTurn) -> bool:
         await self.compressor.warm()
-        return await self.compressor.within(prepared.budget, self._shape(prepared))
+        return await self.compressor.within(prepared.allowance, self._shape(prepared))
 
     async def compressed(
         self,
@@ -125,16 +125,16 @@ class Preparer:
     ) -> PreparedTurn:
         """Compress the session (up to entry `limit`) until it fits, and compile again."""
         view, group = prepared.view, prepared.context.group
-        reminder, budget = prepared.request.reminder, prepared.budget
+        reminder, allowance = prepared.request.reminder, prepared.allowance
         log.info(
-            "%s is over its budget (%d > %d tokens); compressing first",
+            "%s is over its allowance (%d > %d tokens); compressing first",
             key,
             await self.compressor.tokens(view, group, reminder),
-            budget,
+            allowance,
         )
         # Reload even when this worker wrote nothing: another one may have compressed.
         await self.compressor.fit(
-            key, group, reminder, limit, budget, prepared.compiler.system_prompt
+            key, group, reminder, limit, allowance, prepared.compiler.system_prompt
         )
         view = await self.sessions.view(key)
         context = replace(

@@ -282,9 +282,9 @@ class TurnRunner:
         else:  # tool steps were recorded: the view misses them, nothing to start from
             self.early.forget(key)
         if recorded:
-            prompt, budget = prepared.compiler.system_prompt, prepared.budget
+            prompt, allowance = prepared.compiler.system_prompt, prepared.allowance
             self.compressor.schedule(
-                key, prepared.view, group, entry, self.early.forget, budget, prompt
+                key, prepared.view, group, entry, self.early.forget, allowance, prompt
             )
         return _outcome(result, recorded)
 
