@@ -29,7 +29,7 @@ from typing import Any
 
 from common import PLATFORM, BenchSender, RemoteFake, inbound, ms, start_redis, wait_redis
 
-from gateway.inbound.ingest import Ingest, Outcome
+from gateway.inbound.ingest import Ingest, Receipt
 from gateway.messages import Address
 from gateway.settings.env import Settings
 from gateway.state.keys import connect
@@ -134,7 +134,7 @@ class Bench:
             await asyncio.sleep(0.01)
             self.loop_lags.append(time.monotonic() - started - 0.01)
 
-    async def _say(self, channel: str, text: str) -> Outcome:
+    async def _say(self, channel: str, text: str) -> Receipt:
         return await self.ingest.receive(inbound(channel, text, next(self.numbers)))
 
     async def _keep_streaming(self, channels: list[str]) -> None:

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import inbound, percentile  # noqa: E402
-from gateway.inbound.ingest import Ingest, Outcome  # noqa: E402
+from gateway.inbound.ingest import Ingest, Receipt  # noqa: E402
 from gateway.settings.env import Settings  # noqa: E402
 from gateway.state.embedded_redis import FSYNC_POLICIES, EmbeddedRedis  # noqa: E402
 from gateway.state.keys import connect  # noqa: E402
@@ -83,7 +83,7 @@ async def one_at_a_time(ingest: Ingest, policy: str, count: int, tag: str) -> li
         started = time.perf_counter()
         outcome = await ingest.receive(message)
         latencies.append(time.perf_counter() - started)
-        assert outcome is Outcome.QUEUED, outcome
+        assert outcome is Receipt.QUEUED, outcome
     return latencies
 
 
@@ -94,7 +94,7 @@ async def in_flight(ingest: Ingest, policy: str, count: int, width: int) -> floa
     async def sender() -> None:
         for number in numbers:
             message = inbound(f"{policy}-par-{number}", "a message to keep", number)
-            assert await ingest.receive(message) is Outcome.QUEUED
+            assert await ingest.receive(message) is Receipt.QUEUED
 
     started = time.perf_counter()
     await asyncio.gather(*(sender() for _ in range(width)))

@@ -53,7 +53,7 @@ MAX_ROUNDS = 8  # compressions in a row before a turn goes ahead anyway
 LOCK_WAIT = 30.0  # seconds a turn waits for another worker's compression
 
 
-class Outcome(StrEnum):
+class CompressionResult(StrEnum):
     """What one compression attempt did."""
 
     SUMMARISED = "summarised"
@@ -155,13 +155,13 @@ class Compressor:
             if await self.within(allowance or self.allowance, shape):
                 break
             outcome = await self.compress(session_key, limit)
-            if outcome is Outcome.BUSY:
+            if outcome is CompressionResult.BUSY:
                 if time.monotonic() > deadline:
                     log.warning("gave up waiting for the compression of %s", session_key)
                     break
                 await asyncio.sleep(0.05)
                 continue
-            if outcome not in (Outcome.SUMMARISED, Outcome.FALLBACK):
+            if outcome not in (CompressionResult.SUMMARISED, CompressionResult.FALLBACK):
                 break
             written += 1
         return written
@@ -186,27 +186,27 @@ class Compressor:
                 break
             answered = int(view.meta.get("answered") or 0)
             outcome = await self.compress(session_key, answered)
-            if outcome not in (Outcome.SUMMARISED, Outcome.FALLBACK):
+            if outcome not in (CompressionResult.SUMMARISED, CompressionResult.FALLBACK):
                 break
             written += 1
         return written
 
-    async def compress(self, session_key: str, limit: int) -> Outcome:
+    async def compress(self, session_key: str, limit: int) -> CompressionResult:
         """One segment, under the session's lock, planned from the state read under it."""
         lock = Lease(self.redis, Keys.compressing(session_key), self.settings.lease_ttl)
         if not await lock.acquire():
-            return Outcome.BUSY
+            return CompressionResult.BUSY
         async with lock.kept():  # renewed while the summariser works; freed if this worker dies
             view = await self.sessions.view(session_key)
             plan = plan_segment(view, limit)
             if plan is None:
-                return Outcome.NOTHING
+                return CompressionResult.NOTHING
             segment = await self._segment(session_key, plan)
             epoch = view.meta.get("epoch", "0")
             if not await self._write(session_key, lock.token, epoch, plan, segment):
                 log.info("compression of %s discarded: the session changed", session_key)
-                return Outcome.LOST
-            return Outcome.FALLBACK if segment.fallback else Outcome.SUMMARISED
+                return CompressionResult.LOST
+            return CompressionResult.FALLBACK if segment.fallback else CompressionResult.SUMMARISED
 
     async def _segment(self, session_key: str, plan: Plan) -> Segment:
         entries = plan.entries

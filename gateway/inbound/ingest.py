@@ -48,7 +48,9 @@ NOT_YOURS_TEXT = "Only the person who asked can approve or decline this."
 CLOSED_TEXT = "This request is no longer open."
 
 
-class Outcome(StrEnum):
+class Receipt(StrEnum):
+    """What became of one inbound message: queued for a turn, a command answered...."""
+
     QUEUED = "queued"
     DUPLICATE = "duplicate"
     IGNORED = "ignored"
@@ -77,18 +79,18 @@ class Ingest:
         self.metrics = Metrics(redis)
         self.pairing = Pairing(redis)
 
-    async def receive(self, inbound: Inbound) -> Outcome:
+    async def receive(self, inbound: Inbound) -> Receipt:
         if inbound.speaker.is_bot:
-            return Outcome.IGNORED
+            return Receipt.IGNORED
         inbound = inbound.model_copy(update={"text": clean_text(inbound.text)})
         command = commands.parse(inbound.text)
         if not await self._addressed(inbound):
-            return Outcome.IGNORED
+            return Receipt.IGNORED
         allowed = self.allowed(inbound) or await self._paired(inbound.platform, inbound.user_key)
         if command is None and allowed:
             return await self._message(inbound)  # dedupes inside its one atomic step
         if not await self.sessions.first_delivery(inbound):
-            return Outcome.DUPLICATE
+            return Receipt.DUPLICATE
         if not allowed:
             return await self._refuse(inbound)
         assert command is not None
@@ -162,7 +164,7 @@ class Ingest:
         gathering = await self.redis.get(Keys.album(inbound.session_key))
         return bool(gathering) and gathering == inbound.media_group
 
-    async def _refuse(self, inbound: Inbound) -> Outcome:
+    async def _refuse(self, inbound: Inbound) -> Receipt:
         first = await self.redis.set(
             Keys.refused(inbound.user_key), "1", nx=True, ex=REFUSAL_WINDOW
         )
@@ -171,7 +173,7 @@ class Ingest:
         if first or inbound.reply.token is not None:
             await self._notice(inbound, inbound.reply, await self._refusal_text(inbound))
         log.info("refused %s in %s", inbound.user_key, inbound.session_key)
-        return Outcome.REFUSED
+        return Receipt.REFUSED
 
     async def _refusal_text(self, inbound: Inbound) -> str:
         if self.settings.pairing and inbound.platform in PAIRING_PLATFORMS:
@@ -188,12 +190,12 @@ class Ingest:
             f"`{inbound.user_key}` to GATEWAY_ALLOWED_USERS."
         )
 
-    async def _message(self, inbound: Inbound) -> Outcome:
+    async def _message(self, inbound: Inbound) -> Receipt:
         if not inbound.text.strip() and not inbound.attachments:
             await self._notice_once(
                 inbound, "I got an empty message: write your question and I will answer."
             )
-            return Outcome.IGNORED
+            return Receipt.IGNORED
         limit = self.settings.max_message_chars
         if len(inbound.text) > limit:
             await self._notice_once(
@@ -202,11 +204,11 @@ class Ingest:
                 f"({len(inbound.text):,} characters; the limit is {limit:,}). "
                 "Please shorten it or send it in parts.",
             )
-            return Outcome.IGNORED
+            return Receipt.IGNORED
         if await self._over_rate(inbound, inbound.reply):
-            return Outcome.LIMITED
+            return Receipt.LIMITED
         fresh, _ = await self.sessions.append_user(inbound, self.settings.album_wait)
-        return Outcome.QUEUED if fresh else Outcome.DUPLICATE
+        return Receipt.QUEUED if fresh else Receipt.DUPLICATE
 
     async def _over_rate(self, inbound: Inbound, address: Address, seen: bool = False) -> bool:
         """Take a token for the message; when over a limit, mark its event seen (a retry
@@ -233,7 +235,7 @@ class Ingest:
         if await self.sessions.first_delivery(inbound):
             await self._notice(inbound, inbound.reply, text)
 
-    async def _command(self, inbound: Inbound, command: Command) -> Outcome:
+    async def _command(self, inbound: Inbound, command: Command) -> Receipt:
         key = inbound.session_key
         if command.name == "btw":
             return await self._side_question(inbound, command.argument)
@@ -276,11 +278,11 @@ class Ingest:
     def _is_admin(self, inbound: Inbound) -> bool:
         return inbound.platform == "console" or inbound.user_key in self.settings.allowed_user_set
 
-    async def _side_question(self, inbound: Inbound, question: str) -> Outcome:
+    async def _side_question(self, inbound: Inbound, question: str) -> Receipt:
         if not question:
             return await self._notice(inbound, inbound.side_reply, commands.BTW_USAGE)
         if await self._over_rate(inbound, inbound.side_reply, seen=True):
-            return Outcome.LIMITED
+            return Receipt.LIMITED
         payload = {
             "question": question,
             "address": _dump(inbound.side_reply),
@@ -300,14 +302,14 @@ class Ingest:
                 "answered here; ask again in a moment."
             )
             return await self._notice(inbound, inbound.side_reply, text)
-        return Outcome.SIDE
+        return Receipt.SIDE
 
-    async def _notice(self, inbound: Inbound, address: Address, text: str) -> Outcome:
+    async def _notice(self, inbound: Inbound, address: Address, text: str) -> Receipt:
         return await self._enqueue(inbound, "notice", {"address": _dump(address), "text": text})
 
-    async def _enqueue(self, inbound: Inbound, kind: str, payload: dict[str, Any]) -> Outcome:
+    async def _enqueue(self, inbound: Inbound, kind: str, payload: dict[str, Any]) -> Receipt:
         await self.sessions.enqueue(inbound, kind, payload)
-        return Outcome.COMMAND
+        return Receipt.COMMAND
 
     async def _cancel(self, session_key: str) -> None:
         await self.redis.publish(Keys.CANCEL_CHANNEL, session_key)

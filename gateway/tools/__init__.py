@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from gateway.tools.config import ServerConfig, ToolsConfig, load_tool_config
-from gateway.tools.results import OUTCOMES, Outcome, ToolResult
+from gateway.tools.results import OUTCOMES, ToolOutcome, ToolResult
 from gateway.tools.spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -41,10 +41,10 @@ __all__ = [
     "OUTCOMES",
     "Backoff",
     "Limits",
-    "Outcome",
     "ServerConfig",
     "ServerReport",
     "Timing",
+    "ToolOutcome",
     "ToolResult",
     "ToolServers",
     "ToolSpec",
