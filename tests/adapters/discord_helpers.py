@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from adapters.discord import PLATFORM
+from adapters.discord import DiscordPlatform
 from gateway.inbound.ingest import Ingest, Receipt
 from gateway.messages import Inbound
 from gateway.settings.env import Settings
@@ -63,7 +63,7 @@ class Gateway:
                 **settings,
             }
         )
-        self.platform = PLATFORM(self.settings, redis)
+        self.platform = DiscordPlatform(self.settings, redis)
         self.ingest = RecordingIngest(self.settings, redis)
         self.health = RecordingHealth(redis, "discord")
         self.redis = redis

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from adapters.telegram import PLATFORM, TelegramPlatform
+from adapters.telegram import TelegramPlatform
 from adapters.telegram.clicks import Clicks
 from adapters.telegram.client import BotClient
 from adapters.telegram.connection import Poller
@@ -69,7 +69,7 @@ async def polling_context(
     settings = load_settings(
         TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True
     )
-    telegram = PLATFORM(settings, redis)
+    telegram = TelegramPlatform(settings, redis)
     telegram.validate("connect")
     await telegram.startup()
     health = Health(redis, "telegram-polling")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from adapters.telegram import PLATFORM
+from adapters.telegram import TelegramPlatform
 from adapters.telegram.client import file_base_url
 from adapters.telegram.files import TelegramFileSource
 from gateway.errors import DownloadFailed
@@ -34,7 +34,7 @@ async def source(
     fake: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramFileSource]:
     settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url)
-    telegram = PLATFORM(settings, redis_client)
+    telegram = TelegramPlatform(settings, redis_client)
     sender = telegram.sender()
     try:
         yield telegram.file_source()  # over the sender's client, closed with it
