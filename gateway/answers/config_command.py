@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gateway.errors import ConfigError, PlatformError
 from gateway.messages import Address
 from gateway.ports import AdminCheck
-from gateway.settings.scoped import ENVIRONMENT, KEYS, Effective, ScopedSettings, shorten
+from gateway.settings.scoped import ENVIRONMENT, KEYS, ScopedSettings, SessionSettings, shorten
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ async def _change(scoped: ScopedSettings, ask: ConfigAsk, request: ConfigRequest
     return f"`{request.key}` is no longer set for this channel."
 
 
-def settings_text(effective: Effective) -> str:
+def settings_text(effective: SessionSettings) -> str:
     """Each setting that applies here, and where it comes from."""
     lines = ["Settings here:"]
     for key in KEYS:
@@ -109,7 +109,7 @@ def settings_text(effective: Effective) -> str:
     return "\n".join(lines)
 
 
-def _from(effective: Effective, key: str) -> str:
+def _from(effective: SessionSettings, key: str) -> str:
     source = effective.source(key)
     if source == ENVIRONMENT:
         return "the gateway's default"

@@ -26,7 +26,7 @@ from gateway.metrics import Metrics
 from gateway.models import Charge, ModelCall, Models
 from gateway.ports import AdminCheck, Sender
 from gateway.settings.env import Settings
-from gateway.settings.scoped import Effective
+from gateway.settings.scoped import SessionSettings
 from gateway.spend.budgets import holding
 from gateway.spend.usage import UsageLedger, usage_text
 from gateway.state.jobs import Job
@@ -132,7 +132,7 @@ class Answers:
         answer = await config_command.answer(self.turns.scoped, admins, ask)
         await self.send(address, answer, job)
 
-    async def _settings(self, session_key: str) -> Effective:
+    async def _settings(self, session_key: str) -> SessionSettings:
         """The session's settings by scope, for a job that claims nothing (one GET)."""
         await self.turns.scoped.fresh()
         return self.turns.scoped.resolve(session_key)
@@ -166,7 +166,7 @@ def files_line(kept: Mapping[str, int]) -> str:
     return f"Files kept: {', '.join(parts)}."
 
 
-def tools_line(servers: tools.ToolServers, settings: Effective) -> str:
+def tools_line(servers: tools.ToolServers, settings: SessionSettings) -> str:
     """The tools the model may call here, and the servers it cannot reach now."""
     allowed = [spec for spec in servers.tools() if settings.allows_tool(spec.name, spec.server)]
     names = ", ".join(f"`{spec.name}`" for spec in allowed) or "none"

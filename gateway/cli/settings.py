@@ -11,8 +11,8 @@ import argparse
 from gateway.settings.env import Settings
 from gateway.settings.scoped import (
     KEYS,
-    Effective,
     ScopedSettings,
+    SessionSettings,
     parse_scope,
     shorten,
     validate_key,
@@ -62,7 +62,7 @@ async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def table(effective: Effective) -> str:
+def table(effective: SessionSettings) -> str:
     """Each setting, its value and where it comes from (a scope, or the environment)."""
     rows = [("KEY", "VALUE", "FROM")] + [
         (key, shorten(effective.shown(key), SHOWN_CHARS), effective.source(key)) for key in KEYS

@@ -63,14 +63,14 @@ class SendPacing:
 
 
 @dataclass(frozen=True, slots=True)
-class Done(Generic[T]):
+class SendAttempt(Generic[T]):
     """The outcome of a paced call: whether it went out, and what it returned."""
 
     ok: bool
     value: T | None = None
 
 
-class Channel:
+class PacedChat:
     """One address on one platform, with its limits and pacing."""
 
     def __init__(self, sender: Sender, address: Address, pacing: SendPacing | None) -> None:
@@ -96,17 +96,17 @@ class Channel:
                 return False
             await asyncio.sleep(min(delay, MAX_WAIT))
 
-    async def call(self, operation: Callable[[], Awaitable[T]], *, final: bool) -> Done[T]:
-        """Run one platform call within the pacing; `Done.ok` is False when it was skipped."""
+    async def call(self, operation: Callable[[], Awaitable[T]], *, final: bool) -> SendAttempt[T]:
+        """Run one platform call within the pacing; `ok` is False when it was skipped."""
         for _ in range(FINAL_ATTEMPTS if final else 1):
             if not await self.wait_turn(final=final):
-                return Done(False)
+                return SendAttempt(False)
             try:
-                return Done(True, await operation())
+                return SendAttempt(True, await operation())
             except RateLimited as exc:
                 await self.rate_limited(exc.retry_after)
                 if not final:
-                    return Done(False)
+                    return SendAttempt(False)
         raise PlatformError(f"gave up on {self.address.chat_key} after {FINAL_ATTEMPTS} waits")
 
     async def rate_limited(self, retry_after: float) -> None:
@@ -131,21 +131,21 @@ async def deliver(
     `post_key` does); `find` (a re-run's, where the sender can find its posts) is asked
     for each piece first, and a piece its predecessor posted is not posted again.
     """
-    channel = Channel(sender, address, pacing)
+    chat = PacedChat(sender, address, pacing)
     ids: list[str] = []
-    for index, piece in enumerate(channel.split(text)):
+    for index, piece in enumerate(chat.split(text)):
         piece_key = None if key is None else f"{key}:{index}"
         if (found := await earlier_post(find, address, piece_key)) is not None:
             ids.append(found)
             continue
-        done = await channel.call(
+        attempt = await chat.call(
             lambda p=piece, k=piece_key: sender.send(  # type: ignore[misc]
                 address, p, final=True, key=k
             ),
             final=True,
         )
-        if done.value is not None:
-            ids.append(done.value)
+        if attempt.value is not None:
+            ids.append(attempt.value)
     return ids
 
 
@@ -200,7 +200,7 @@ class ReplyStream:
         post_key: str | None = None,
         find: Find | None = None,
     ) -> None:
-        self.channel = Channel(sender, address, pacing)
+        self.chat = PacedChat(sender, address, pacing)
         self.post_key, self._find = post_key, find
         self.sender, self.address = sender, address
         self.ids = list(known_ids)
@@ -217,7 +217,7 @@ class ReplyStream:
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._keep_thinking()))
-        if self.channel.limits.edit_interval < float("inf"):
+        if self.chat.limits.edit_interval < float("inf"):
             self._tasks.append(asyncio.create_task(self._pump()))
 
     def feed(self, piece: str) -> None:
@@ -277,10 +277,10 @@ class ReplyStream:
             await asyncio.wait_for(self._closing.wait(), max(seconds, 0.0))
 
     async def _pump(self) -> None:
-        interval = self.channel.limits.edit_interval
+        interval = self.chat.limits.edit_interval
         while not self._closing.is_set():
             await self._dirty.wait()
-            delay = max(self._last_flush + interval, self.channel.not_before) - time.monotonic()
+            delay = max(self._last_flush + interval, self.chat.not_before) - time.monotonic()
             await self._pause(delay)
             if self._closing.is_set():
                 return
@@ -303,14 +303,14 @@ class ReplyStream:
     async def _flush_now(self, *, final: bool) -> None:
         if self._ids_unsaved:
             await self._save_ids()
-        pieces = self.channel.split(self.shown)
+        pieces = self.chat.split(self.shown)
         for index, piece in enumerate(pieces):
             if index >= len(self.ids):
                 if self._may_post is not None and not await self._may_post():
                     raise LeaseLost(f"not posting to {self.address.chat_key}: the turn moved on")
                 key = None if self.post_key is None else f"{self.post_key}:{index}"
                 if not await self._found(key):
-                    posted = await self.channel.call(
+                    posted = await self.chat.call(
                         lambda p=piece, k=key: self.sender.send(  # type: ignore[misc]
                             self.address, p, final=final, key=k
                         ),
@@ -329,13 +329,13 @@ class ReplyStream:
                 await self._save_ids()
             if self.sent[index] == piece:
                 continue
-            done = await self.channel.call(
+            attempt = await self.chat.call(
                 lambda i=index, p=piece: self.sender.edit(  # type: ignore[misc]
                     self.address, self.ids[i], p, final=final
                 ),
                 final=final,
             )
-            if not done.ok:
+            if not attempt.ok:
                 self._dirty.set()
                 return
             self.sent[index] = piece
@@ -355,7 +355,7 @@ class ReplyStream:
         self._ids_unsaved = False
 
     async def _keep_thinking(self) -> None:
-        interval = self.channel.limits.typing_interval
+        interval = self.chat.limits.typing_interval
         while not self.ids and not self._closing.is_set():
             await self._thinking(True)
             if interval is None:
@@ -363,7 +363,7 @@ class ReplyStream:
             await self._pause(interval)
 
     async def _thinking(self, on: bool) -> None:
-        if time.monotonic() < self.channel.not_before:
+        if time.monotonic() < self.chat.not_before:
             return  # nothing at all goes to a chat that asked us to wait
         try:
             await self.sender.thinking(self.address, on)

@@ -115,7 +115,7 @@ _CHECKS: dict[str, Callable[[str], str]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Effective:
+class SessionSettings:
     """One session's settings: what its scopes set (`values`, each from `sources[key]`),
     over the environment's."""
 
@@ -210,14 +210,14 @@ class ScopedSettings:
         """Up to date, for a job that claims nothing: one GET, and a reload if it moved."""
         await self.seen(int(await self.redis.get(Keys.SETTINGS_VERSION) or 0))
 
-    def resolve(self, session_key: str) -> Effective:
+    def resolve(self, session_key: str) -> SessionSettings:
         """The session's settings, from its most specific scope that sets each."""
         values: dict[str, str] = {}
         sources: dict[str, str] = {}
         for scope in reversed(scopes_of(session_key)):
             for key, value in self._by_scope.get(scope, {}).items():
                 values[key], sources[key] = value, scope
-        return Effective(self.settings, values, sources)
+        return SessionSettings(self.settings, values, sources)
 
     def at(self, scope: str) -> dict[str, str]:
         """What `scope` itself sets."""

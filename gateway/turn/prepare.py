@@ -14,7 +14,7 @@ from gateway.media.items import image_entry_ids
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address
 from gateway.settings.env import Settings
-from gateway.settings.scoped import Effective
+from gateway.settings.scoped import SessionSettings
 from gateway.state.session import Entry, HistoryView, SessionStore
 from gateway.turn.chains import Chains
 
@@ -85,7 +85,7 @@ class Preparer:
         return replace(context, media=media, injections=injections), found.lines()
 
     def compile(
-        self, context: TurnContext, view: HistoryView, settings: Effective | None = None
+        self, context: TurnContext, view: HistoryView, settings: SessionSettings | None = None
     ) -> PreparedTurn:
         """The request for the session's model and system prompt (the environment's
         unless `settings`, the session's by scope, say otherwise)."""
@@ -100,7 +100,7 @@ class Preparer:
         """Whether the tokenizer is loaded, so a request can be measured without waiting."""
         return self.compressor.warmed
 
-    def allowance(self, settings: Effective | None = None) -> int:
+    def allowance(self, settings: SessionSettings | None = None) -> int:
         """Tokens of history a turn may send: the session's token allowance, else the
         environment's, else a share of its model's window."""
         if settings is None or settings.model == self.settings.model:
@@ -121,7 +121,7 @@ class Preparer:
         key: str,
         prepared: PreparedTurn,
         limit: int,
-        settings: Effective | None = None,
+        settings: SessionSettings | None = None,
     ) -> PreparedTurn:
         """Compress the session (up to entry `limit`) until it fits, and compile again."""
         view, group = prepared.view, prepared.context.group

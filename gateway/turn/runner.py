@@ -27,7 +27,7 @@ from gateway.models import Charge, Models, ResponseChain, Usage
 from gateway.models.providers import is_stateful
 from gateway.ports import Sender
 from gateway.settings.env import Settings
-from gateway.settings.scoped import Effective, ScopedSettings
+from gateway.settings.scoped import ScopedSettings, SessionSettings
 from gateway.spend.budgets import Budgets, Hold
 from gateway.state.jobs import Job, JobQueue
 from gateway.state.session import Entry, SessionStore
@@ -132,7 +132,7 @@ class TurnRunner:
             early.settings_version = self.scoped.version
         return early
 
-    async def _answer(self, turn: Turn, settings: Effective) -> None:
+    async def _answer(self, turn: Turn, settings: SessionSettings) -> None:
         started, key, claim = time.monotonic(), turn.session_key, turn.claim
         view = claim.view
         assert view is not None  # a claim with work carries its snapshot
@@ -245,9 +245,11 @@ class TurnRunner:
             return []
         return [f"These tool servers are unavailable right now: {', '.join(down)}."]
 
-    async def _prepare(self, turn: Turn, context: TurnContext, settings: Effective) -> PreparedTurn:
+    async def _prepare(
+        self, turn: Turn, context: TurnContext, settings: SessionSettings
+    ) -> PreparedTurn:
         """Compile the turn with the session's settings; compress first (blocking) only
-        when it would exceed its budget.
+        when it would exceed its token allowance.
 
         The early call is kept when it sent this very request; otherwise it is cancelled.
         """

@@ -56,7 +56,7 @@ STATUS_PERIOD = 1.0  # how often the status line's clock moves
 NOT_ALLOWED = "[{name} is not allowed in this conversation; it was not run.]"
 
 # Whether a tool (its public name, its server) may be offered and run in the turn's
-# conversation: its settings by scope (`Effective.allows_tool`).
+# conversation: its settings by scope (`SessionSettings.allows_tool`).
 ToolFilter = Callable[[str, str], bool]
 
 
