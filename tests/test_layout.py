@@ -24,6 +24,7 @@ PACKAGES = ("gateway", "adapters")
 # The core's parts from the bottom up, as docs/architecture.md draws them.
 ORDER = (
     "errors",
+    "backoff",
     "messages",
     "logs",
     "ports",

@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute
 
 from adapters.slack.app import Listeners, build_app, request_identity
 from adapters.slack.client import web_client
-from adapters.slack.connection import Backoff, SocketSupervisor, Timing
+from adapters.slack.connection import SOCKET_BACKOFF, SocketSupervisor, Timing
 from adapters.slack.files import SlackFileSource, WorkspaceFileSource
 from adapters.slack.http import events_route, oauth_routes
 from adapters.slack.inbound import BotIdentity
@@ -72,7 +72,7 @@ class SlackPlatform(Platform):
     name = "slack"
     # Socket Mode pacing; tests shorten it to watch a reconnect in well under a second.
     socket_timing = Timing()
-    socket_backoff = Backoff()
+    socket_backoff = SOCKET_BACKOFF
     # When expiring tokens are refreshed; tests shorten it to tokens of a few seconds.
     token_rotation = Rotation()
 

@@ -18,7 +18,7 @@ from gateway.tools.results import OUTCOMES, ToolOutcome, ToolResult
 from gateway.tools.spec import ToolSpec
 
 if TYPE_CHECKING:
-    from gateway.tools.connection import Backoff, Timing
+    from gateway.tools.connection import Timing
     from gateway.tools.servers import (
         Limits,
         ServerReport,
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     )
 
 _ON_FIRST_USE = {
-    "Backoff": "connection",
     "Timing": "connection",
     "Limits": "servers",
     "ServerReport": "servers",
@@ -39,7 +38,6 @@ _ON_FIRST_USE = {
 
 __all__ = [
     "OUTCOMES",
-    "Backoff",
     "Limits",
     "ServerConfig",
     "ServerReport",
