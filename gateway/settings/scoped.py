@@ -52,7 +52,7 @@ def parse_scope(text: str) -> str:
     return ":".join([platform.lower(), *rest])
 
 
-def scopes_of(session_key: str) -> list[str]:
+def enclosing_scopes(session_key: str) -> list[str]:
     """The scopes a session is in, most specific first."""
     parts = session_key.split(":", 3)
     return [":".join(parts[:length]) for length in range(len(parts), 0, -1)]
@@ -214,7 +214,7 @@ class ScopedSettings:
         """The session's settings, from its most specific scope that sets each."""
         values: dict[str, str] = {}
         sources: dict[str, str] = {}
-        for scope in reversed(scopes_of(session_key)):
+        for scope in reversed(enclosing_scopes(session_key)):
             for key, value in self._by_scope.get(scope, {}).items():
                 values[key], sources[key] = value, scope
         return SessionSettings(self.settings, values, sources)

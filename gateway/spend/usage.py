@@ -70,7 +70,7 @@ def day_of(now: dt.datetime) -> str:
     return now.astimezone(dt.UTC).strftime("%Y-%m-%d")
 
 
-def scopes_of(charge: Charge) -> dict[str, str]:
+def counted_ids(charge: Charge) -> dict[str, str]:
     """The ids a call is counted under; the session key names its platform and workspace."""
     platform, workspace, _ = [*charge.session_key.split(":", 2), "", ""][:3]
     ids = {
@@ -96,7 +96,7 @@ class UsageLedger:
         hold = settling(call.charge)  # taken before anything is awaited
         now = now or dt.datetime.now(dt.UTC)
         day = day_of(now)
-        ids = scopes_of(call.charge) | {"model": call.model}
+        ids = counted_ids(call.charge) | {"model": call.model}
         platform, workspace = ids["workspace"].split(":", 1)
         labels = f"{platform}|{workspace}|{call.model}"
         counters = Counters()
@@ -163,7 +163,7 @@ async def usage_text(
     conversation's this month."""
     today = day_of(now or dt.datetime.now(dt.UTC))
     month = today[:8] + "01"
-    ids: Mapping[str, str] = scopes_of(Charge(session_key, user, "usage"))
+    ids: Mapping[str, str] = counted_ids(Charge(session_key, user, "usage"))
     user_id = ids.get("user", "")
     yours_today = await ledger.totals("user", user_id, today, today)
     yours_month = await ledger.totals("user", user_id, month)
