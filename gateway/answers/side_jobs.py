@@ -27,7 +27,7 @@ from gateway.models import Charge, ModelCall, Models
 from gateway.ports import AdminCheck, Sender
 from gateway.settings.env import Settings
 from gateway.settings.scoped import SessionSettings
-from gateway.spend.budgets import holding
+from gateway.spend.budgets import spend_hold
 from gateway.spend.usage import UsageLedger, usage_text
 from gateway.state.jobs import Job
 from gateway.state.session import SessionStore
@@ -88,7 +88,7 @@ class Answers:
         )
         marker = side_question.answer_marker(question)
         try:
-            async with holding(self.turns.caps.limited(settings.budgets), call) as hold:
+            async with spend_hold(self.turns.caps.limited(settings.budgets), call) as hold:
                 answer, _ = await self.models.complete(call)
             body, outcome = answer.strip() or "_(the side model returned an empty answer)_", "ok"
             body += f"\n\n⚠️ {hold.warning}" if hold is not None and hold.warning else ""

@@ -174,7 +174,7 @@ class Budgets:
 
 
 @asynccontextmanager
-async def holding(caps: Budgets | None, call: ModelCall) -> AsyncIterator[Hold | None]:
+async def spend_hold(caps: Budgets | None, call: ModelCall) -> AsyncIterator[Hold | None]:
     """`call`'s budgets held while it runs (None without budgets); BudgetExceeded when
     one is used up."""
     if caps is None or call.charge is None:

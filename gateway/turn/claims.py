@@ -91,7 +91,7 @@ class Claims:
             delay = min(delay * 2, 0.25)
 
     @contextlib.asynccontextmanager
-    async def holding(self, session_key: str, lease: Lease) -> AsyncIterator[RunningTurn]:
+    async def turn_running(self, session_key: str, lease: Lease) -> AsyncIterator[RunningTurn]:
         """The claimed turn, running: found by `/stop` and by waiters while it runs,
         its lease kept alive, and given up on any exit but the finishing script's
         (which releases it as it records), so a re-run need not wait out its TTL."""

@@ -106,7 +106,7 @@ class TurnRunner:
                 log.info("%s: settings changed; its early model call is discarded", key)
                 await early.call.cancel()
             settings = self.scoped.resolve(key)
-            async with self.claims.holding(key, lease) as running:
+            async with self.claims.turn_running(key, lease) as running:
                 await self._answer(Turn(key, lease, claim, running, early), settings)
         finally:
             if early is not None:
