@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib
 
-from gateway.ports import Platform
+from gateway.platform import Platform
 
-NAMES = ("slack", "telegram", "discord")
+# Each adapter's Platform class, by the name of its package.
+CLASSES = {"slack": "SlackPlatform", "telegram": "TelegramPlatform", "discord": "DiscordPlatform"}
+NAMES = tuple(CLASSES)
 
 
 def load(name: str) -> type[Platform]:
@@ -14,5 +16,5 @@ def load(name: str) -> type[Platform]:
     if name not in NAMES:
         raise KeyError(name)
     module = importlib.import_module(f"adapters.{name}")
-    platform: type[Platform] = module.PLATFORM
+    platform: type[Platform] = getattr(module, CLASSES[name])
     return platform

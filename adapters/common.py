@@ -28,9 +28,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 
-from gateway.health import REPORT_TTL
-from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Verdict
-from gateway.model import Attachment
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Verdict
+from gateway.messages import Attachment
+from gateway.state.health import REPORT_TTL
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def invalid(platform: str, fields: Iterable[Field]) -> bool:
 
 APPROVE_LABEL, DECLINE_LABEL = "Approve", "Decline"
 # `a:<approval id>:y|n`: 20 bytes, within Telegram's 64-byte callback_data and Discord's
-# 100-character custom_id. The approval id is url-safe base64 (gateway/approvals.py).
+# 100-character custom_id. The approval id is url-safe base64 (gateway/approvals/store.py).
 APPROVAL_ID = pattern(r"[A-Za-z0-9_-]{8,43}")
 _APPROVAL_PAYLOAD = re.compile(r"a:([A-Za-z0-9_-]{8,43}):([yn])", re.ASCII)
 

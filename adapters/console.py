@@ -5,7 +5,7 @@ A main reply is printed once, complete, as `bot: ...`; a side answer as `btw:
 pending, an input line that is y or n (yes, no) is the console user's click on
 it, and any other line a message as usual. At the end of input the console waits
 for the replies still owed: the jobs on its own stream (`gateway run` gives each
-run one) and on the streams of other console runs (gateway/console_jobs.py: what
+run one) and on the streams of other console runs (gateway/state/console_jobs.py: what
 a run that is gone left is taken over and answered here), not a count an earlier
 run left in the session. A stop (Ctrl-C) ends the reading after the line being
 sent: a line the console took is never dropped halfway.
@@ -33,11 +33,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TextIO
 
-from gateway.console_jobs import ConsoleJobs
 from gateway.errors import DownloadFailed
-from gateway.ingest import Ingest
-from gateway.model import Address, Attachment, Decision, Inbound, Speaker
+from gateway.inbound.ingest import Ingest
+from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
 from gateway.ports import Download, Limits
+from gateway.state.console_jobs import ConsoleJobs
 
 PLATFORM = "console"
 _ADDRESS = Address(platform=PLATFORM, workspace="local", channel="console")

@@ -29,10 +29,10 @@ from typing import Any
 
 from common import PLATFORM, BenchSender, RemoteFake, inbound, ms, start_redis, wait_redis
 
-from gateway.config import Settings
-from gateway.ingest import Ingest, Outcome
-from gateway.model import Address
-from gateway.store import connect
+from gateway.inbound.ingest import Ingest, Receipt
+from gateway.messages import Address
+from gateway.settings.env import Settings
+from gateway.state.keys import connect
 from gateway.worker import Worker
 
 QUESTION = re.compile(r"question (\d{3})")
@@ -134,7 +134,7 @@ class Bench:
             await asyncio.sleep(0.01)
             self.loop_lags.append(time.monotonic() - started - 0.01)
 
-    async def _say(self, channel: str, text: str) -> Outcome:
+    async def _say(self, channel: str, text: str) -> Receipt:
         return await self.ingest.receive(inbound(channel, text, next(self.numbers)))
 
     async def _keep_streaming(self, channels: list[str]) -> None:

@@ -23,10 +23,11 @@ from collections.abc import Awaitable, Callable
 
 from common import ms, percentile, start_redis, wait_redis
 
-from gateway.budgets import Budget, Budgets
 from gateway.models import Charge, ModelCall, Usage
-from gateway.store import connect
-from gateway.usage import UsageLedger
+from gateway.settings.values import Budget
+from gateway.spend.budgets import Budgets
+from gateway.spend.usage import UsageLedger
+from gateway.state.keys import connect
 
 MESSAGES = [{"role": "user", "content": "a question of about this many words " * 20}]
 

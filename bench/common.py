@@ -23,7 +23,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from redis.asyncio import Redis  # noqa: E402
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
 
-from gateway.model import Address, Inbound, Speaker  # noqa: E402
+from gateway.messages import Address, Inbound, Speaker  # noqa: E402
 from gateway.ports import Limits  # noqa: E402
 from tests.conftest import free_port, start_redis  # noqa: E402, F401  (the benchmarks' too)
 

@@ -35,8 +35,8 @@ import redis.asyncio as aioredis
 from drill_faults import row
 from drill_traffic import Row, Tally
 
-from gateway.embedded_redis import EmbeddedRedis
-from gateway.store import Keys
+from gateway.state.embedded_redis import EmbeddedRedis
+from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_shapes import JSON, last_user_text
 from tests.gateway.cli_runs import as_in_a_terminal, clean_env, gateway

@@ -44,7 +44,7 @@ from drill_traffic import (
 )
 from redis.asyncio import Redis
 
-from gateway.store import GROUP, Keys
+from gateway.state.keys import GROUP, Keys
 from tests.fakes.llm_server import FakeLLM
 
 WHOLE_REPLY = re.compile(r"done-q\d+x\d+$")

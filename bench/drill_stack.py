@@ -34,8 +34,8 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from gateway.embedded_redis import find_redis_server
-from gateway.store import GROUP, Keys
+from gateway.state.embedded_redis import find_redis_server
+from gateway.state.keys import GROUP, Keys
 from tests.adapters.slack_helpers import BOT_TOKEN, SIGNING_SECRET
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm_server import FakeLLM

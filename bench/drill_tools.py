@@ -80,7 +80,7 @@ def write_config(directory: Path, effects: Path) -> Path:
 
 
 @dataclass
-class Outcome:
+class TrialResult:
     """What a trial's kill left: the server's lines during the trial and the results sent."""
 
     trial: int
@@ -92,17 +92,17 @@ class Outcome:
 
 @dataclass
 class Counts:
-    read_only: list[Outcome] = field(default_factory=list)
-    destructive: list[Outcome] = field(default_factory=list)
+    read_only: list[TrialResult] = field(default_factory=list)
+    destructive: list[TrialResult] = field(default_factory=list)
     orphans: int = 0  # a killed worker's children still alive 5 s later
     missed_kills: int = 0  # trials whose call was not caught in flight
 
     @property
-    def failed(self) -> list[Outcome]:
+    def failed(self) -> list[TrialResult]:
         return [o for o in self.read_only + self.destructive if not o.ok]
 
 
-def judge(outcome: Outcome) -> Outcome:
+def judge(outcome: TrialResult) -> TrialResult:
     """Whether the trial's tool ran as it must after the kill (see the module docstring)."""
     lines, results = outcome.lines, outcome.results
     if is_read_only(outcome.trial):
@@ -185,7 +185,7 @@ async def one_trial(
     else:
         counts.orphans += lingering
     await wait_finished([sent], tg.finished_at, 60)
-    outcome = judge(Outcome(trial, new_lines(), results_for(s.llm, tag(trial, 1))))
+    outcome = judge(TrialResult(trial, new_lines(), results_for(s.llm, tag(trial, 1))))
     (counts.read_only if is_read_only(trial) else counts.destructive).append(outcome)
     return sent
 

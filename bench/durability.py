@@ -3,7 +3,7 @@
 For each `appendfsync` policy (`always`, `everysec`, `no`) this starts the
 embedded redis-server the gateway itself runs (append-only file on, in a temp
 dir of its own, over its unix socket) and drives the real ingest path
-(`gateway.ingest.Ingest`: dedupe, append and enqueue in one script) with
+(`gateway.inbound.ingest.Ingest`: dedupe, append and enqueue in one script) with
 normalised messages, each in a session of its own, so every one is a full
 ingest. Prints per policy the cost of one message, acknowledged one after the
 other (median and p99, in µs), and the messages per second with many in
@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import inbound, percentile  # noqa: E402
-from gateway.config import Settings  # noqa: E402
-from gateway.embedded_redis import FSYNC_POLICIES, EmbeddedRedis  # noqa: E402
-from gateway.ingest import Ingest, Outcome  # noqa: E402
-from gateway.store import connect  # noqa: E402
+from gateway.inbound.ingest import Ingest, Receipt  # noqa: E402
+from gateway.settings.env import Settings  # noqa: E402
+from gateway.state.embedded_redis import FSYNC_POLICIES, EmbeddedRedis  # noqa: E402
+from gateway.state.keys import connect  # noqa: E402
 
 BASELINE = "everysec"
 
@@ -83,7 +83,7 @@ async def one_at_a_time(ingest: Ingest, policy: str, count: int, tag: str) -> li
         started = time.perf_counter()
         outcome = await ingest.receive(message)
         latencies.append(time.perf_counter() - started)
-        assert outcome is Outcome.QUEUED, outcome
+        assert outcome is Receipt.QUEUED, outcome
     return latencies
 
 
@@ -94,7 +94,7 @@ async def in_flight(ingest: Ingest, policy: str, count: int, width: int) -> floa
     async def sender() -> None:
         for number in numbers:
             message = inbound(f"{policy}-par-{number}", "a message to keep", number)
-            assert await ingest.receive(message) is Outcome.QUEUED
+            assert await ingest.receive(message) is Receipt.QUEUED
 
     started = time.perf_counter()
     await asyncio.gather(*(sender() for _ in range(width)))

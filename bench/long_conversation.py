@@ -34,14 +34,14 @@ from typing import Any
 import common  # first: it puts the project and the fakes on sys.path
 import redis.asyncio as aioredis
 
-from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext
-from gateway.compression import Compressor
-from gateway.config import Settings
-from gateway.model import Address, Inbound, Speaker
+from gateway.context.compiler import MessageCompiler, ReplyTarget, TurnContext
+from gateway.context.compression import Compressor
+from gateway.messages import Address, Inbound, Speaker
 from gateway.models import Models
 from gateway.models.litellm_backend import load_litellm
-from gateway.session import SessionStore, assistant_entry, user_entry
-from gateway.store import Keys
+from gateway.settings.env import Settings
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore, assistant_entry, user_entry
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import MAIN, STATEFUL_MAIN, conversation, make_settings
 

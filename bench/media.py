@@ -38,10 +38,10 @@ from common import (
 )
 from common import inbound as text_inbound
 
-from gateway.config import Settings
-from gateway.ingest import Ingest
-from gateway.model import Address, Attachment
-from gateway.store import connect
+from gateway.inbound.ingest import Ingest
+from gateway.messages import Address, Attachment
+from gateway.settings.env import Settings
+from gateway.state.keys import connect
 from gateway.worker import Worker
 
 SESSION = re.compile(r"image (\d+)")

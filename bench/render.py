@@ -32,8 +32,8 @@ from adapters.slack.sender import SlackSender, web_client  # noqa: E402
 from adapters.telegram import render as markup  # noqa: E402
 from adapters.telegram.client import BotClient  # noqa: E402
 from adapters.telegram.sender import TelegramSender  # noqa: E402
-from gateway.model import Address  # noqa: E402
-from gateway.splitting import split_markdown  # noqa: E402
+from gateway.delivery.splitting import split_markdown  # noqa: E402
+from gateway.messages import Address  # noqa: E402
 from tests.adapters.adversarial import SHAPES, adversarial  # noqa: E402
 
 ADDRESS = Address(platform="bench", workspace="w", channel="1")

@@ -1,6 +1,6 @@
 """How many Bot API edits a long streamed answer costs, in a private chat and in a group.
 
-Runs the core's real delivery (`ReplyStream` with the Redis send budget) through
+Runs the core's real delivery (`ReplyStream` with the Redis send pacing) through
 the real TelegramSender and python-telegram-bot against the loopback fake Bot
 API, feeding tokens steadily for `--seconds`, in a private chat and a group at
 the same time, and prints the edit rate per minute that Telegram would see.
@@ -22,9 +22,9 @@ import common  # noqa: F401  first: it puts the project and the fakes on sys.pat
 
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
-from gateway import embedded_redis, store
-from gateway.delivery import ReplyStream, SendBudget
-from gateway.model import Address
+from gateway.delivery.stream import ReplyStream, SendPacing
+from gateway.messages import Address
+from gateway.state import embedded_redis, keys
 from tests.fakes.telegram_api import FakeTelegram, running
 
 PRIVATE = Address(platform="telegram", workspace="123456", channel="42")
@@ -32,12 +32,12 @@ GROUP = Address(platform="telegram", workspace="123456", channel="-1001234")
 
 
 async def stream(
-    sender: TelegramSender, budget: SendBudget, address: Address, seconds: float, rate: float
+    sender: TelegramSender, pacing: SendPacing, address: Address, seconds: float, rate: float
 ) -> float:
     async def keep(ids: list[str]) -> None:
         return None
 
-    reply = ReplyStream(sender, address, budget=budget, known_ids=[], on_ids=keep)
+    reply = ReplyStream(sender, address, pacing=pacing, known_ids=[], on_ids=keep)
     reply.start()
     started, text, n = time.monotonic(), "", 0
     while time.monotonic() - started < seconds:
@@ -68,7 +68,7 @@ def report(fake: FakeTelegram, name: str, chat_id: int, elapsed: float, interval
 async def main(seconds: float, rate: float, private: float, group: float) -> None:
     data = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     embedded = embedded_redis.EmbeddedRedis(data)
-    redis = store.connect(embedded.start())
+    redis = keys.connect(embedded.start())
     try:
         async with running() as fake:
             sender = TelegramSender(
@@ -76,10 +76,10 @@ async def main(seconds: float, rate: float, private: float, group: float) -> Non
                 edit_interval=private,
                 group_edit_interval=group,
             )
-            budget = SendBudget(redis)
+            pacing = SendPacing(redis)
             elapsed_private, elapsed_group = await asyncio.gather(
-                stream(sender, budget, PRIVATE, seconds, rate),
-                stream(sender, budget, GROUP, seconds, rate),
+                stream(sender, pacing, PRIVATE, seconds, rate),
+                stream(sender, pacing, GROUP, seconds, rate),
             )
             report(fake, "private", 42, elapsed_private, private)
             report(fake, "group", -1001234, elapsed_group, group)

@@ -55,12 +55,12 @@ from common import (
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from gateway.config import Settings
-from gateway.ingest import Ingest
+from gateway.inbound.ingest import Ingest
+from gateway.messages import Address
 from gateway.metrics import Metrics
-from gateway.model import Address
 from gateway.models import ModelCall, Models, ToolCall, Usage
-from gateway.store import connect
+from gateway.settings.env import Settings
+from gateway.state.keys import connect
 from gateway.tools import ToolServers
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM

@@ -59,14 +59,14 @@ from common import (
     wait_redis,
 )
 
-from gateway.cli import started
-from gateway.config import Settings
-from gateway.ingest import Ingest
-from gateway.model import Address
+from gateway.cli.main import started
+from gateway.inbound.ingest import Ingest
+from gateway.messages import Address
 from gateway.models import ModelCall, Models, ToolCall, Usage
 from gateway.models.backend import ModelBackend
 from gateway.models.litellm_backend import load_litellm
-from gateway.store import connect
+from gateway.settings.env import Settings
+from gateway.state.keys import connect
 from gateway.worker import Worker
 
 REPLY = "a short streamed answer of about ten words in all"

@@ -18,7 +18,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 
-from gateway.store import GROUP, Keys
+from gateway.state.keys import GROUP, Keys
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOOL_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -184,7 +184,7 @@ class SnapshotCollector(Collector):
 
 
 class _UsageFamilies:
-    """Tokens and cost of every model call (`gateway.usage`), by platform, workspace and
+    """Tokens and cost of every model call (`gateway.spend.usage`), by platform, workspace and
     model: the model is the label last, so a `|` in its name stays in it."""
 
     LABELS = ("platform", "workspace", "model")

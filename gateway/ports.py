@@ -1,5 +1,5 @@
 """What the core asks of every platform: a Sender for replies, a FileSource for the
-files users share, a Platform for the rest.
+files users share (a Platform, in `gateway/platform.py`, for the rest).
 
 The core never imports a platform SDK; it talks to platforms only through
 these shapes. Platform rules (message limits, edit pacing, threading) are
@@ -8,23 +8,15 @@ declared here as data the core reads.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gateway.errors import DownloadFailed
-from gateway.model import Address, Attachment
+from gateway.messages import Address, Attachment
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
-    from starlette.routing import BaseRoute
-
-    from gateway.config import Settings
-    from gateway.health import Health
-    from gateway.ingest import Ingest
-
-Mode = Literal["http", "connect", "send"]
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,51 +167,3 @@ class PlainSource:
         if not attachment.url:
             raise DownloadFailed("the platform gave no address for it")
         return Download(attachment.url)
-
-
-class Platform(ABC):
-    """One platform's connection to the core, built by the CLI from the settings."""
-
-    name: str
-
-    def __init__(self, settings: Settings, redis: Redis) -> None:
-        self.settings = settings
-        self.redis = redis
-
-    @abstractmethod
-    def validate(self, mode: Mode) -> None:
-        """Raise ConfigError (one line, no secret) when `mode` cannot run with these settings."""
-
-    @abstractmethod
-    def sender(self) -> Sender:
-        """The Sender workers use to reply on this platform."""
-
-    def file_source(self) -> FileSource:
-        """Where workers fetch this platform's attachments (their own URLs by default)."""
-        return PlainSource()
-
-    def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
-        """HTTP routes mounted on `gateway web` (none by default)."""
-        return ()
-
-    def uses_http(self) -> bool:
-        """Whether this platform, as configured, receives events over `gateway web`."""
-        return False
-
-    async def preflight(self) -> None:
-        """Checks of what is stored, before anything serves or works (stored tokens that
-        open with the configured key...): raise ConfigError, one line, no secret."""
-
-    async def startup(self) -> None:
-        """Called once before routes serve or `connect` runs (learn the bot's own ids...)."""
-
-    async def shutdown(self) -> None:
-        """Release clients opened by `startup`."""
-
-    async def connect(self, ingest: Ingest, health: Health) -> None:
-        """Hold the platform connection (Socket Mode, polling, gateway) until cancelled."""
-        raise NotImplementedError(f"{self.name} has no long-lived connection")
-
-    @abstractmethod
-    async def doctor(self) -> str:
-        """Check the token against the platform; return a short detail or raise PlatformError."""

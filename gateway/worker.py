@@ -1,5 +1,5 @@
-"""The worker: reads jobs and runs them: main turns (`turn.py`), side questions and
-command replies (`answers.py`).
+"""The worker: reads jobs and runs them: main turns (`turn/runner.py`), side questions and
+command replies (`answers/side_jobs.py`).
 
     run() -> _read_loop() -> _start(job) -> _run_job(job) -> queue.owned(job) -> _dispatch(job)
 
@@ -24,24 +24,24 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway import tools
-from gateway.answers import Answers
-from gateway.approvals import ApprovalStore
-from gateway.config import ECHO_MODEL, Settings
-from gateway.confirmations import Confirmations
-from gateway.delivery import SendBudget
+from gateway.answers.side_jobs import Answers
+from gateway.approvals.store import ApprovalStore
+from gateway.approvals.waiting import Confirmations
+from gateway.delivery.stream import SendPacing
 from gateway.errors import LeaseLost
-from gateway.jobs import Job, JobQueue
 from gateway.media.pipeline import MediaPipeline
+from gateway.messages import Address
 from gateway.metrics import Metrics
-from gateway.model import Address
 from gateway.models import Models
 from gateway.ports import FileSource, Sender
-from gateway.retention import DAY, Retention
-from gateway.session import SessionStore
+from gateway.settings.env import ECHO_MODEL, Settings
 from gateway.shutdown import cancel_and_wait
-from gateway.store import Keys
-from gateway.turn import TurnRunner
-from gateway.usage import UsageLedger
+from gateway.spend.usage import UsageLedger
+from gateway.state.jobs import Job, JobQueue
+from gateway.state.keys import Keys
+from gateway.state.retention import DAY, Retention
+from gateway.state.session import SessionStore
+from gateway.turn.runner import TurnRunner
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Worker:
         self.models.meter = self.ledger.safely
         self.sessions = SessionStore(redis, streams)
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
-        self.budget = SendBudget(redis)
+        self.pacing = SendPacing(redis)
         self.metrics = Metrics(redis)
         self.tools = (
             tools.ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
@@ -90,7 +90,7 @@ class Worker:
             self.queue,
             self.models,
             self.senders,
-            self.budget,
+            self.pacing,
             self.metrics,
             self.tools,
             confirmations,
@@ -104,7 +104,7 @@ class Worker:
             self.turns,
             self.tools,
             self.senders,
-            self.budget,
+            self.pacing,
             self.metrics,
             self.ledger,
         )

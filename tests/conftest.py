@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from gateway.embedded_redis import find_redis_server
+from gateway.state.embedded_redis import find_redis_server
 
 pytest_plugins = ["tests.fakes.fixtures"]
 

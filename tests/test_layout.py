@@ -1,6 +1,10 @@
 """The shape of the tree: what may import what, how long a module may grow, and every
 benchmark starts as a script.
 
+The core's parts (a package of `gateway/`, or a module at its root) stand in the
+pipeline's order, from the bottom up (`ORDER`): a part imports only the parts at or below
+it, so a part can be read, and tested, with only what is under it.
+
 Imports are read from the source (every `import`, including those inside functions and
 under `TYPE_CHECKING`: a circle hidden there is still a circle).
 """
@@ -17,6 +21,34 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "adapters")
+# The core's parts from the bottom up, as docs/architecture.md draws them.
+ORDER = (
+    "errors",
+    "backoff",
+    "messages",
+    "logs",
+    "ports",
+    "state",
+    "settings",
+    "metrics",
+    "models",
+    "tools",
+    "spend",
+    "media",
+    "context",
+    "delivery",
+    "approvals",
+    "inbound",
+    "platform",
+    "http",
+    "turn",
+    "answers",
+    "shutdown",
+    "worker",
+    "cli",
+)
+# The composition root: the one module of the core that wires adapters to it.
+COMPOSITION_ROOT = "gateway.cli.main"
 SCRIPTS = (
     "btw",
     "drills",
@@ -116,13 +148,55 @@ def test_no_module_imports_itself_through_others() -> None:
     assert _circles(_without_packages(_graph())) == []
 
 
-def test_the_core_imports_nothing_from_the_adapters() -> None:
-    offenders = {
+def _part(name: str) -> str | None:
+    """The part of the core `name` belongs to; None outside the core, and for the
+    `gateway` package itself (its `__init__` holds only the version)."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "gateway" and len(parts) > 1 else None
+
+
+def _adapters_in_core(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    found = {
         name: sorted(other for other in targets if other.split(".")[0] == "adapters")
-        for name, targets in _graph().items()
-        if name.split(".")[0] == "gateway" and name != "gateway.cli"
+        for name, targets in graph.items()
+        if name.split(".")[0] == "gateway" and name != COMPOSITION_ROOT
     }
-    assert {name: found for name, found in offenders.items() if found} == {}
+    return {name: adapters for name, adapters in found.items() if adapters}
+
+
+def _upward(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Each core module's imports of a part above its own in ORDER."""
+    found: dict[str, list[str]] = {}
+    for name, targets in graph.items():
+        part = _part(name)
+        if part not in ORDER:
+            continue
+        above = sorted(
+            other
+            for other in targets
+            if (target := _part(other)) in ORDER and ORDER.index(target) > ORDER.index(part)
+        )
+        if above:
+            found[name] = above
+    return found
+
+
+def test_the_core_imports_nothing_from_the_adapters() -> None:
+    assert _adapters_in_core(_graph()) == {}
+
+
+def test_every_module_of_the_core_belongs_to_a_part() -> None:
+    unplaced = sorted(
+        name
+        for name in _modules()
+        if name != "gateway" and name.startswith("gateway.")
+        if _part(name) not in ORDER
+    )
+    assert unplaced == []
+
+
+def test_a_part_imports_only_the_parts_at_or_below_it() -> None:
+    assert _upward(_graph()) == {}
 
 
 def test_a_module_over_about_400_lines_says_why_in_its_docstring() -> None:
@@ -142,6 +216,36 @@ def test_the_circle_check_sees_a_circle() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_the_circle_check_sees_a_circle_through_a_package() -> None:
+    planted = {
+        "gateway.state.session": {"gateway.turn.claims"},
+        "gateway.turn.claims": {"gateway.state.session"},
+        "gateway.turn": {"gateway.turn.claims"},
+    }
+    assert _circles(_without_packages(planted)) == [
+        ["gateway.state.session", "gateway.turn.claims"]
+    ]
+
+
+def test_the_adapters_check_sees_the_core_import_an_adapter() -> None:
+    planted = {
+        COMPOSITION_ROOT: {"adapters.slack.platform"},
+        "gateway.delivery.stream": {"gateway.state.keys", "adapters.slack.render"},
+        "adapters.slack.render": {"gateway.ports"},
+    }
+    assert _adapters_in_core(planted) == {"gateway.delivery.stream": ["adapters.slack.render"]}
+
+
+def test_the_direction_check_sees_an_upward_import() -> None:
+    planted = {
+        "gateway.state.session": {"gateway.errors", "gateway.turn.claims"},
+        "gateway.turn.claims": {"gateway.state.session"},
+        "gateway.settings.env": {"gateway.settings.values", "gateway"},
+        "gateway.cli.main": {"adapters.console", "gateway.worker"},
+    }
+    assert _upward(planted) == {"gateway.state.session": ["gateway.turn.claims"]}
+
+
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if (ROOT / "bench" / f"{s}.py").exists()])
 def test_every_benchmark_starts_as_a_script(script: str) -> None:
     done = subprocess.run(
@@ -158,7 +262,8 @@ def test_a_worker_loads_the_mcp_sdk_and_pypdf_only_when_it_needs_them() -> None:
     """The MCP SDK takes seconds to import and about 30 MB, pypdf about 16 MB: only
     configured tools, and the first PDF, pay for them."""
     check = (
-        "import sys, gateway.cli, gateway.worker, gateway.turn, gateway.tool_loop; "
+        "import sys, gateway.cli.main, gateway.worker, gateway.turn.runner, "
+        "gateway.turn.tool_loop; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'pypdf')))"
     )
     done = subprocess.run(

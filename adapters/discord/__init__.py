@@ -15,6 +15,4 @@ from __future__ import annotations
 
 from adapters.discord.platform import DiscordPlatform
 
-PLATFORM = DiscordPlatform
-
-__all__ = ["PLATFORM", "DiscordPlatform"]
+__all__ = ["DiscordPlatform"]

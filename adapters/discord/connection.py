@@ -25,8 +25,8 @@ from adapters.common import is_approval_payload, refusal_text
 from adapters.discord.inbound import click_decision, interaction_inbound, payload_of, to_inbound
 from adapters.discord.sender import quiet_library_logs
 from gateway.errors import GatewayError
-from gateway.ingest import Ingest
-from gateway.model import Inbound
+from gateway.inbound.ingest import Ingest
+from gateway.messages import Inbound
 
 log = logging.getLogger(__name__)
 

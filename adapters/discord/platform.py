@@ -15,15 +15,15 @@ from adapters.common import RENEW_INTERVAL
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, platform_error
 from gateway.errors import ConfigError, GatewayError, PlatformError
-from gateway.health import Health
-from gateway.ports import Mode, Platform
+from gateway.platform import Mode, Platform
+from gateway.state.health import Health
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from adapters.discord.connection import GatewayClient
-    from gateway.config import Settings
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
+    from gateway.settings.env import Settings
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from adapters.common import (
 )
 from adapters.discord.render import render
 from gateway.errors import MessageRejected, PlatformError, RateLimited
-from gateway.model import Address
+from gateway.messages import Address
 from gateway.ports import Limits
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,4 @@ workspaces.py  each workspace's token, for the replies workers send
 
 from adapters.slack.platform import SlackPlatform
 
-PLATFORM = SlackPlatform
-
-__all__ = ["PLATFORM", "SlackPlatform"]
+__all__ = ["SlackPlatform"]

@@ -41,11 +41,11 @@ from adapters.slack.rotation import StoreRotates
 from adapters.slack.sender import platform_error
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import GatewayError, PlatformError
-from gateway.http_limits import one_line
-from gateway.model import Address
+from gateway.http.limits import one_line
+from gateway.messages import Address
 
 if TYPE_CHECKING:
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
 
 log = logging.getLogger(__name__)
 

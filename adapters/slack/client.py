@@ -1,6 +1,6 @@
 """The Web API client every Slack part builds: on SLACK_API_URL, without rate-limit retries.
 
-The core does the pacing (the send budget, coalescing on 429), so no slack-sdk
+The core does the pacing (the send pacing, coalescing on 429), so no slack-sdk
 retry handler for rate limits is installed. The sender, the bolt app and the
 per-workspace clients (`workspaces.py`) all build theirs here.
 """

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from dataclasses import dataclass
 
@@ -23,7 +22,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from adapters.common import RENEW_INTERVAL
-from gateway.health import Health
+from gateway.backoff import Backoff
+from gateway.state.health import Health
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +32,8 @@ class ConnectFailed(Exception):
     """One connection attempt failed (the reason is safe to show: no token)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Delay before reconnect attempt `n` (0-based): base·2ⁿ capped, with jitter."""
-
-    base: float = 1.0
-    cap: float = 60.0
-
-    def delay(self, attempt: int) -> float:
-        ceiling = min(self.cap, self.base * (2 ** min(attempt, 30)))
-        return float(ceiling * random.uniform(0.5, 1.0))
+# Many processes lose Socket Mode together when Slack drops connections: jittered.
+SOCKET_BACKOFF = Backoff(first=1.0, limit=60.0, jitter=0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +62,7 @@ class SocketSupervisor:
         self.app_token = app_token
         self.health = health
         self.timing = timing or Timing()
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or SOCKET_BACKOFF
         self.connects = 0
 
     async def run(self) -> None:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from adapters.slack.workspaces import NotInstalled, Workspaces
 from gateway.errors import DownloadFailed
-from gateway.model import Attachment
+from gateway.messages import Attachment
 from gateway.ports import Download, FileSource
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from adapters.common import SHAPE_ERRORS
 from gateway.errors import MalformedRequest
-from gateway.http_limits import json_body, one_line
+from gateway.http.limits import json_body, one_line
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ from adapters.common import (
     pattern,
     strip_mentions,
 )
-from gateway.model import Address, Attachment, Decision, Inbound, Speaker
+from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from redis.exceptions import WatchError
 from slack_sdk.oauth.installation_store import Bot, Installation
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 
-from gateway.cipher import TokenCipher
-from gateway.store import Keys
+from gateway.state.cipher import TokenCipher
+from gateway.state.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway.store import Keys
+from gateway.state.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 
-from gateway.config import Settings
-from gateway.store import Keys
+from gateway.settings.env import Settings
+from gateway.state.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute
 
 from adapters.slack.app import Listeners, build_app, request_identity
 from adapters.slack.client import web_client
-from adapters.slack.connection import Backoff, SocketSupervisor, Timing
+from adapters.slack.connection import SOCKET_BACKOFF, SocketSupervisor, Timing
 from adapters.slack.files import SlackFileSource, WorkspaceFileSource
 from adapters.slack.http import events_route, oauth_routes
 from adapters.slack.inbound import BotIdentity
@@ -42,16 +42,16 @@ from adapters.slack.oauth import oauth_settings
 from adapters.slack.rotation import Rotation, rotating_store
 from adapters.slack.sender import SlackSender, platform_error
 from adapters.slack.workspaces import Workspaces
-from gateway.cipher import TokenCipher
 from gateway.errors import ConfigError, PlatformError
-from gateway.ports import Mode, Platform
+from gateway.platform import Mode, Platform
+from gateway.state.cipher import TokenCipher
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from gateway.config import Settings
-    from gateway.health import Health
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
+    from gateway.settings.env import Settings
+    from gateway.state.health import Health
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class SlackPlatform(Platform):
     name = "slack"
     # Socket Mode pacing; tests shorten it to watch a reconnect in well under a second.
     socket_timing = Timing()
-    socket_backoff = Backoff()
+    socket_backoff = SOCKET_BACKOFF
     # When expiring tokens are refreshed; tests shorten it to tokens of a few seconds.
     token_rotation = Rotation()
 

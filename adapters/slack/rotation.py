@@ -40,10 +40,10 @@ from adapters.slack.installations import (
     RedisInstallationStore,
     owner_id,
 )
-from gateway.cipher import TokenCipher
 from gateway.errors import PlatformError
-from gateway.scripts import load
-from gateway.store import Keys
+from gateway.state.cipher import TokenCipher
+from gateway.state.keys import Keys
+from gateway.state.scripts import load
 
 log = logging.getLogger(__name__)
 

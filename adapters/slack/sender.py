@@ -25,7 +25,7 @@ from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import MessageRejected, PlatformError, RateLimited
-from gateway.model import Address
+from gateway.messages import Address
 from gateway.ports import Limits
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.client import web_client
 from adapters.slack.installations import PLATFORM, RedisInstallationStore
 from gateway.errors import PlatformError
-from gateway.store import Keys
+from gateway.state.keys import Keys
 
 CACHE_TTL = 60.0  # seconds
 ORG_TTL = 30 * 86_400  # a workspace -> org note, renewed by each of its events

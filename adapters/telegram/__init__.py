@@ -11,6 +11,4 @@ client.py      the Bot API client (plain `Bot`, no retries) the sender and the p
 
 from adapters.telegram.platform import TelegramPlatform
 
-PLATFORM = TelegramPlatform
-
-__all__ = ["PLATFORM", "TelegramPlatform"]
+__all__ = ["TelegramPlatform"]

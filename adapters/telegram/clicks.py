@@ -19,7 +19,7 @@ from adapters.common import refusal_text
 from adapters.telegram.inbound import to_decision
 
 if TYPE_CHECKING:
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
 
 log = logging.getLogger(__name__)
 

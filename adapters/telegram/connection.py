@@ -25,18 +25,19 @@ from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, Tel
 
 from adapters.telegram.clicks import Clicks
 from adapters.telegram.sender import retry_after_seconds
+from gateway.backoff import Backoff
 from gateway.errors import GatewayError, PlatformError
-from gateway.model import Inbound
+from gateway.messages import Inbound
 
 if TYPE_CHECKING:
-    from gateway.health import Health
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
+    from gateway.state.health import Health
 
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT = 20  # seconds Telegram holds a getUpdates open; below the health report TTL
 ALLOWED_UPDATES = ("message", "callback_query")  # edits, reactions, ... are ignored anyway
-MAX_BACKOFF = 30.0
+BACKOFF = Backoff(first=0.5, limit=30.0)
 
 
 class Poller:
@@ -138,8 +139,9 @@ class Poller:
             log.info("telegram: could not confirm the last updates; they are deduped on restart")
 
     def _backoff(self) -> float:
+        delay = BACKOFF.delay(self._failures)
         self._failures += 1
-        return min(MAX_BACKOFF, 0.5 * 2.0 ** (self._failures - 1))
+        return delay
 
     async def _wait(self, seconds: float, reason: str) -> None:
         log.warning("telegram polling: %s; retrying in %.1fs", reason, seconds)

@@ -18,7 +18,7 @@ from telegram import Bot
 from telegram.error import BadRequest, Forbidden, InvalidToken, TelegramError, TimedOut
 
 from gateway.errors import DownloadFailed, DownloadTimeout, MediaError
-from gateway.model import Attachment
+from gateway.messages import Attachment
 from gateway.ports import Download
 
 log = logging.getLogger(__name__)

@@ -30,11 +30,11 @@ from telegram import Update
 from adapters.common import SHAPE_ERRORS
 from adapters.telegram.clicks import Clicks
 from gateway.errors import GatewayError, MalformedRequest
-from gateway.http_limits import json_body, one_line
-from gateway.model import Inbound
+from gateway.http.limits import json_body, one_line
+from gateway.messages import Inbound
 
 if TYPE_CHECKING:
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ declared size, type and a name (a voice note has none: `voice.ogg`). Voice,
 audio and video notes are of kind "voice": they are transcribed. The caption is
 the message's text. Each item of an album arrives as a message of its own
 sharing a `media_group_id`, which the Inbound carries: ingest gathers the items
-into one user message (`gateway/scripts/album.lua`).
+into one user message (`gateway/state/scripts/album.lua`).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from adapters.common import (
     parse_approval_payload,
     pattern,
 )
-from gateway import commands
-from gateway.model import Address, Attachment, Decision, Inbound, Speaker
+from gateway.inbound import commands
+from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
 
 log = logging.getLogger(__name__)
 

@@ -17,19 +17,19 @@ from adapters.telegram.files import TelegramFileSource
 from adapters.telegram.http import Convert, webhook_route
 from adapters.telegram.inbound import to_inbound
 from adapters.telegram.sender import TelegramSender
-from gateway import commands
-from gateway.config import Settings, require
 from gateway.errors import ConfigError, PlatformError
-from gateway.model import Inbound
-from gateway.ports import Mode, Platform
+from gateway.inbound import commands
+from gateway.messages import Inbound
+from gateway.platform import Mode, Platform
+from gateway.settings.env import Settings, require
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from starlette.routing import BaseRoute
     from telegram import User
 
-    from gateway.health import Health
-    from gateway.ingest import Ingest
+    from gateway.inbound.ingest import Ingest
+    from gateway.state.health import Health
 
 log = logging.getLogger(__name__)
 

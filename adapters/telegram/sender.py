@@ -24,7 +24,7 @@ from adapters.common import APPROVE_LABEL, DECLINE_LABEL, approval_payload
 from adapters.telegram.client import BotClient
 from adapters.telegram.render import render, utf16_length, visible_length, visible_text
 from gateway.errors import MessageRejected, PlatformError, RateLimited
-from gateway.model import Address
+from gateway.messages import Address
 from gateway.ports import Limits
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,6 @@ from typing import TypeVar
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from gateway.config import Settings
 from gateway.errors import DownloadTimeout, MediaError, MediaTooLarge
 from gateway.media.audio import NOT_ENABLED, Transcriber
 from gateway.media.documents import read_document
@@ -35,10 +34,11 @@ from gateway.media.images import convert
 from gateway.media.items import Kind, MediaItem, image_entry_ids
 from gateway.media.memory import return_large_buffers
 from gateway.media.store import MediaStore, item_field
+from gateway.messages import Attachment
 from gateway.metrics import Metrics
-from gateway.model import Attachment
 from gateway.models import Charge, Models
 from gateway.ports import FileSource, PlainSource, WorkspaceFiles
+from gateway.settings.env import Settings
 
 log = logging.getLogger(__name__)
 

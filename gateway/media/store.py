@@ -18,7 +18,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from gateway.media.items import MediaItem
-from gateway.store import Keys
+from gateway.state.keys import Keys
 
 BYTES = "bytes"
 

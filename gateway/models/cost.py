@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from gateway.config import ECHO_MODEL
 from gateway.models.types import Usage
+from gateway.settings.env import ECHO_MODEL
 
 log = logging.getLogger(__name__)
 

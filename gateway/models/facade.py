@@ -12,7 +12,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, Self
 
-from gateway.config import ECHO_MODEL, Settings
 from gateway.models.backend import ModelBackend
 from gateway.models.litellm_backend import LitellmBackend, model_window
 from gateway.models.pool import ModelPool
@@ -26,8 +25,9 @@ from gateway.models.types import (
     ToolCall,
     Usage,
 )
+from gateway.settings.env import ECHO_MODEL, Settings
 
-# Told of every call that ended with its usage: the worker counts it (`gateway.usage`).
+# Told of every call that ended with its usage: the worker counts it (`gateway.spend.usage`).
 Meter = Callable[[ModelCall, Usage], Coroutine[Any, Any, None]]
 METER_DELAY = 0.001  # seconds between a call's end and its usage write
 

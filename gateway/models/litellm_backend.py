@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from gateway.config import ECHO_MODEL
 from gateway.errors import (
     ModelBadResponse,
     ModelError,
@@ -42,6 +41,7 @@ from gateway.models.responses_stream import response_event
 from gateway.models.retries import Deadline, with_retries
 from gateway.models.tool_calls import FunctionCalls, ToolCallParts
 from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
+from gateway.settings.env import ECHO_MODEL
 
 log = logging.getLogger(__name__)
 

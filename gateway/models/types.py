@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gateway.config import Settings
+from gateway.settings.env import Settings
 
 Message = dict[str, Any]
 
@@ -54,7 +54,7 @@ class ToolCall:
     `id` pairs it with its result (`tool_call_id` of a `tool` message; `call_id`
     in the Responses API). `arguments` is the JSON text the model wrote, as it
     wrote it: whoever runs the tool parses it, and tells the model when it cannot.
-    Its fields are those of a history entry's `tool_calls` item (see compiler.py).
+    Its fields are those of a history entry's `tool_calls` item (see gateway/context/compiler.py).
     """
 
     id: str

@@ -14,11 +14,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from gateway.tools.config import ServerConfig, ToolsConfig, load_tool_config
-from gateway.tools.results import OUTCOMES, Outcome, ToolResult
+from gateway.tools.results import OUTCOMES, ToolOutcome, ToolResult
 from gateway.tools.spec import ToolSpec
 
 if TYPE_CHECKING:
-    from gateway.tools.connection import Backoff, Timing
+    from gateway.tools.connection import Timing
     from gateway.tools.servers import (
         Limits,
         ServerReport,
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     )
 
 _ON_FIRST_USE = {
-    "Backoff": "connection",
     "Timing": "connection",
     "Limits": "servers",
     "ServerReport": "servers",
@@ -39,12 +38,11 @@ _ON_FIRST_USE = {
 
 __all__ = [
     "OUTCOMES",
-    "Backoff",
     "Limits",
-    "Outcome",
     "ServerConfig",
     "ServerReport",
     "Timing",
+    "ToolOutcome",
     "ToolResult",
     "ToolServers",
     "ToolSpec",

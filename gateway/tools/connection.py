@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -50,6 +50,7 @@ from mcp_types import (
     ToolListChangedNotification,
 )
 
+from gateway.backoff import Backoff
 from gateway.errors import ToolServerUnavailable
 from gateway.tools.config import ServerConfig
 
@@ -59,18 +60,7 @@ REASON_CHARS = 200
 Streams = tuple[Any, Any]
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Delays between attempts: `first`, doubling, never above `limit`."""
-
-    first: float = 1.0
-    limit: float = 30.0
-
-    def delays(self) -> Iterator[float]:
-        delay = self.first
-        while True:
-            yield delay
-            delay = min(delay * 2, self.limit)
+RECONNECT = Backoff(first=1.0, limit=30.0)  # a server's restarts after it failed
 
 
 @dataclass(frozen=True)
@@ -79,7 +69,7 @@ class Timing:
 
     connect_timeout: float = 30.0
     ping_interval: float = 15.0
-    backoff: Backoff = Backoff()
+    backoff: Backoff = RECONNECT
 
 
 class ServerConnection:

@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 # The last three are the tool loop's: stopped by /stop, cut off by a dead worker,
 # not run because the asker declined (or never answered).
-Outcome = Literal[
+ToolOutcome = Literal[
     "ok",
     "error",
     "timeout",
@@ -24,7 +24,7 @@ Outcome = Literal[
     "interrupted",
     "declined",
 ]
-OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+OUTCOMES: tuple[ToolOutcome, ...] = get_args(ToolOutcome)
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ToolResult:
     """What a call produced (`text`, for the model) and how it went (`outcome`)."""
 
     text: str
-    outcome: Outcome
+    outcome: ToolOutcome
 
 
 def parse_arguments(raw: str) -> dict[str, Any] | str:

@@ -22,12 +22,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import REQUEST_TIMEOUT
 from redis.exceptions import RedisError
 
-from gateway.config import Settings
 from gateway.errors import ConfigError, ToolServerUnavailable
 from gateway.metrics import Metrics
-from gateway.tools.answers import from_call
+from gateway.settings.env import Settings
 from gateway.tools.config import ToolsConfig, load_tool_config
 from gateway.tools.connection import ServerConnection, Timing, cancel_requested
+from gateway.tools.mcp_results import from_call
 from gateway.tools.results import ToolResult, capped, parse_arguments
 from gateway.tools.spec import ToolSpec, assign_names, build_spec, openai_tool
 

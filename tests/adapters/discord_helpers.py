@@ -11,11 +11,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from adapters.discord import PLATFORM
-from gateway.config import Settings
-from gateway.health import Health, read_all
-from gateway.ingest import Ingest, Outcome
-from gateway.model import Inbound
+from adapters.discord import DiscordPlatform
+from gateway.inbound.ingest import Ingest, Receipt
+from gateway.messages import Inbound
+from gateway.settings.env import Settings
+from gateway.state.health import Health, read_all
 from tests.fakes.discord_api import FakeDiscord
 
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
@@ -29,9 +29,9 @@ class RecordingIngest(Ingest):
 
     def __init__(self, settings: Settings, redis: Redis) -> None:
         super().__init__(settings, redis)
-        self.seen: list[tuple[Inbound, Outcome]] = []
+        self.seen: list[tuple[Inbound, Receipt]] = []
 
-    async def receive(self, inbound: Inbound) -> Outcome:
+    async def receive(self, inbound: Inbound) -> Receipt:
         outcome = await super().receive(inbound)
         self.seen.append((inbound, outcome))
         return outcome
@@ -63,7 +63,7 @@ class Gateway:
                 **settings,
             }
         )
-        self.platform = PLATFORM(self.settings, redis)
+        self.platform = DiscordPlatform(self.settings, redis)
         self.ingest = RecordingIngest(self.settings, redis)
         self.health = RecordingHealth(redis, "discord")
         self.redis = redis
@@ -100,7 +100,7 @@ class Gateway:
                 raise AssertionError("condition not met before the deadline")
             await asyncio.sleep(0.02)
 
-    async def seen(self, fake: FakeDiscord, count: int = 1) -> list[tuple[Inbound, Outcome]]:
+    async def seen(self, fake: FakeDiscord, count: int = 1) -> list[tuple[Inbound, Receipt]]:
         await self.until(fake, lambda: len(self.ingest.seen) >= count)
         return self.ingest.seen
 

@@ -18,9 +18,9 @@ from slack_sdk.signature import SignatureVerifier
 
 from adapters.slack import SlackPlatform
 from adapters.slack.rotation import Rotation
-from gateway.config import load_settings
-from gateway.ingest import Ingest
-from gateway.web import create_app
+from gateway.http.app import create_app
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
 from tests import processes
 from tests.fakes.slack_api import (
     BOT_TOKEN,

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from adapters.telegram import PLATFORM, TelegramPlatform
-from gateway.config import load_settings
-from gateway.ingest import Ingest
-from gateway.web import create_app
+from adapters.telegram import TelegramPlatform
+from gateway.http.app import create_app
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
 from tests import processes
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
@@ -111,7 +111,7 @@ async def webhook_platform(
         TELEGRAM_API_URL=fake.base_url,
         TELEGRAM_ALLOW_ALL=True,
     )
-    telegram = PLATFORM(settings, redis)
+    telegram = TelegramPlatform(settings, redis)
     await telegram.startup()
     try:
         yield telegram

@@ -17,10 +17,10 @@ from adapters.discord.sender import DiscordSender
 from adapters.slack.sender import SlackSender, web_client
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
-from gateway.config_command import REFUSED
-from gateway.model import Inbound
+from gateway.answers.config_command import REFUSED
+from gateway.messages import Inbound
 from gateway.ports import Sender
-from gateway.scoped import ScopedSettings
+from gateway.settings.scoped import ScopedSettings
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import FakeSlack

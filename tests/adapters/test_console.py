@@ -11,10 +11,10 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from adapters import console
-from gateway.approvals import Status
-from gateway.ingest import Ingest
-from gateway.model import Address
-from gateway.store import Keys
+from gateway.approvals.store import Status
+from gateway.inbound.ingest import Ingest
+from gateway.messages import Address
+from gateway.state.keys import Keys
 from tests.gateway.cli_runs import run_console
 from tests.gateway.helpers import settings
 

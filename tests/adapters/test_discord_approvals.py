@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender
-from gateway.approvals import Status
-from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
-from gateway.model import Address
-from gateway.store import Keys
+from gateway.approvals.store import Status
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
+from gateway.messages import Address
+from gateway.state.keys import Keys
 from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM

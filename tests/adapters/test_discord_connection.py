@@ -12,11 +12,11 @@ import pytest
 from redis.asyncio import Redis
 
 from adapters.discord.platform import INTENT_REFUSED, DiscordPlatform, shard_plan
-from gateway.config import Settings
 from gateway.errors import ConfigError, PlatformError
-from gateway.health import Health
-from gateway.ingest import Ingest, Outcome
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest, Receipt
+from gateway.settings.env import Settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
 from tests.adapters.discord_helpers import (
     CHANNEL,
     CHANNEL_B,
@@ -85,7 +85,7 @@ async def test_messages_reach_ingest_and_noise_does_not(
     assert sorted(by_text) == ["a dm", "hello there", "via role"]
     first, outcome = by_text["hello there"]
     assert first.message_id == mention["id"] and first.mentions_bot
-    assert outcome == Outcome.QUEUED
+    assert outcome == Receipt.QUEUED
     assert by_text["a dm"][0].is_dm and by_text["via role"][0].mentions_bot
 
 
@@ -105,7 +105,7 @@ async def test_the_btw_command_is_deferred_at_once_and_handed_over(
     assert not (callback.get("data") or {}).get("flags")  # visible in the channel
     assert asyncio.get_running_loop().time() - started < 3
     inbound, outcome = seen[0]
-    assert inbound.text == "/btw what did we decide?" and outcome == Outcome.SIDE
+    assert inbound.text == "/btw what did we decide?" and outcome == Receipt.SIDE
     assert inbound.side_reply.token == interaction["token"]
     assert inbound.event_id == interaction["id"]
 
@@ -179,7 +179,7 @@ async def test_a_strangers_mention_opens_no_thread_and_gets_one_refusal(
         seen = await gateway.seen(fake, 3)
     threads = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages/\d+/threads")
     assert [call.body["name"] for call in threads] == ["plan the launch"]
-    refused = [inbound for inbound, outcome in seen if outcome == Outcome.REFUSED]
+    refused = [inbound for inbound, outcome in seen if outcome == Receipt.REFUSED]
     assert [inbound.speaker.id for inbound in refused] == ["66", "66"]
     assert all(inbound.channel == CHANNEL for inbound in refused)
     jobs = [fields for _, fields in await redis_client.xrange(Keys.jobs("discord"))]

@@ -19,7 +19,7 @@ import redis
 
 from adapters.discord.platform import INTENT_REFUSED
 from gateway.media.audio import NOT_ENABLED
-from gateway.store import Keys
+from gateway.state.keys import Keys
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.discord_files import VOICE_MESSAGE_FLAG
 from tests.fakes.llm_server import FakeLLM

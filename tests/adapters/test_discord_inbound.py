@@ -6,7 +6,7 @@ from typing import Any
 
 from adapters.discord.inbound import interaction_inbound, strip_mention, to_inbound
 from adapters.discord.render import render
-from gateway.model import Attachment
+from gateway.messages import Attachment
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_files import VOICE_MESSAGE_FLAG
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.store import Keys
+from gateway.state.keys import Keys
 from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 

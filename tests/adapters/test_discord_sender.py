@@ -12,9 +12,9 @@ import pytest
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, nonce
 from gateway.errors import MessageRejected, PlatformError, RateLimited
-from gateway.jobs import Job
-from gateway.model import Address
-from gateway.store import Keys
+from gateway.messages import Address
+from gateway.state.jobs import Job
+from gateway.state.keys import Keys
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import start_workers

@@ -24,10 +24,10 @@ from redis.asyncio import Redis
 
 from adapters.slack import SlackPlatform
 from adapters.telegram import TelegramPlatform
-from gateway.config import load_settings
-from gateway.ingest import Ingest
-from gateway.store import Keys
-from gateway.web import create_app
+from gateway.http.app import create_app
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     BOT_TOKEN,
     SIGNING_SECRET,

@@ -19,8 +19,8 @@ from adapters.slack.sender import SlackSender, web_client
 from adapters.telegram import render as markup
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
-from gateway.model import Address
-from gateway.splitting import split_markdown
+from gateway.delivery.splitting import split_markdown
+from gateway.messages import Address
 from tests.adapters.adversarial import adversarial, within_a_second
 
 SIZE = 100_000

@@ -19,15 +19,16 @@ import pytest
 from redis.asyncio import Redis
 
 from adapters.slack import SlackPlatform
-from adapters.slack.connection import Backoff, Timing
+from adapters.slack.connection import Timing
 from adapters.slack.sender import SlackSender, web_client
-from gateway.approvals import Status
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
-from gateway.model import Address
-from gateway.store import Keys
-from gateway.web import create_app
+from gateway.approvals.store import Status
+from gateway.backoff import Backoff
+from gateway.http.app import create_app
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
+from gateway.messages import Address
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -206,7 +207,7 @@ async def socket_ingest(slack: FakeSlack, redis_url: str) -> AsyncIterator[Inges
     redis = Redis.from_url(redis_url, decode_responses=True)
     platform = SlackPlatform(settings, redis)
     platform.socket_timing = Timing(ping_interval=1.0, check_interval=0.05, connect_timeout=5)
-    platform.socket_backoff = Backoff(base=0.05, cap=0.3)
+    platform.socket_backoff = Backoff(first=0.05, limit=0.3, jitter=0.5)
     await platform.startup()
     ingest = Ingest(settings, redis)
     task = asyncio.create_task(platform.connect(ingest, Health(redis, "slack")))

@@ -21,11 +21,12 @@ from redis.asyncio import Redis
 
 from adapters.slack import SlackPlatform
 from adapters.slack.app import NO_SESSION
-from adapters.slack.connection import Backoff, Timing
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import Ingest
-from gateway.store import Keys
+from adapters.slack.connection import Timing
+from gateway.backoff import Backoff
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -88,7 +89,7 @@ async def socket(slack: FakeSlack, redis_url: str) -> AsyncIterator[Socket]:
     platform.validate("connect")
     assert not platform.uses_http()
     platform.socket_timing = Timing(ping_interval=1.0, check_interval=0.05, connect_timeout=5)
-    platform.socket_backoff = Backoff(base=0.05, cap=0.3)
+    platform.socket_backoff = Backoff(first=0.05, limit=0.3, jitter=0.5)
     await platform.startup()
     task = asyncio.create_task(platform.connect(Ingest(settings, redis), Health(redis, "slack")))
     yield Socket(slack, redis, task)

@@ -19,9 +19,9 @@ from redis.asyncio import Redis
 from slack_sdk.signature import Clock, SignatureVerifier
 
 from adapters.slack.app import CANNOT_POST, NO_SESSION
-from gateway.http_limits import MAX_BODY
-from gateway.ingest import Ingest
-from gateway.store import Keys
+from gateway.http.limits import MAX_BODY
+from gateway.inbound.ingest import Ingest
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     SIGNING_SECRET,
     command_bytes,

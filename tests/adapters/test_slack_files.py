@@ -14,7 +14,7 @@ import pytest
 from adapters.slack.files import FOREIGN, NO_ADDRESS, SlackFileSource
 from gateway.errors import DownloadFailed
 from gateway.media.documents import SIGN_IN_PAGE
-from gateway.model import Attachment
+from gateway.messages import Attachment
 from tests.adapters.slack_helpers import (
     Processes,
     environment,

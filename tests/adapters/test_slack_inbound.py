@@ -14,11 +14,11 @@ from redis.asyncio import Redis
 
 from adapters.slack import SlackPlatform
 from adapters.slack.inbound import BotIdentity, btw_inbound, session_thread, to_inbound
-from gateway.config import load_settings
-from gateway.ingest import Ingest
-from gateway.model import Attachment
-from gateway.store import Keys
-from gateway.web import create_app
+from gateway.http.app import create_app
+from gateway.inbound.ingest import Ingest
+from gateway.messages import Attachment
+from gateway.settings.env import load_settings
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     BOT_TOKEN,
     SIGNING_SECRET,

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from gateway.store import Keys
+from gateway.state.keys import Keys
 from tests.adapters.slack_helpers import (
     SIGNING_SECRET,
     command_bytes,

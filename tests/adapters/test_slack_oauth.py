@@ -12,7 +12,7 @@ from slack_sdk.oauth.installation_store import Installation
 
 from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.workspaces import NotInstalled
-from gateway.cipher import TokenCipher, WrongSecretKey
+from gateway.state.cipher import TokenCipher, WrongSecretKey
 from tests.adapters.slack_helpers import (
     OTHER_SECRET_KEY,
     SECRET_KEY,

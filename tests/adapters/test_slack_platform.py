@@ -10,8 +10,8 @@ from redis.asyncio import Redis
 from adapters import load
 from adapters.slack import SlackPlatform
 from adapters.slack.sender import SlackSender
-from gateway.config import load_settings
 from gateway.errors import ConfigError, PlatformError
+from gateway.settings.env import load_settings
 from tests.adapters.slack_helpers import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID, FakeSlack
 

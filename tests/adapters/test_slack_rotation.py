@@ -18,7 +18,7 @@ from slack_sdk.oauth.installation_store import Bot
 from adapters.slack.platform import SlackPlatform
 from adapters.slack.rotation import Rotation
 from gateway.errors import PlatformError
-from gateway.model import Address
+from gateway.messages import Address
 from tests.adapters.slack_helpers import (
     SECRET_KEY,
     InstallsApp,

@@ -9,9 +9,9 @@ import pytest
 
 from adapters.slack.sender import LOOK_WINDOW, MAX_LENGTH, SlackSender, web_client
 from gateway.errors import MessageRejected, PlatformError, RateLimited
-from gateway.jobs import Job
-from gateway.model import Address
-from gateway.store import Keys
+from gateway.messages import Address
+from gateway.state.jobs import Job
+from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.harness import start_workers

@@ -11,10 +11,10 @@ import pytest
 from adapters.slack.files import WorkspaceFileSource
 from adapters.slack.platform import SlackPlatform
 from adapters.slack.sender import SlackSender
-from gateway.config import load_settings
 from gateway.errors import ConfigError, DownloadFailed, PlatformError
-from gateway.model import Address, Attachment
+from gateway.messages import Address, Attachment
 from gateway.ports import WorkspaceFiles
+from gateway.settings.env import load_settings
 from tests.adapters.slack_helpers import InstallsApp, installs_app, many_workspaces
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 

@@ -18,16 +18,16 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from adapters.telegram import PLATFORM, TelegramPlatform
+from adapters.telegram import TelegramPlatform
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
-from gateway.approvals import Status
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
-from gateway.model import Address
-from gateway.store import Keys
-from gateway.web import create_app
+from gateway.approvals.store import Status
+from gateway.http.app import create_app
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
+from gateway.messages import Address
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
@@ -138,7 +138,7 @@ async def webhook(
     fake: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Ingest]]:
     settings = _settings(fake, TELEGRAM_WEBHOOK_SECRET=SECRET)
-    telegram = PLATFORM(settings, redis_client)
+    telegram = TelegramPlatform(settings, redis_client)
     await telegram.startup()
     ingest = Ingest(settings, redis_client)
     app = create_app(redis_client, ingest, [telegram], ["telegram"])
@@ -172,7 +172,7 @@ async def test_a_click_that_cannot_be_stored_is_503_and_its_redelivery_decides(
     fake: FakeTelegram, redis_client: aioredis.Redis
 ) -> None:
     settings = _settings(fake, TELEGRAM_WEBHOOK_SECRET=SECRET)
-    telegram = PLATFORM(settings, redis_client)
+    telegram = TelegramPlatform(settings, redis_client)
     await telegram.startup()
     live = Ingest(settings, redis_client)
     dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
@@ -243,7 +243,7 @@ async def test_a_click_fetched_by_long_polling_is_decided_and_answered(
     fake: FakeTelegram, redis_client: aioredis.Redis
 ) -> None:
     settings = _settings(fake)
-    telegram = PLATFORM(settings, redis_client)
+    telegram = TelegramPlatform(settings, redis_client)
     assert isinstance(telegram, TelegramPlatform)
     await telegram.startup()
     ingest = Ingest(settings, redis_client)

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from adapters.telegram import PLATFORM, TelegramPlatform
+from adapters.telegram import TelegramPlatform
 from adapters.telegram.clicks import Clicks
 from adapters.telegram.client import BotClient
 from adapters.telegram.connection import Poller
 from adapters.telegram.inbound import to_inbound
-from gateway.config import load_settings
-from gateway.health import Health
-from gateway.ingest import Ingest
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state.health import Health
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore
 from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running
 
@@ -69,7 +69,7 @@ async def polling_context(
     settings = load_settings(
         TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True
     )
-    telegram = PLATFORM(settings, redis)
+    telegram = TelegramPlatform(settings, redis)
     telegram.validate("connect")
     await telegram.startup()
     health = Health(redis, "telegram-polling")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.pairing import ALPHABET, CODE_LENGTH
+from gateway.inbound.pairing import ALPHABET, CODE_LENGTH
 from tests.adapters.telegram_helpers import (
     BOB,
     GROUP,

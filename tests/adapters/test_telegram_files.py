@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from adapters.telegram import PLATFORM
+from adapters.telegram import TelegramPlatform
 from adapters.telegram.client import file_base_url
 from adapters.telegram.files import TelegramFileSource
-from gateway.config import load_settings
 from gateway.errors import DownloadFailed
 from gateway.media.download import Downloader
-from gateway.model import Attachment
+from gateway.messages import Attachment
+from gateway.settings.env import load_settings
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
 from tests.gateway.harness import start_workers, texts
@@ -34,7 +34,7 @@ async def source(
     fake: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramFileSource]:
     settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url)
-    telegram = PLATFORM(settings, redis_client)
+    telegram = TelegramPlatform(settings, redis_client)
     sender = telegram.sender()
     try:
         yield telegram.file_source()  # over the sender's client, closed with it

@@ -11,12 +11,12 @@ import pytest
 import redis.asyncio as aioredis
 from starlette.applications import Starlette
 
-from adapters.telegram import PLATFORM, TelegramPlatform
-from gateway.config import load_settings
+from adapters.telegram import TelegramPlatform
 from gateway.errors import ConfigError
-from gateway.http_limits import MAX_BODY
-from gateway.ingest import Ingest
-from gateway.session import SessionStore
+from gateway.http.limits import MAX_BODY
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state.session import SessionStore
 from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
 from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram, running
@@ -184,7 +184,7 @@ async def test_updates_that_are_not_messages_are_acknowledged(
 
 def test_webhook_mode_needs_the_secret(redis_client: aioredis.Redis) -> None:
     settings = load_settings(TELEGRAM_BOT_TOKEN="1:x")
-    telegram = PLATFORM(settings, redis_client)
+    telegram = TelegramPlatform(settings, redis_client)
     assert not telegram.uses_http()
     with pytest.raises(ConfigError, match="TELEGRAM_WEBHOOK_SECRET"):
         telegram.validate("http")
@@ -193,7 +193,7 @@ def test_webhook_mode_needs_the_secret(redis_client: aioredis.Redis) -> None:
 
 
 def test_everything_needs_the_token(redis_client: aioredis.Redis) -> None:
-    telegram = PLATFORM(load_settings(TELEGRAM_WEBHOOK_SECRET=SECRET), redis_client)
+    telegram = TelegramPlatform(load_settings(TELEGRAM_WEBHOOK_SECRET=SECRET), redis_client)
     assert not telegram.uses_http()
     with pytest.raises(ConfigError, match="TELEGRAM_BOT_TOKEN"):
         telegram.validate("send")

@@ -19,9 +19,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.telegram import TelegramPlatform
-from gateway.health import Health
-from gateway.ingest import Ingest
-from gateway.session import SessionStore
+from gateway.inbound.ingest import Ingest
+from gateway.state.health import Health
+from gateway.state.session import SessionStore
 from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
 from tests.fakes.telegram_api import FakeTelegram, running
 

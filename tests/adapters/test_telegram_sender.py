@@ -9,7 +9,7 @@ import pytest
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import MAX_LENGTH, TelegramSender
 from gateway.errors import MessageRejected, RateLimited
-from gateway.model import Address
+from gateway.messages import Address
 from tests.fakes.telegram_api import FakeTelegram, running, utf16_len
 
 DM = Address(platform="telegram", workspace="123456", channel="42")

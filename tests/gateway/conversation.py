@@ -15,11 +15,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.config import Settings
-from gateway.ingest import Ingest
+from gateway.inbound.ingest import Ingest
 from gateway.models.litellm_backend import load_litellm
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.settings.env import Settings
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.helpers import inbound

@@ -13,10 +13,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest
+from gateway.inbound.ingest import Ingest
 from gateway.ports import FileSource, Sender
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.helpers import settings

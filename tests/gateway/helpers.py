@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from gateway.config import Settings
-from gateway.model import Address, Inbound, Speaker
+from gateway.messages import Address, Inbound, Speaker
+from gateway.settings.env import Settings
 
 _ids = itertools.count(1)
 

@@ -12,8 +12,8 @@ import sys
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest
-from gateway.session import SessionStore
+from gateway.inbound.ingest import Ingest
+from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.gateway.helpers import inbound, settings
 from tests.gateway.recording_sender import RecordingSender

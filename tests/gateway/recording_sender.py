@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from gateway.errors import RateLimited
-from gateway.model import Address
+from gateway.messages import Address
 from gateway.ports import Limits
 
 

@@ -8,10 +8,10 @@ import time
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest, Outcome
-from gateway.model import Attachment, Inbound
-from gateway.session import SessionStore
-from gateway.store import GROUP, Keys
+from gateway.inbound.ingest import Ingest, Receipt
+from gateway.messages import Attachment, Inbound
+from gateway.state.keys import GROUP, Keys
+from gateway.state.session import SessionStore
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import start_workers, texts
@@ -32,7 +32,7 @@ async def test_an_albums_items_become_one_inbox_entry_with_one_job(
     ingest = Ingest(settings(redis_url), redis_client)
     first = item("a.png", "two photos ✓")
     for message in (first, item("b.png"), item("c.png", "and a caption")):
-        assert await ingest.receive(message) == Outcome.QUEUED
+        assert await ingest.receive(message) == Receipt.QUEUED
     [entry] = await SessionStore(redis_client).inbox(KEY)
     assert [a["name"] for a in entry["attachments"]] == ["a.png", "b.png", "c.png"]
     assert entry["text"] == "two photos ✓\n\nand a caption"
@@ -47,8 +47,8 @@ async def test_a_retried_album_item_is_not_added_twice(
     ingest = Ingest(settings(redis_url), redis_client)
     await ingest.receive(item("a.png"))
     second = item("b.png")
-    assert await ingest.receive(second) == Outcome.QUEUED
-    assert await ingest.receive(second) == Outcome.DUPLICATE
+    assert await ingest.receive(second) == Receipt.QUEUED
+    assert await ingest.receive(second) == Receipt.DUPLICATE
     [entry] = await SessionStore(redis_client).inbox(KEY)
     assert len(entry["attachments"]) == 2
 
@@ -102,9 +102,9 @@ async def test_in_a_group_the_albums_further_items_follow_its_first(
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     await ingest.receive(item("a.png", "@bot look", dm=False, mentions_bot=True))
-    assert await ingest.receive(item("b.png", dm=False)) == Outcome.QUEUED
+    assert await ingest.receive(item("b.png", dm=False)) == Receipt.QUEUED
     stray = item("z.png", group="someone-elses", dm=False)
-    assert await ingest.receive(stray) == Outcome.IGNORED
+    assert await ingest.receive(stray) == Receipt.IGNORED
     [entry] = await SessionStore(redis_client).inbox(KEY)
     assert [a["name"] for a in entry["attachments"]] == ["a.png", "b.png"]
 

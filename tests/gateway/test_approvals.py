@@ -9,11 +9,11 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.approvals import Approval, ApprovalStore, Status
-from gateway.ingest import Ingest, Verdict
-from gateway.model import Address, Decision
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.approvals.store import Approval, ApprovalStore, Status
+from gateway.inbound.ingest import Ingest, Verdict
+from gateway.messages import Address, Decision
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore
 from tests.gateway.helpers import inbound, settings
 
 KEY = "test:W:C1"

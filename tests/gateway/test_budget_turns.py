@@ -8,9 +8,9 @@ import datetime as dt
 import pytest
 from redis.asyncio import Redis
 
-from gateway.budgets import spend_keys
 from gateway.models import Charge, ModelCall, Usage
-from gateway.usage import UsageLedger
+from gateway.spend.budgets import spend_keys
+from gateway.spend.usage import UsageLedger
 from gateway.worker import GIVE_UP_TEXT
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import start_workers, texts

@@ -8,11 +8,12 @@ import datetime as dt
 import pytest
 from redis.asyncio import Redis
 
-from gateway.budgets import Budget, Budgets, spend_keys
-from gateway.config import load_settings
 from gateway.errors import BudgetExceeded, ConfigError
 from gateway.models import Charge, ModelCall, Usage
-from gateway.usage import UsageLedger
+from gateway.settings.env import load_settings
+from gateway.settings.values import Budget
+from gateway.spend.budgets import Budgets, spend_keys
+from gateway.spend.usage import UsageLedger
 
 NOW = dt.datetime(2026, 3, 14, 15, 0, tzinfo=dt.UTC)
 ALICE = Charge("slack:T1:C1", "U1", "turn")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.compiler import MessageCompiler, TurnContext
+from gateway.context.compiler import MessageCompiler, TurnContext
 from gateway.models.providers import base_model, is_stateful, to_responses_input
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cipher import TokenCipher, WrongSecretKey, check_keys
+from gateway.state.cipher import TokenCipher, WrongSecretKey, check_keys
 
 NEW = "bmV3LWtleS1vZi10aGUtY2lwaGVyLXRlc3RzLTAxMjM="
 OLD = "b2xkLWtleS1vZi10aGUtY2lwaGVyLXRlc3RzLTAxMjM="

@@ -195,7 +195,7 @@ def test_the_core_imports_no_platform_sdk() -> None:
 
 def test_ingest_and_web_never_load_litellm() -> None:
     code = (
-        "import sys, gateway.web, gateway.ingest, gateway.cli, adapters.console;"
+        "import sys, gateway.http.app, gateway.inbound.ingest, gateway.cli.main, adapters.console;"
         "print('litellm' in sys.modules)"
     )
     result = subprocess.run(

@@ -1,4 +1,4 @@
-"""`gateway tools list` and the tool servers in `gateway doctor` (gateway/cli_tools.py), as
+"""`gateway tools list` and the tool servers in `gateway doctor` (gateway/cli/tools.py), as
 an operator runs them: the real command, the MCP test server over stdio."""
 
 from __future__ import annotations

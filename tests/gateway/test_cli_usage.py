@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.models import Charge, ModelCall, Usage
-from gateway.usage import UsageLedger
+from gateway.spend.usage import UsageLedger
 from tests.gateway.cli_runs import run_against
 
 pytestmark = pytest.mark.timeout(120)

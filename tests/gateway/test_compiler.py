@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.compiler import MessageCompiler, ReplyTarget, TurnContext
+from gateway.context.compiler import MessageCompiler, ReplyTarget, TurnContext
 from gateway.errors import ContextMismatch
 
 KEY = "slack:T1:C1:171.1"

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.compiler import SUMMARY_HEADER
-from gateway.compression import Compressor, Outcome
+from gateway.context.compiler import SUMMARY_HEADER
+from gateway.context.compression import CompressionResult, Compressor
+from gateway.context.segments import KEEP_MIN, plan_segment
 from gateway.models import Models
-from gateway.scoped import ScopedSettings
-from gateway.segments import KEEP_MIN, plan_segment
-from gateway.session import HistoryView
+from gateway.settings.scoped import ScopedSettings
+from gateway.state.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import (
     COMPRESSOR,
@@ -321,7 +321,9 @@ async def test_the_lock_lets_one_of_two_compressors_through(redis_url: str, llm:
         async with conversation(redis_url, llm, workers=0) as talk:
             await talk.preload([user_entry(line(i), f"u{i}") for i in range(20)])
             outcomes = await asyncio.gather(*(c.compress(talk.key, 20) for c in compressors))
-            assert sorted(outcomes) == sorted([Outcome.SUMMARISED, Outcome.BUSY])
+            assert sorted(outcomes) == sorted(
+                [CompressionResult.SUMMARISED, CompressionResult.BUSY]
+            )
             assert len(await talk.segments()) == 1
     finally:
         for client in clients:
@@ -339,7 +341,7 @@ async def test_a_reset_during_compression_discards_the_segment(
         running = asyncio.create_task(compressor.compress(talk.key, 20))
         await llm.await_requests(1, 30, model=COMPRESSOR)
         await talk.sessions.reset(talk.key)
-        assert await running is Outcome.LOST
+        assert await running is CompressionResult.LOST
         assert await talk.segments() == []
         assert "history_start" not in await talk.meta()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import commands
-from gateway.config_command import REFUSED, USAGE, ConfigRequest, parse
-from gateway.scoped import KEYS
+from gateway.answers.config_command import REFUSED, USAGE, ConfigRequest, parse
+from gateway.inbound import commands
+from gateway.settings.scoped import KEYS
 from tests.gateway.harness import Harness, texts
 from tests.gateway.helpers import inbound
 

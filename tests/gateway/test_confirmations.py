@@ -1,4 +1,4 @@
-"""Destructive tool calls wait for the asker's approval (gateway.confirmations), through a
+"""Destructive tool calls wait for the asker's approval (gateway.approvals.waiting), through a
 real worker, a real MCP server over stdio, a real Redis and the loopback model."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ingest import Verdict
-from gateway.model import Address, Decision
-from gateway.store import Keys
+from gateway.inbound.ingest import Verdict
+from gateway.messages import Address, Decision
+from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import tool_results, tools_then_text
 from tests.gateway.harness import Harness, texts

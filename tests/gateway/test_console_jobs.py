@@ -6,9 +6,9 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from adapters import console
-from gateway.console_jobs import ConsoleJobs
-from gateway.ingest import Ingest
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest
+from gateway.state.console_jobs import ConsoleJobs
+from gateway.state.keys import Keys
 from tests.gateway.helpers import settings
 
 SESSION = console.SESSION_KEY

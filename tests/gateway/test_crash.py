@@ -16,10 +16,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.telegram.inbound import to_inbound
-from gateway import store
-from gateway.ingest import Ingest
-from gateway.session import SessionStore
-from gateway.store import GROUP, Keys
+from gateway.inbound.ingest import Ingest
+from gateway.state import keys
+from gateway.state.keys import GROUP, Keys
+from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.adapters.telegram_helpers import Gateway, environment, gateway, message
 from tests.conftest import free_port, redis_command
@@ -180,7 +180,7 @@ async def test_no_message_is_posted_while_redis_cannot_record_it(
         # Short: a lease that lapses during the outage is taken again (or reclaimed) soon.
         GATEWAY_LEASE_TTL=3.0,
     )
-    client = store.connect(url)  # the production client: it retries through an outage
+    client = keys.connect(url)  # the production client: it retries through an outage
     # Half a second between flushes: Redis goes down between two of them.
     sender = RecordingSender(max_length=60, edit_interval=0.5)
     worker = Worker(config, client, {"test": sender})

@@ -1,4 +1,4 @@
-"""Streamed edits, continuations, rate limits and the shared send budget."""
+"""Streamed edits, continuations, rate limits and the shared send pacing."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.delivery import ReplyStream, SendBudget, deliver
+from gateway.delivery.stream import ReplyStream, SendPacing, deliver
 from gateway.errors import LeaseLost, PlatformError
-from gateway.model import Address
+from gateway.messages import Address
 from tests.gateway.recording_sender import RecordingSender
 
 ADDRESS = Address(platform="test", workspace="w", channel="c")
@@ -25,7 +25,7 @@ async def test_stream_posts_once_then_edits_and_delivers_the_final_text() -> Non
     async def on_ids(new: list[str]) -> None:
         ids.append(list(new))
 
-    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream = ReplyStream(sender, ADDRESS, pacing=None, known_ids=[], on_ids=on_ids)
     stream.start()
     for word in ["Hello", " there", ",", " friend"]:
         stream.feed(word)
@@ -47,7 +47,7 @@ async def test_rerun_edits_known_messages_instead_of_posting() -> None:
     async def on_ids(new: list[str]) -> None:
         return None
 
-    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=["41"], on_ids=on_ids)
+    stream = ReplyStream(sender, ADDRESS, pacing=None, known_ids=["41"], on_ids=on_ids)
     stream.start()
     await stream.finish("second run's answer")
     assert [c.op for c in sender.calls] == ["edit"]
@@ -60,7 +60,7 @@ async def test_long_reply_continues_in_more_messages() -> None:
     async def on_ids(new: list[str]) -> None:
         return None
 
-    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream = ReplyStream(sender, ADDRESS, pacing=None, known_ids=[], on_ids=on_ids)
     stream.start()
     text = "\n\n".join(f"Paragraph {i}: " + "words " * 10 for i in range(6))
     await stream.finish(text)
@@ -75,7 +75,7 @@ async def test_rate_limit_mid_stream_drops_edits_and_still_delivers_the_final_te
     async def on_ids(new: list[str]) -> None:
         return None
 
-    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream = ReplyStream(sender, ADDRESS, pacing=None, known_ids=[], on_ids=on_ids)
     stream.start()
     stream.feed("first")
     await sender.wait_for(lambda: sender.messages)
@@ -93,7 +93,7 @@ async def test_rate_limit_mid_stream_drops_edits_and_still_delivers_the_final_te
 
 async def test_deliver_posts_each_piece_final(redis_client: aioredis.Redis) -> None:
     sender = RecordingSender(max_length=50)
-    ids = await deliver(sender, ADDRESS, "word " * 40, SendBudget(redis_client))
+    ids = await deliver(sender, ADDRESS, "word " * 40, SendPacing(redis_client))
     assert len(ids) >= 4 and all(c.final for c in sender.calls)
 
 
@@ -120,8 +120,8 @@ async def test_deliver_names_each_piece_and_a_rerun_skips_those_found() -> None:
     assert again[2:] == first[2:]
 
 
-async def test_send_budget_is_shared_between_workers(redis_client: aioredis.Redis) -> None:
-    one, two = SendBudget(redis_client), SendBudget(redis_client)
+async def test_send_pacing_is_shared_between_workers(redis_client: aioredis.Redis) -> None:
+    one, two = SendPacing(redis_client), SendPacing(redis_client)
     assert await one.acquire("tg:chat", 1.0) == 0
     wait = await two.acquire("tg:chat", 1.0)
     assert 0.5 < wait <= 1.0
@@ -129,14 +129,14 @@ async def test_send_budget_is_shared_between_workers(redis_client: aioredis.Redi
     assert await one.acquire("tg:other", 1.0) > 4.0
 
 
-async def test_budget_paces_final_sends_across_streams(redis_client: aioredis.Redis) -> None:
+async def test_pacing_paces_final_sends_across_streams(redis_client: aioredis.Redis) -> None:
     sender = RecordingSender(chat_interval=0.2)
-    budget = SendBudget(redis_client)
+    pacing = SendPacing(redis_client)
     started = time.monotonic()
     await asyncio.gather(
-        deliver(sender, ADDRESS, "one", budget),
-        deliver(sender, ADDRESS, "two", budget),
-        deliver(sender, ADDRESS, "three", budget),
+        deliver(sender, ADDRESS, "one", pacing),
+        deliver(sender, ADDRESS, "two", pacing),
+        deliver(sender, ADDRESS, "three", pacing),
     )
     times = sorted(c.at for c in sender.calls)
     assert times[2] - started >= 0.39
@@ -154,7 +154,7 @@ async def test_a_run_that_lost_its_turn_posts_no_new_message() -> None:
         return False
 
     stream = ReplyStream(
-        sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids, may_post=may_post
+        sender, ADDRESS, pacing=None, known_ids=[], on_ids=on_ids, may_post=may_post
     )
     stream.start()
     stream.feed("partial")
@@ -174,7 +174,7 @@ async def test_ids_that_could_not_be_stored_are_stored_at_the_next_flush() -> No
             raise failures.pop()
         stored.append(list(new))
 
-    stream = ReplyStream(sender, ADDRESS, budget=None, known_ids=[], on_ids=on_ids)
+    stream = ReplyStream(sender, ADDRESS, pacing=None, known_ids=[], on_ids=on_ids)
     stream.start()
     stream.feed("first piece")
     await asyncio.sleep(0.1)  # posted by the pump; storing its id failed

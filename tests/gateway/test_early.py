@@ -1,4 +1,5 @@
-"""Early starts: a turn's model call sent while its claim is on the way (gateway.early)."""
+"""Early starts: a turn's model call sent while its claim is on the way
+(gateway.turn.early_start)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.compression import Compressor
-from gateway.early import ENTRY_BYTES, RecentViews
-from gateway.ingest import Ingest
+from gateway.context.compression import Compressor
+from gateway.inbound.ingest import Ingest
 from gateway.models import Models
-from gateway.session import HistoryView, SessionStore
-from gateway.store import Keys
+from gateway.state.keys import Keys
+from gateway.state.session import HistoryView, SessionStore
+from gateway.turn.early_start import ENTRY_BYTES, RecentViews
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers
@@ -125,7 +126,7 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
 ) -> None:
     """The lease is taken between the job's enqueue and its claim: the early call is
     cancelled at once, nothing reaches the chat, and the turn runs once the lease is free."""
-    caplog.set_level(logging.INFO, logger="gateway.claims")
+    caplog.set_level(logging.INFO, logger="gateway.turn.claims")
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     worker, sender = await unstarted_worker(client, redis_url, llm)
     config = worker.settings
@@ -194,7 +195,7 @@ async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
     """Job ids carry the Redis server's clock, and the worker compares them with its own
     corrected by the offset it measured. A backlog job passes for fresh only with a wrong
     offset (here one pretending this machine runs 5 s ahead); measured, it does not."""
-    from gateway.jobs import JobQueue
+    from gateway.state.jobs import JobQueue
 
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     queue = JobQueue(client, ["test"])
@@ -238,7 +239,7 @@ async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
 async def test_a_slow_clock_measure_does_not_make_a_new_job_stale(redis_url: str) -> None:
     """A measure whose round trip stalled may put the server's clock up to half that
     trip ahead of where it is: a job that arrives while the read waits is still fresh."""
-    from gateway.jobs import JobQueue
+    from gateway.state.jobs import JobQueue
 
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     queue = JobQueue(client, ["test"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway.embedded_redis import EmbeddedRedis
+from gateway.state.embedded_redis import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,7 +104,7 @@ def test_a_server_left_by_a_killed_owner_is_stopped_before_a_new_one_starts(tmp_
             sys.executable,
             "-c",
             "import sys; from pathlib import Path;"
-            "from gateway.embedded_redis import EmbeddedRedis;"
+            "from gateway.state.embedded_redis import EmbeddedRedis;"
             f"print(EmbeddedRedis(Path({str(data)!r})).start(), flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,

@@ -7,11 +7,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest, Outcome
-from gateway.jobs import JobQueue
-from gateway.model import Inbound, Speaker
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest, Receipt
+from gateway.messages import Inbound, Speaker
+from gateway.state.jobs import JobQueue
+from gateway.state.keys import Keys
+from gateway.state.session import SessionStore
 from tests.gateway.helpers import inbound, settings
 
 
@@ -25,7 +25,7 @@ async def test_a_message_lands_in_the_inbox_with_exactly_one_job(
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     message = inbound("hello")
-    assert await ingest.receive(message) == Outcome.QUEUED
+    assert await ingest.receive(message) == Receipt.QUEUED
     inbox = await SessionStore(redis_client).inbox(message.session_key)
     assert [e["text"] for e in inbox] == ["hello"]
     assert [j["kind"] for j in await jobs(redis_client)] == ["turn"]
@@ -36,8 +36,8 @@ async def test_the_same_event_twice_is_answered_once(
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     first = inbound("hello", event_id="E1")
-    assert await ingest.receive(first) == Outcome.QUEUED
-    assert await ingest.receive(inbound("hello", event_id="E1")) == Outcome.DUPLICATE
+    assert await ingest.receive(first) == Receipt.QUEUED
+    assert await ingest.receive(inbound("hello", event_id="E1")) == Receipt.DUPLICATE
     assert len(await SessionStore(redis_client).inbox(first.session_key)) == 1
     assert len(await jobs(redis_client)) == 1
 
@@ -47,7 +47,7 @@ async def test_messages_while_a_turn_is_queued_share_its_job(
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     for text in ["one", "two", "three"]:
-        assert await ingest.receive(inbound(text)) == Outcome.QUEUED
+        assert await ingest.receive(inbound(text)) == Receipt.QUEUED
     assert len(await jobs(redis_client)) == 1
     assert len(await SessionStore(redis_client).inbox(inbound("x").session_key)) == 3
 
@@ -57,9 +57,9 @@ async def test_unknown_user_on_an_open_network_gets_one_refusal_naming_their_id(
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     stranger = inbound("hi", platform="telegram", user="999")
-    assert await ingest.receive(stranger) == Outcome.REFUSED
+    assert await ingest.receive(stranger) == Receipt.REFUSED
     assert (
-        await ingest.receive(inbound("again", platform="telegram", user="999")) == Outcome.REFUSED
+        await ingest.receive(inbound("again", platform="telegram", user="999")) == Receipt.REFUSED
     )
     notices = await jobs(redis_client, "telegram")
     assert [j["kind"] for j in notices] == ["notice"]
@@ -76,14 +76,14 @@ async def test_every_interaction_of_a_stranger_is_answered(
         message = inbound("/btw hi", platform="discord", user="77")
         token = message.reply.model_copy(update={"token": "interaction-token"})
         message = message.model_copy(update={"reply": token, "side_reply": token})
-        assert await ingest.receive(message) == Outcome.REFUSED
+        assert await ingest.receive(message) == Receipt.REFUSED
     assert [j["kind"] for j in await jobs(redis_client, "discord")] == ["notice", "notice"]
 
 
 async def test_allow_all_opens_the_platform(redis_url: str, redis_client: aioredis.Redis) -> None:
     ingest = Ingest(settings(redis_url, TELEGRAM_ALLOW_ALL="1"), redis_client)
-    assert await ingest.receive(inbound("hi", platform="telegram", user="5")) == Outcome.QUEUED
-    assert await ingest.receive(inbound("hi", platform="discord", user="5")) == Outcome.REFUSED
+    assert await ingest.receive(inbound("hi", platform="telegram", user="5")) == Receipt.QUEUED
+    assert await ingest.receive(inbound("hi", platform="discord", user="5")) == Receipt.REFUSED
 
 
 def guest(text: str, **extra: Any) -> Inbound:
@@ -97,14 +97,14 @@ async def test_a_member_of_another_organisation_gets_one_refusal_and_reaches_not
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     first = guest("hi")
-    assert await ingest.receive(first) == Outcome.REFUSED
-    assert await ingest.receive(guest("again")) == Outcome.REFUSED
+    assert await ingest.receive(first) == Receipt.REFUSED
+    assert await ingest.receive(guest("again")) == Receipt.REFUSED
     notices = await jobs(redis_client, "slack")
     assert [j["kind"] for j in notices] == ["notice"]
     text = json.loads(notices[0]["payload"])["text"]
     assert "slack:U7" in text and "\n" not in text
     assert await SessionStore(redis_client).inbox(first.session_key) == []
-    assert await ingest.receive(inbound("hi", platform="slack", user="U1")) == Outcome.QUEUED
+    assert await ingest.receive(inbound("hi", platform="slack", user="U1")) == Receipt.QUEUED
 
 
 async def test_reset_and_stop_from_another_organisation_do_nothing(
@@ -117,7 +117,7 @@ async def test_reset_and_stop_from_another_organisation_do_nothing(
     await pubsub.subscribe(Keys.CANCEL_CHANNEL)
     await pubsub.get_message(timeout=1)
     for text in ("/reset", "/new", "/stop"):
-        assert await ingest.receive(guest(text)) == Outcome.REFUSED
+        assert await ingest.receive(guest(text)) == Receipt.REFUSED
     # Published after the commands on the same connection: it arrives first only if
     # none of them published a cancel.
     await redis_client.publish(Keys.CANCEL_CHANNEL, "marker")
@@ -133,9 +133,9 @@ async def test_slack_allow_external_or_a_listing_lets_another_organisation_in(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
     opened = Ingest(settings(redis_url, SLACK_ALLOW_EXTERNAL="1"), redis_client)
-    assert await opened.receive(guest("hi")) == Outcome.QUEUED
+    assert await opened.receive(guest("hi")) == Receipt.QUEUED
     listed = Ingest(settings(redis_url, GATEWAY_ALLOWED_USERS="slack:U7"), redis_client)
-    assert await listed.receive(guest("hi again", channel="C2")) == Outcome.QUEUED
+    assert await listed.receive(guest("hi again", channel="C2")) == Receipt.QUEUED
     assert await jobs(redis_client, "slack") != []
     assert all(j["kind"] == "turn" for j in await jobs(redis_client, "slack"))
 
@@ -144,20 +144,20 @@ async def test_group_messages_need_a_mention_a_reply_or_a_thread_the_bot_is_in(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
-    assert await ingest.receive(inbound("chatter", dm=False)) == Outcome.IGNORED
-    assert await ingest.receive(inbound("hey bot", dm=False, mentions_bot=True)) == Outcome.QUEUED
-    assert await ingest.receive(inbound("re", dm=False, replies_to_bot=True)) == Outcome.QUEUED
+    assert await ingest.receive(inbound("chatter", dm=False)) == Receipt.IGNORED
+    assert await ingest.receive(inbound("hey bot", dm=False, mentions_bot=True)) == Receipt.QUEUED
+    assert await ingest.receive(inbound("re", dm=False, replies_to_bot=True)) == Receipt.QUEUED
     follow = inbound("follow-up", dm=False, thread="T9", follows_thread=True)
-    assert await ingest.receive(follow) == Outcome.IGNORED
+    assert await ingest.receive(follow) == Receipt.IGNORED
     await redis_client.hset(Keys.meta(follow.session_key), "participated", "1")
     again = inbound("follow-up 2", dm=False, thread="T9", follows_thread=True)
-    assert await ingest.receive(again) == Outcome.QUEUED
+    assert await ingest.receive(again) == Receipt.QUEUED
 
 
 async def test_bots_are_ignored(redis_url: str, redis_client: aioredis.Redis) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     message = inbound("beep").model_copy(update={"speaker": Speaker(id="B", name="b", is_bot=True)})
-    assert await ingest.receive(message) == Outcome.IGNORED
+    assert await ingest.receive(message) == Receipt.IGNORED
     assert await jobs(redis_client) == []
 
 
@@ -165,9 +165,9 @@ async def test_empty_and_oversized_messages_get_a_clear_answer_and_store_nothing
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
-    assert await ingest.receive(inbound("   \n\t ")) == Outcome.IGNORED
+    assert await ingest.receive(inbound("   \n\t ")) == Receipt.IGNORED
     huge = inbound("x" * 1_048_576)
-    assert await ingest.receive(huge) == Outcome.IGNORED
+    assert await ingest.receive(huge) == Receipt.IGNORED
     notices = [json.loads(j["payload"])["text"] for j in await jobs(redis_client)]
     assert "empty" in notices[0] and "too long" in notices[1] and "1,048,576" in notices[1]
     assert await SessionStore(redis_client).inbox(huge.session_key) == []
@@ -178,7 +178,7 @@ async def test_control_characters_and_lone_surrogates_are_cleaned(
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     message = inbound("a\x00b\x1bc\ud800d\tе\n😀")
-    assert await ingest.receive(message) == Outcome.QUEUED
+    assert await ingest.receive(message) == Receipt.QUEUED
     stored = (await SessionStore(redis_client).inbox(message.session_key))[0]["text"]
     assert stored == "abc\ufffdd\tе\n😀"
 
@@ -188,7 +188,7 @@ async def test_btw_is_a_side_job_and_never_touches_history(
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     for text in ["/btw what was that?", "!btw and this?", "/btw@gw_bot third?"]:
-        assert await ingest.receive(inbound(text)) == Outcome.SIDE
+        assert await ingest.receive(inbound(text)) == Receipt.SIDE
     kinds = [
         (j["kind"], json.loads(j["payload"]).get("question")) for j in await jobs(redis_client)
     ]
@@ -201,7 +201,7 @@ async def test_btw_without_a_question_is_a_usage_hint(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
-    assert await ingest.receive(inbound("/btw   ")) == Outcome.COMMAND
+    assert await ingest.receive(inbound("/btw   ")) == Receipt.COMMAND
     (job,) = await jobs(redis_client)
     payload = json.loads(job["payload"])
     assert job["kind"] == "notice" and payload["text"].startswith("Usage: /btw")
@@ -213,14 +213,14 @@ async def test_side_questions_in_flight_are_capped(
 ) -> None:
     ingest = Ingest(settings(redis_url, GATEWAY_SIDE_MAX_IN_FLIGHT=2), redis_client)
     outcomes = [await ingest.receive(inbound(f"/btw q{i}")) for i in range(3)]
-    assert outcomes == [Outcome.SIDE, Outcome.SIDE, Outcome.COMMAND]
+    assert outcomes == [Receipt.SIDE, Receipt.SIDE, Receipt.COMMAND]
     last = (await jobs(redis_client))[-1]
     assert last["kind"] == "notice" and "Busy" in json.loads(last["payload"])["text"]
     queue = JobQueue(redis_client, ["test"])
     await queue.ensure_groups()
     first = (await queue.read(count=1, block_ms=10))[0]
     await queue.complete(first)  # one answered: room for another
-    assert await ingest.receive(inbound("/btw q4")) == Outcome.SIDE
+    assert await ingest.receive(inbound("/btw q4")) == Receipt.SIDE
 
 
 async def test_reset_starts_a_fresh_session_and_stop_is_broadcast(
@@ -232,7 +232,7 @@ async def test_reset_starts_a_fresh_session_and_stop_is_broadcast(
     pubsub = redis_client.pubsub()
     await pubsub.subscribe(Keys.CANCEL_CHANNEL)
     await pubsub.get_message(timeout=1)
-    assert await ingest.receive(inbound("/new")) == Outcome.COMMAND
+    assert await ingest.receive(inbound("/new")) == Receipt.COMMAND
     assert await SessionStore(redis_client).inbox(message.session_key) == []
     assert (await SessionStore(redis_client).meta(message.session_key))["epoch"] == "1"
     await ingest.receive(inbound("/stop"))
@@ -244,6 +244,6 @@ async def test_reset_starts_a_fresh_session_and_stop_is_broadcast(
 async def test_a_retried_command_acts_once(redis_url: str, redis_client: aioredis.Redis) -> None:
     ingest = Ingest(settings(redis_url), redis_client)
     await ingest.receive(inbound("/reset", event_id="R1"))
-    assert await ingest.receive(inbound("/reset", event_id="R1")) == Outcome.DUPLICATE
+    assert await ingest.receive(inbound("/reset", event_id="R1")) == Receipt.DUPLICATE
     meta = await SessionStore(redis_client).meta(inbound("x").session_key)
     assert meta["epoch"] == "1"

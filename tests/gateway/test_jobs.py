@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest
-from gateway.jobs import JobQueue
-from gateway.store import GROUP, Keys
+from gateway.inbound.ingest import Ingest
+from gateway.state.jobs import JobQueue
+from gateway.state.keys import GROUP, Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers

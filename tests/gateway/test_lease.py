@@ -1,4 +1,4 @@
-"""gateway.lease against a real Redis: the heartbeat renews, notices a stolen key, and
+"""gateway.state.lease against a real Redis: the heartbeat renews, notices a stolen key, and
 stays quiet about a key a script gave up (a turn's finish releases its own lease)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.lease import Lease
+from gateway.state.lease import Lease
 
 TTL = 0.3  # beats every 0.1 s
 BEATS = 4 * TTL  # long enough for several beats: the control test shows one is seen
@@ -42,7 +42,7 @@ async def test_a_lease_a_script_released_is_not_reported_lost(
     same wait is long enough for a beat to find the key gone."""
     lease = Lease(redis_client, f"test:lease:released:{marked}", TTL)
     assert await lease.acquire()
-    with caplog.at_level(logging.WARNING, logger="gateway.lease"):
+    with caplog.at_level(logging.WARNING, logger="gateway.state.lease"):
         async with lease.kept(release=False):
             await lease.release()  # as the finish script does, in the same step as it records
             lease.released = marked

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.context.media_parts import MediaView, item_text, unprocessed_label
 from gateway.media.items import MediaItem, image_entry_ids
-from gateway.media.parts import MediaView, item_text, unprocessed_label
 
 PHOTO = MediaItem(
     "image", "photo.png", image_mime="image/jpeg", image="data:image/jpeg;base64,AAAA"

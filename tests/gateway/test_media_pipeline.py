@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from gateway.context.media_parts import MediaView
 from gateway.media.images import convert
 from gateway.media.items import image_entry_ids
 from gateway.media.memory import return_large_buffers
-from gateway.media.parts import MediaView
 from gateway.media.pipeline import NO_VISION_NOTE, NO_VISION_NOTICE, MediaPipeline
+from gateway.messages import Attachment
 from gateway.metrics import Metrics
-from gateway.model import Attachment
 from gateway.models import Models
 from gateway.models.scripted import echo
-from gateway.store import Keys
+from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.gateway.helpers import settings
 from tests.gateway.media_files import png

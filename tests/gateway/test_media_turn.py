@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 from PIL import Image
 
-from gateway.delivery import SendBudget
-from gateway.model import Attachment
-from gateway.store import Keys
+from gateway.delivery.stream import SendPacing
+from gateway.messages import Attachment
+from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers, texts
@@ -173,14 +173,14 @@ async def test_every_failed_file_gets_one_line_and_the_rest_is_still_answered(
         assert metrics["downloads|ok"] == "4"
 
 
-async def test_the_notice_about_failed_files_keeps_the_chats_send_budget(
+async def test_the_notice_about_failed_files_keeps_the_chats_send_pacing(
     harness: Harness, files: FakeFiles
 ) -> None:
     harness.sender.chat_interval = 0.05  # a platform that limits sends per chat
     harness.sender.rate_limit_next = [0.3]  # and answers the notice "wait 0.3 s" at first
     message = inbound("here", attachments=(image(f"{files.url}/files/gone.png", "gone.png"),))
     banned_at = time.monotonic()
-    await SendBudget(harness.sessions.redis).ban(message.reply.chat_key, 0.5)
+    await SendPacing(harness.sessions.redis).ban(message.reply.chat_key, 0.5)
     await harness.ingest.receive(message)
     await harness.idle(KEY)
     notice, answer = texts(harness.sender)

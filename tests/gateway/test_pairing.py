@@ -8,9 +8,9 @@ import subprocess
 
 import redis.asyncio as aioredis
 
-from gateway.ingest import Ingest, Outcome
-from gateway.pairing import ALPHABET, CODE_LENGTH, MAX_FAILURES, Pairing
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest, Receipt
+from gateway.inbound.pairing import ALPHABET, CODE_LENGTH, MAX_FAILURES, Pairing
+from gateway.state.keys import Keys
 from tests.gateway.cli_runs import clean_env, gateway
 from tests.gateway.helpers import inbound, settings
 
@@ -88,14 +88,14 @@ async def test_a_paired_stranger_is_let_in_by_the_access_check(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
     ingest = Ingest(settings(redis_url, GATEWAY_PAIRING=True), redis_client)
-    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Outcome.REFUSED
+    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Receipt.REFUSED
     (notice,) = await _notices(redis_client, "telegram")
     code = await Pairing(redis_client).request("telegram:99")
     assert code is not None and f"`{code}`" in notice and "gateway users approve" in notice
     await Pairing(redis_client).approve(code)
-    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Outcome.QUEUED
+    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Receipt.QUEUED
     await Pairing(redis_client).revoke("telegram:99")
-    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Outcome.REFUSED
+    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Receipt.REFUSED
 
 
 async def test_without_pairing_a_paired_user_is_still_a_stranger(
@@ -103,7 +103,7 @@ async def test_without_pairing_a_paired_user_is_still_a_stranger(
 ) -> None:
     await redis_client.hset(Keys.PAIRED, "telegram:99", "1")
     ingest = Ingest(settings(redis_url), redis_client)
-    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Outcome.REFUSED
+    assert await ingest.receive(inbound("hi", platform="telegram", user="99")) == Receipt.REFUSED
     (notice,) = await _notices(redis_client, "telegram")
     assert "GATEWAY_ALLOWED_USERS" in notice
 
@@ -146,7 +146,7 @@ async def test_an_admin_approves_a_code_in_a_dm_and_nobody_else_can(
     async def approve(text: str, user: str = "42", dm: bool = True) -> str:
         message = inbound(text, platform="telegram", user=user, dm=dm, mentions_bot=True)
         outcome = await ingest.receive(message)
-        assert outcome == Outcome.COMMAND
+        assert outcome == Receipt.COMMAND
         return (await _notices(redis_client, "telegram"))[-1]
 
     # A paired user may talk to the bot, but not let others in; nor may anyone in a group.

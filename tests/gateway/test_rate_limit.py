@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config import load_settings
 from gateway.errors import ConfigError
-from gateway.rate_limit import Rate, RateLimiter, parse_rate
-from gateway.scripts import BoundScript, load
-from gateway.store import Keys
+from gateway.inbound.rate_limit import RateLimiter
+from gateway.settings.env import load_settings
+from gateway.settings.values import Rate, parse_rate
+from gateway.state.keys import Keys
+from gateway.state.scripts import BoundScript, load
 from tests.gateway.helpers import inbound
 
 USER, CONVERSATION = Keys.user_rate("test:U1"), Keys.rate("test:W:C1")

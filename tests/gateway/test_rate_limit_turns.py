@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.ingest import Ingest, Outcome
+from gateway.inbound.ingest import Ingest, Receipt
 from gateway.metrics import SnapshotCollector, snapshot
-from gateway.store import Keys, connect
+from gateway.state.keys import Keys, connect
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound, settings
@@ -42,7 +42,7 @@ async def test_a_burst_over_the_limit_answers_the_allowed_and_tells_once(
 ) -> None:
     sent = [inbound(f"message-{i}") for i in range(BURST + 4)]
     outcomes = [await limited.ingest.receive(m) for m in sent]
-    assert outcomes == [Outcome.QUEUED] * BURST + [Outcome.LIMITED] * 4
+    assert outcomes == [Receipt.QUEUED] * BURST + [Receipt.LIMITED] * 4
     key = sent[0].session_key
     await limited.idle(key)
     users = [e["text"] for e in await limited.history(key) if e["role"] == "user"]
@@ -61,19 +61,19 @@ async def test_two_ingest_processes_share_the_bucket(limited: Harness, redis_url
         outcomes = [await door.receive(inbound(f"m{i}")) for i, door in enumerate(doors)]
     finally:
         await client.aclose()
-    assert outcomes.count(Outcome.QUEUED) == BURST
-    assert outcomes[BURST:] == [Outcome.LIMITED] * BURST
+    assert outcomes.count(Receipt.QUEUED) == BURST
+    assert outcomes[BURST:] == [Receipt.LIMITED] * BURST
     await limited.idle(inbound("x").session_key)
     assert len(_notices(limited)) == 1
 
 
 async def test_side_questions_count_and_over_the_limit_are_not_asked(limited: Harness) -> None:
     first = inbound("hello")
-    assert await limited.ingest.receive(first) == Outcome.QUEUED
-    assert await limited.ingest.receive(inbound("/btw first side")) == Outcome.SIDE
-    assert await limited.ingest.receive(inbound("/btw second side")) == Outcome.SIDE
-    assert await limited.ingest.receive(inbound("/btw third side")) == Outcome.LIMITED
-    assert await limited.ingest.receive(inbound("a message")) == Outcome.LIMITED
+    assert await limited.ingest.receive(first) == Receipt.QUEUED
+    assert await limited.ingest.receive(inbound("/btw first side")) == Receipt.SIDE
+    assert await limited.ingest.receive(inbound("/btw second side")) == Receipt.SIDE
+    assert await limited.ingest.receive(inbound("/btw third side")) == Receipt.LIMITED
+    assert await limited.ingest.receive(inbound("a message")) == Receipt.LIMITED
     await limited.idle(first.session_key)
     assert len(limited.llm.requests_for("side-model")) == 2
     assert not _model_saw(limited.llm, "third side")
@@ -84,8 +84,8 @@ async def test_side_questions_count_and_over_the_limit_are_not_asked(limited: Ha
 async def test_stop_and_status_are_never_limited(limited: Harness) -> None:
     for i in range(BURST + 1):
         await limited.ingest.receive(inbound(f"m{i}"))
-    assert await limited.ingest.receive(inbound("/stop")) == Outcome.COMMAND
-    assert await limited.ingest.receive(inbound("/status")) == Outcome.COMMAND
+    assert await limited.ingest.receive(inbound("/stop")) == Receipt.COMMAND
+    assert await limited.ingest.receive(inbound("/status")) == Receipt.COMMAND
     await limited.idle(inbound("x").session_key)
     assert any(t in ("Stopping the reply.", "Nothing is running.") for t in texts(limited.sender))
     assert any(t.startswith("Model:") for t in texts(limited.sender))
@@ -101,8 +101,8 @@ async def test_two_hundred_at_once_answer_exactly_the_burst_with_one_notice(
         outcomes = await asyncio.gather(*(door.receive(m) for m in sent))
     finally:
         await client.aclose()
-    assert outcomes.count(Outcome.QUEUED) == BURST
-    assert outcomes.count(Outcome.LIMITED) == 200 - BURST
+    assert outcomes.count(Receipt.QUEUED) == BURST
+    assert outcomes.count(Receipt.LIMITED) == 200 - BURST
     key = sent[0].session_key
     await limited.idle(key)
     users = [e for e in await limited.history(key) if e["role"] == "user"]
@@ -131,11 +131,11 @@ async def test_a_retried_delivery_takes_no_token(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
     ingest = _ingest(redis_url, redis_client, GATEWAY_RATE_USER="1/min,burst 2")
-    assert await ingest.receive(inbound("one", event_id="E1")) == Outcome.QUEUED
-    assert await ingest.receive(inbound("one", event_id="E1")) == Outcome.DUPLICATE
-    assert await ingest.receive(inbound("two", event_id="E2")) == Outcome.QUEUED
-    assert await ingest.receive(inbound("three", event_id="E3")) == Outcome.LIMITED
-    assert await ingest.receive(inbound("three", event_id="E3")) == Outcome.DUPLICATE
+    assert await ingest.receive(inbound("one", event_id="E1")) == Receipt.QUEUED
+    assert await ingest.receive(inbound("one", event_id="E1")) == Receipt.DUPLICATE
+    assert await ingest.receive(inbound("two", event_id="E2")) == Receipt.QUEUED
+    assert await ingest.receive(inbound("three", event_id="E3")) == Receipt.LIMITED
+    assert await ingest.receive(inbound("three", event_id="E3")) == Receipt.DUPLICATE
     assert len(await _notice_texts(redis_client)) == 1
 
 
@@ -154,7 +154,7 @@ async def test_a_busy_conversation_is_limited_for_everyone_in_it(
         await ingest.receive(inbound(f"m{i}", user=u, dm=False, mentions_bot=True))
         for i, u in enumerate(speakers)
     ]
-    assert outcomes == [Outcome.QUEUED] * 2 + [Outcome.LIMITED] * 2
+    assert outcomes == [Receipt.QUEUED] * 2 + [Receipt.LIMITED] * 2
     (notice,) = await _notice_texts(redis_client)
     assert notice.startswith("This conversation is getting messages faster")
     assert "2 per minute" in notice
@@ -163,8 +163,8 @@ async def test_a_busy_conversation_is_limited_for_everyone_in_it(
 async def test_an_album_counts_as_one_message(redis_url: str, redis_client: aioredis.Redis) -> None:
     ingest = _ingest(redis_url, redis_client, GATEWAY_RATE_USER="1/min,burst 1")
     album = [inbound(f"photo {i}", media_group="G1") for i in range(4)]
-    assert [await ingest.receive(item) for item in album] == [Outcome.QUEUED] * 4
-    assert await ingest.receive(inbound("and a question")) == Outcome.LIMITED
+    assert [await ingest.receive(item) for item in album] == [Receipt.QUEUED] * 4
+    assert await ingest.receive(inbound("and a question")) == Receipt.LIMITED
 
 
 async def test_every_limited_interaction_gets_an_answer(
@@ -183,4 +183,4 @@ async def test_without_limits_nothing_is_refused(
 ) -> None:
     ingest = _ingest(redis_url, redis_client)
     outcomes = [await ingest.receive(inbound(f"m{i}")) for i in range(50)]
-    assert set(outcomes) == {Outcome.QUEUED}
+    assert set(outcomes) == {Receipt.QUEUED}

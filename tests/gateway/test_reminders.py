@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import reminders
-from gateway.reminders import append_block, combine, escape_tags, extract
+from gateway.context import reminders
+from gateway.context.reminders import append_block, combine, escape_tags, extract
 
 
 def block(*texts: str) -> str:

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError
-from gateway.ingest import Ingest
-from gateway.lease import Lease
-from gateway.retention import DAY, PRUNE_EVERY, PruneResult, Retention
-from gateway.session import SessionStore
-from gateway.store import Keys
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import Settings, load_settings
+from gateway.state.keys import Keys
+from gateway.state.lease import Lease
+from gateway.state.retention import DAY, PRUNE_EVERY, PruneResult, Retention
+from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.gateway.helpers import inbound, settings
 from tests.gateway.recording_sender import RecordingSender

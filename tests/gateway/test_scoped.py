@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.budgets import Budget
 from gateway.errors import ConfigError
-from gateway.scoped import ENVIRONMENT, ScopedSettings, parse_scope, scopes_of, validate
+from gateway.settings.scoped import (
+    ENVIRONMENT,
+    ScopedSettings,
+    enclosing_scopes,
+    parse_scope,
+    validate,
+)
+from gateway.settings.values import Budget
 from tests.gateway.helpers import settings
 
 THREAD = "slack:T1:C1:1710000000.000100"
@@ -22,8 +28,8 @@ async def scoped(redis_url: str, redis_client: aioredis.Redis) -> ScopedSettings
 
 
 def test_a_session_is_in_its_thread_channel_workspace_and_platform() -> None:
-    assert scopes_of(THREAD) == [THREAD, "slack:T1:C1", "slack:T1", "slack"]
-    assert scopes_of("telegram:42:42") == ["telegram:42:42", "telegram:42", "telegram"]
+    assert enclosing_scopes(THREAD) == [THREAD, "slack:T1:C1", "slack:T1", "slack"]
+    assert enclosing_scopes("telegram:42:42") == ["telegram:42:42", "telegram:42", "telegram"]
 
 
 @pytest.mark.parametrize(
@@ -38,7 +44,7 @@ def test_a_session_is_in_its_thread_channel_workspace_and_platform() -> None:
 async def test_the_most_specific_scope_that_sets_a_key_wins(
     scoped: ScopedSettings, scope: str, setter: str
 ) -> None:
-    for outer in scopes_of(THREAD)[::-1]:
+    for outer in enclosing_scopes(THREAD)[::-1]:
         await scoped.set(outer, "system_prompt", f"prompt of {outer}")
         if outer == scope:
             break

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 
 from gateway.models import Charge, ModelCall, Usage
-from gateway.scoped import ScopedSettings
-from gateway.usage import UsageLedger
+from gateway.settings.scoped import ScopedSettings
+from gateway.spend.usage import UsageLedger
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound

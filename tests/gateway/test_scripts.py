@@ -8,10 +8,10 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from gateway.counters import BUMP, Counters
-from gateway.scripts import load
-from gateway.session import Claim, Finish, SessionStore
-from gateway.store import Keys
+from gateway.state.counters import BUMP, Counters
+from gateway.state.keys import Keys
+from gateway.state.scripts import load
+from gateway.state.session import Claim, Finish, SessionStore
 from tests.gateway.helpers import inbound
 
 KEY = "test:W:C1"

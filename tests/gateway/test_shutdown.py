@@ -22,8 +22,8 @@ from typing import IO
 import pytest
 import redis
 
-from gateway.embedded_redis import ServerRecord
-from gateway.store import Keys
+from gateway.state.embedded_redis import ServerRecord
+from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.cli_runs import as_in_a_terminal, clean_env, gateway, run_console
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from gateway import side_question
-from gateway.side_question import (
+from gateway.answers import side_question
+from gateway.answers.side_question import (
     TRANSCRIPT_CLOSE,
     TRANSCRIPT_OPEN,
     answer_marker,
     build_side_messages,
 )
-from gateway.transcript import render_transcript
+from gateway.context.transcript import render_transcript
 
 
 def user(text: Any, name: str | None = None, entry_id: str = "m") -> dict[str, Any]:

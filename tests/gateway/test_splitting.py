@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.splitting import split_markdown
+from gateway.delivery.splitting import split_markdown
 
 
 def utf16(text: str) -> int:

@@ -1,4 +1,4 @@
-"""Token counting: the budget, and the size bound that spares counting a request."""
+"""Token counting: the allowance, and the size bound that spares counting a request."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.config import Settings
+from gateway.context.tokens import DEFAULT_ALLOWANCE, RequestShape, TokenCounter, token_allowance
 from gateway.models import Models
-from gateway.session import HistoryView
-from gateway.tokens import DEFAULT_BUDGET, RequestShape, TokenCounter, token_budget
+from gateway.settings.env import Settings
+from gateway.state.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import MAIN, assistant_entry, make_settings, user_entry
 
@@ -17,15 +17,15 @@ from tests.gateway.conversation import MAIN, assistant_entry, make_settings, use
 def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(
     redis_url: str, llm: FakeLLM
 ) -> None:
-    def budget(settings: Settings) -> int:
-        return token_budget(settings, Models.for_settings(settings))
+    def allowance(settings: Settings) -> int:
+        return token_allowance(settings, Models.for_settings(settings))
 
-    assert budget(make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=1234)) == 1234
+    assert allowance(make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=1234)) == 1234
     known = make_settings(redis_url, llm, GATEWAY_MODEL="openai/gpt-4o")
-    assert budget(known) == int(128_000 * 0.6)
+    assert allowance(known) == int(128_000 * 0.6)
     routed = make_settings(redis_url, llm, GATEWAY_MODEL="openai/responses/gpt-4o")
-    assert budget(routed) == int(128_000 * 0.6)
-    assert budget(make_settings(redis_url, llm)) == DEFAULT_BUDGET
+    assert allowance(routed) == int(128_000 * 0.6)
+    assert allowance(make_settings(redis_url, llm)) == DEFAULT_ALLOWANCE
 
 
 @pytest.mark.parametrize("model", [MAIN, "openai/gpt-4o"])

@@ -1,4 +1,4 @@
-"""The tool loop of a main turn (gateway.tool_loop): a worker, a real MCP server over stdio,
+"""The tool loop of a main turn (gateway.turn.tool_loop): a worker, a real MCP server over stdio,
 a real Redis, and the loopback model asking for tool calls."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.session import new_entry_id
+from gateway.state.session import new_entry_id
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then_text
 from tests.fakes.mcp_servers import lookup_record

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import load_settings
 from gateway.errors import ConfigError
+from gateway.settings.env import load_settings
 from gateway.tools.config import load_tool_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,11 +25,11 @@ import redis.asyncio as aioredis
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from gateway.config import load_settings
+from gateway.backoff import Backoff
 from gateway.errors import ConfigError
 from gateway.metrics import Metrics, SnapshotCollector, snapshot
+from gateway.settings.env import load_settings
 from gateway.tools import (
-    Backoff,
     Limits,
     ServerConfig,
     Timing,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.transcript import PLACEHOLDER, render_transcript
+from gateway.context.transcript import PLACEHOLDER, render_transcript
 
 
 def user(text: Any, name: str | None = None, entry_id: str = "m") -> dict[str, Any]:
@@ -135,7 +135,7 @@ def test_a_message_keeps_its_line_structure_as_indented_continuations() -> None:
 
 def test_budget_keeps_the_newest_and_marks_the_omitted() -> None:
     entries = [user(f"message {n:03d} " + "x" * 408, entry_id=f"m{n}") for n in range(200)]
-    text = render_transcript(entries, budget=3000)
+    text = render_transcript(entries, max_chars=3000)
     lines = text.splitlines()
     assert len(text) <= 3000
     assert "message 199 " in lines[-1]
@@ -149,7 +149,7 @@ def test_budget_keeps_the_newest_and_marks_the_omitted() -> None:
 
 def test_everything_that_fits_is_kept_without_a_marker() -> None:
     entries = [user("a" * 100) for _ in range(5)]
-    text = render_transcript(entries, budget=len("USER: " + "a" * 100) * 5 + 4)
+    text = render_transcript(entries, max_chars=len("USER: " + "a" * 100) * 5 + 4)
     assert text.count("USER:") == 5 and "omitted" not in text
 
 
@@ -172,7 +172,7 @@ def test_live_reply_included_last_and_marked() -> None:
 
 def test_live_reply_is_capped_and_always_kept() -> None:
     entries = [user("z" * 400) for _ in range(50)]
-    text = render_transcript(entries, message_cap=1000, budget=2500, live_reply="w" * 5000)
+    text = render_transcript(entries, message_cap=1000, max_chars=2500, live_reply="w" * 5000)
     lines = text.splitlines()
     assert len(text) <= 2500
     assert lines[0].startswith("[... ")
@@ -198,7 +198,7 @@ def test_a_summary_of_the_earlier_conversation_opens_the_transcript() -> None:
 
 def test_a_long_summary_takes_at_most_half_the_budget_and_the_newest_messages_the_rest() -> None:
     entries = [user(f"message {n:02d} " + "x" * 90) for n in range(40)]
-    text = render_transcript(entries, budget=2000, summary="s" * 5000)
+    text = render_transcript(entries, max_chars=2000, summary="s" * 5000)
     lines = text.splitlines()
     assert len(text) <= 2000
     assert lines[0].startswith("EARLIER CONVERSATION (summary): sss") and len(lines[0]) == 1000

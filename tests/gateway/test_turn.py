@@ -1,4 +1,4 @@
-"""One main turn (gateway.turn) through the worker, against a real Redis and the fake model.
+"""One main turn (gateway.turn.runner) through the worker, against a real Redis and the fake model.
 
 Claim, stop, reset, a lost lease, a failed call and the injections a turn hands on.
 """
@@ -9,7 +9,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.session import SessionStore
+from gateway.state.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.harness import Harness, start_workers, texts
 from tests.gateway.helpers import inbound

@@ -11,12 +11,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from redis.asyncio import Redis
 
 from gateway import metrics
-from gateway.config import load_settings
 from gateway.errors import ConfigError
-from gateway.model import Attachment
+from gateway.messages import Attachment
 from gateway.models import Charge, ModelCall, Usage
-from gateway.store import Keys
-from gateway.usage import RETENTION, Totals, UsageLedger, day_of
+from gateway.settings.env import load_settings
+from gateway.spend.usage import RETENTION, Totals, UsageLedger, day_of
+from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM, ReceivedRequest
 from tests.fakes.llm_shapes import count_words

@@ -1,7 +1,7 @@
 """`gateway web` itself: `/healthz` and `/metrics` with Redis up, busy or gone, and body limits.
 
 The real parts: the app from `create_app`, the production Redis client
-(`store.connect`, with its retries) on a redis-server of the test's own that a
+(`keys.connect`, with its retries) on a redis-server of the test's own that a
 test can kill, httpx through ASGITransport, and a real uvicorn on a loopback
 port where the test needs the wire itself.
 """
@@ -23,12 +23,12 @@ import uvicorn
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from gateway import store
-from gateway.config import load_settings
-from gateway.health import REPORT_TTL, Health, read_all
-from gateway.http_limits import MAX_BODY
-from gateway.ingest import Ingest
-from gateway.web import create_app
+from gateway.http.app import create_app
+from gateway.http.limits import MAX_BODY
+from gateway.inbound.ingest import Ingest
+from gateway.settings.env import load_settings
+from gateway.state import keys
+from gateway.state.health import REPORT_TTL, Health, read_all
 from tests.conftest import free_port, start_redis
 
 CHUNK = 64 * 1024
@@ -80,7 +80,7 @@ def _wait_until_it_answers(server: OwnRedis) -> None:
 @contextlib.asynccontextmanager
 async def web_app(url: str) -> AsyncIterator[tuple[Redis, httpx.AsyncClient]]:
     """The app with no platform mounted, over the production client (retries and all)."""
-    client = store.connect(url)
+    client = keys.connect(url)
     settings = load_settings(_env_file=None, REDIS_URL=url)
     app = create_app(client, Ingest(settings, client), [], ["slack", "telegram"])
     transport = httpx.ASGITransport(app=app)
@@ -124,7 +124,7 @@ async def test_healthz_work_does_not_grow_with_the_keyspace(own_redis: OwnRedis)
         await Health(client, "slack").report(True, "connected")
         async with client.pipeline(transaction=False) as pipe:
             for n in range(10_000):  # dedupe marks pile up like this in a busy deployment
-                pipe.set(store.Keys.seen(f"slack:T1:C{n % 50}", f"Ev{n}"), "1")
+                pipe.set(keys.Keys.seen(f"slack:T1:C{n % 50}", f"Ev{n}"), "1")
             await pipe.execute()
         await http.get("/healthz")  # connects the pool, so only the request itself is counted
         with redis.Redis.from_url(own_redis.url, single_connection_client=True) as counter:
@@ -253,15 +253,15 @@ async def serving(app: Starlette) -> AsyncIterator[int]:
 async def test_a_report_with_redis_gone_is_logged_not_raised(
     own_redis: OwnRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = store.connect(own_redis.url)
+    client = keys.connect(own_redis.url)
     try:
         reporter = Health(client, "slack")
         await reporter.report(True, "connected")
         own_redis.kill()
-        with caplog.at_level(logging.WARNING, logger="gateway.health"):
+        with caplog.at_level(logging.WARNING, logger="gateway.state.health"):
             await reporter.report(False, "connection lost; reconnecting")
     finally:
         await client.aclose()
-    assert [r.getMessage() for r in caplog.records if r.name == "gateway.health"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "gateway.state.health"] == [
         "health of slack not reported: Redis does not answer (TimeoutError)"
     ]

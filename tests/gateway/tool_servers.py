@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.model import Inbound
+from gateway.messages import Inbound
 from gateway.ports import Sender
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, ToolResult, tool_results, tools_then_text

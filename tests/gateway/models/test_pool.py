@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.compression import Compressor
+from gateway.context.compression import Compressor
 from gateway.models import Models
 from gateway.models.pool import ModelPool, ModelProcess
-from gateway.session import SessionStore
+from gateway.state.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.conversation import STATEFUL_MAIN, conversation
 from tests.gateway.harness import Harness, start_workers, texts

@@ -11,10 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.errors import ModelStalled, ModelUnavailable
-from gateway.ingest import Ingest
+from gateway.inbound.ingest import Ingest
 from gateway.models import ModelCall, Models, Usage
 from gateway.models.scripted import ScriptedBackend
-from gateway.session import SessionStore
+from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.gateway.helpers import inbound, settings
 from tests.gateway.recording_sender import RecordingSender

@@ -1,0 +1,3 @@
+"""The door every adapter calls: access, rate limits, pairing of strangers, chat commands, and
+the append and enqueue of a message (`ingest.py`).
+"""

@@ -1,0 +1,313 @@
+"""Redis: the connection and every key name the gateway uses.
+
+Every key of one session shares the hash tag `{<session key>}`, so a session's
+multi-key scripts run on one node of a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import ClassVar
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.errors import StoreUnavailable
+from gateway.state.embedded_redis import EmbeddedRedis
+
+PREFIX = "gw"
+GROUP = "gw-workers"
+DEDUPE_TTL = 26 * 3600  # longer than Telegram's 24 h and Slack's ~5 min retry windows
+
+
+class Keys:
+    """Key names, in one place."""
+
+    @staticmethod
+    def session(session_key: str, part: str) -> str:
+        return f"{PREFIX}:{{{session_key}}}:{part}"
+
+    @staticmethod
+    def history(session_key: str) -> str:
+        return Keys.session(session_key, "history")
+
+    @staticmethod
+    def inbox(session_key: str) -> str:
+        return Keys.session(session_key, "inbox")
+
+    @staticmethod
+    def meta(session_key: str) -> str:
+        return Keys.session(session_key, "meta")
+
+    @staticmethod
+    def lease(session_key: str) -> str:
+        return Keys.session(session_key, "lease")
+
+    @staticmethod
+    def queued(session_key: str) -> str:
+        return Keys.session(session_key, "queued")
+
+    @staticmethod
+    def live(session_key: str) -> str:
+        return Keys.session(session_key, "live")
+
+    @staticmethod
+    def replies(session_key: str) -> str:
+        return Keys.session(session_key, "replies")
+
+    @staticmethod
+    def injections(session_key: str) -> str:
+        return Keys.session(session_key, "injections")
+
+    @staticmethod
+    def turn_injections(session_key: str) -> str:
+        return Keys.session(session_key, "injections:turn")
+
+    @staticmethod
+    def segments(session_key: str) -> str:
+        return Keys.session(session_key, "segments")
+
+    @staticmethod
+    def side_in_flight(session_key: str) -> str:
+        return Keys.session(session_key, "side")
+
+    @staticmethod
+    def compressing(session_key: str) -> str:
+        return Keys.session(session_key, "compressing")
+
+    @staticmethod
+    def media(session_key: str) -> str:
+        """The session's processed attachments (a hash, `gateway.media.store`)."""
+        return Keys.session(session_key, "media")
+
+    @staticmethod
+    def album(session_key: str) -> str:
+        """An album's items still arriving (PX, refreshed by each): claims wait for it."""
+        return Keys.session(session_key, "album")
+
+    @staticmethod
+    def seen(session_key: str, event_id: str) -> str:
+        return Keys.session(session_key, f"seen:{event_id}")
+
+    @staticmethod
+    def approvals(session_key: str) -> str:
+        """A hash of the session's approval requests (`gateway/approvals/store.py` names its
+        fields): one key per session, so a reset and retention remove them by name."""
+        return Keys.session(session_key, "approvals")
+
+    @staticmethod
+    def rate(session_key: str) -> str:
+        """The conversation's rate-limit bucket (`gateway/inbound/rate_limit.py`); not a part a
+        reset removes, so `/reset` does not refill it. It expires once full."""
+        return Keys.session(session_key, "rate")
+
+    # The parts of a session that a reset removes, by the names the reset script takes.
+    _PARTS: ClassVar[dict[str, str]] = {
+        "meta": "meta",
+        "history": "history",
+        "inbox": "inbox",
+        "live": "live",
+        "replies": "replies",
+        "injections": "injections",
+        "turn_injections": "injections:turn",
+        "segments": "segments",
+        "compressing": "compressing",
+        "approvals": "approvals",
+        "media": "media",
+    }
+
+    @staticmethod
+    def parts(session_key: str) -> dict[str, str]:
+        """Every key of a session except dedupe marks (reset keeps those), by name."""
+        return {name: Keys.session(session_key, part) for name, part in Keys._PARTS.items()}
+
+    @staticmethod
+    def all_parts(session_key: str) -> list[str]:
+        return list(Keys.parts(session_key).values())
+
+    @staticmethod
+    def jobs(platform: str) -> str:
+        return f"{PREFIX}:jobs:{platform}"
+
+    @staticmethod
+    def console_jobs(run: str) -> str:
+        """The job stream of one `gateway run --console` (its replies reach its terminal)."""
+        return Keys.jobs(f"console:{run}")
+
+    CONSOLE_JOBS_PREFIX = f"{PREFIX}:jobs:console:"
+    # The console runs' job streams, scored by when each run's life ends unless it
+    # renews it (ms, server clock; 0: ended with jobs left): where a run finds the
+    # jobs an interrupted or killed one left (gateway/state/console_jobs.py).
+    CONSOLES = f"{PREFIX}:consoles"
+
+    # Every session, scored by its last activity (a message, a recorded turn, a job):
+    # the listing, and where retention finds the idle ones.
+    SESSIONS = f"{PREFIX}:sessions"
+    PRUNE_LOCK = f"{PREFIX}:prune"  # held by the worker whose turn it is to prune
+    CANCEL_CHANNEL = f"{PREFIX}:cancel"
+    METRICS = f"{PREFIX}:metrics"
+    HEALTH = f"{PREFIX}:health"  # a hash: component -> its latest report
+    # Pending approvals of every session, member `<session key> <approval id>`, scored
+    # by deadline: where `ApprovalStore.expire_due` finds the ones that timed out.
+    APPROVALS_DUE = f"{PREFIX}:approvals"
+
+    # Pairing (gateway/inbound/pairing.py): code -> user, codes by expiry, paired users (user ->
+    # approval time, beside GATEWAY_ALLOWED_USERS), and wrong codes in the lock window.
+    PAIRING_CODES = f"{PREFIX}:pairing:codes"
+    PAIRING_PENDING = f"{PREFIX}:pairing:pending"
+    PAIRING_FAILURES = f"{PREFIX}:pairing:failures"
+    PAIRED = f"{PREFIX}:paired"
+
+    # Settings by scope (gateway/settings/scoped.py): a hash of `<scope>|<key>` -> value, and the
+    # version every change bumps. The claim script reads the version with the session
+    # (outside its hash tag, like the job stream: not yet single-slot on a Cluster).
+    SETTINGS = f"{PREFIX}:settings"
+    SETTINGS_VERSION = f"{PREFIX}:settings:version"
+
+    @staticmethod
+    def approval_session(approval_id: str) -> str:
+        """approval id -> its session key. Outside any session's hash tag on purpose: a
+        click carries only the approval id (a Telegram button holds 64 bytes, a session
+        key may not fit), and this is how the click finds its session. Expires after
+        the approval's deadline."""
+        return f"{PREFIX}:approval_session:{approval_id}"
+
+    @staticmethod
+    def channel_sessions(channel_key: str) -> str:
+        return f"{PREFIX}:channel:{channel_key}"
+
+    @staticmethod
+    def usage(scope: str, ident: str) -> str:
+        """A hash of one user's, session's, workspace's or model's usage, by UTC day
+        (`gateway/spend/usage.py` names its fields)."""
+        return f"{PREFIX}:usage:{scope}:{ident}"
+
+    @staticmethod
+    def spend(scope: str, ident: str, period: str) -> str:
+        """A hash of what a user or workspace used in one day or month (`YYYY-MM[-DD]`)
+        and what calls in flight hold: budgets read it (`gateway/state/scripts/budget_hold.lua`)."""
+        return f"{PREFIX}:spend:{scope}:{ident}:{period}"
+
+    @staticmethod
+    def pacing(chat_key: str) -> str:
+        """A chat's send pacing: its next free send time. The key keeps its first name
+        (`budget`), so a running chat's pause is not dropped by an upgrade."""
+        return f"{PREFIX}:budget:{chat_key}"
+
+    @staticmethod
+    def refused(user_key: str) -> str:
+        return f"{PREFIX}:refused:{user_key}"
+
+    @staticmethod
+    def user_rate(user_key: str) -> str:
+        """A user's rate-limit bucket, across every conversation."""
+        return f"{PREFIX}:rate:{user_key}"
+
+    @staticmethod
+    def rate_told(bucket_key: str) -> str:
+        """A rate-limit bucket's notice-once mark (PX its window)."""
+        return f"{bucket_key}:told"
+
+    @staticmethod
+    def user_name(platform: str, user_id: str) -> str:
+        return f"{PREFIX}:user:{platform}:{user_id}"
+
+    # A platform installed through OAuth into many workspaces (Slack): each installation's
+    # owner is `team:<workspace>` or, for an org-wide install, `org:<org>`. Tokens
+    # in these records are encrypted with GATEWAY_SECRET_KEY (gateway/state/cipher.py).
+
+    @staticmethod
+    def installed(platform: str) -> str:
+        """The set of owners whose bot is installed: counted by `doctor`, checked at start."""
+        return f"{PREFIX}:installed:{platform}"
+
+    @staticmethod
+    def installation(platform: str, owner: str, user_id: str | None = None) -> str:
+        """The latest installation of an owner (JSON), or the one a user made."""
+        suffix = f":user:{user_id}" if user_id else ""
+        return f"{PREFIX}:installation:{platform}:{owner}{suffix}"
+
+    @staticmethod
+    def installed_bot(platform: str, owner: str) -> str:
+        """The bot of an owner's installation (JSON): the token replies are sent with."""
+        return f"{PREFIX}:bot:{platform}:{owner}"
+
+    @staticmethod
+    def token_refresh(platform: str, owner: str) -> str:
+        """Who is refreshing an owner's expiring bot token (SET NX PX: one process at a
+        time uses its refresh token), or `failed:<error>` for a pause after a failure."""
+        return f"{PREFIX}:token_refresh:{platform}:{owner}"
+
+    @staticmethod
+    def workspace_org(platform: str, workspace: str) -> str:
+        """workspace -> the org whose org-wide install serves it (seen on its events)."""
+        return f"{PREFIX}:org_of:{platform}:{workspace}"
+
+    @staticmethod
+    def oauth_state(platform: str, state: str) -> str:
+        """An install's one-time OAuth state (EX its lifetime), consumed by the redirect."""
+        return f"{PREFIX}:oauth_state:{platform}:{state}"
+
+
+def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
+    """An asyncio client that retries dropped connections with backoff.
+
+    The pool blocks (up to 10 s) when every connection is busy, so a burst
+    waits for a connection instead of failing with "too many connections".
+    """
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=10,
+        decode_responses=True,
+        retry=retry,
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        health_check_interval=15,
+        socket_connect_timeout=2.0,
+    )
+    return aioredis.Redis.from_pool(pool)
+
+
+@asynccontextmanager
+async def open_redis(url: str | None, data_dir: Path) -> AsyncIterator[aioredis.Redis]:
+    """Redis at `url` (REDIS_URL), or the embedded server under `data_dir` when it is
+    None (stopped again on exit, if this process started it). Fails with
+    StoreUnavailable when nothing answers."""
+    embedded = None
+    if url is None:
+        embedded = EmbeddedRedis(data_dir)
+        url = embedded.start()
+    client = connect(url)
+    try:
+        await ping(client, url)
+        yield client
+    finally:
+        await client.aclose()
+        if embedded is not None:
+            embedded.stop()
+
+
+async def ping(client: aioredis.Redis, url_for_errors: str) -> None:
+    """Fail with StoreUnavailable (naming the host, never a password) when Redis is down."""
+    try:
+        await client.ping()
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise StoreUnavailable(
+            f"Redis at {redact_url(url_for_errors)} does not answer: {exc}"
+        ) from None
+
+
+def redact_url(url: str) -> str:
+    """`redis://user:secret@host` -> `redis://user:***@host`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://***@{host}"

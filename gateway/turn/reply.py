@@ -1,0 +1,99 @@
+"""A turn's reply on the platform: the stream it is written into, and its final text."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from gateway.delivery.stream import ReplyStream, SendPacing, finder
+from gateway.errors import BudgetExceeded, ModelError, ModelStalled, PlatformError
+from gateway.messages import Address
+from gateway.metrics import Metrics
+from gateway.ports import Sender
+from gateway.state.session import Claim, Entry, SessionStore, assistant_entry
+from gateway.turn.generation import TurnResult
+
+log = logging.getLogger(__name__)
+
+STOPPED_NOTE = "\n\n_(stopped)_"
+EMPTY_REPLY = "_(the model returned an empty answer)_"
+
+
+class Replies:
+    """Opens turns' reply streams and posts their final texts."""
+
+    def __init__(self, sessions: SessionStore, pacing: SendPacing, metrics: Metrics) -> None:
+        self.sessions, self.pacing, self.metrics = sessions, pacing, metrics
+
+    def open(
+        self,
+        key: str,
+        token: str,
+        claim: Claim,
+        sender: Sender,
+        address: Address,
+        user_entry_id: str,
+        may_post: Callable[[], Awaitable[bool]] | None = None,
+    ) -> ReplyStream:
+        """A started stream that stores its message ids (and the user entry they answer)
+        and its live text under the lease; each post is named by the session and the
+        user entry it answers, the same on every run of the turn."""
+
+        async def store_ids(ids: list[str]) -> None:
+            await self.sessions.show_progress(key, token, claim, ids=ids, reply_to=user_entry_id)
+
+        async def show_live(text: str) -> None:
+            await self.sessions.show_progress(key, token, claim, text=text)
+
+        stream = ReplyStream(
+            sender,
+            address,
+            pacing=self.pacing,
+            known_ids=list(claim.ids_for(user_entry_id)),
+            on_ids=store_ids,
+            on_flush=show_live,
+            may_post=may_post,
+            post_key=f"{key}:{user_entry_id}",
+            # A re-run looks for what its predecessor posted but could not record.
+            find=finder(sender, claim.rerun),
+        )
+        stream.start()
+        return stream
+
+    async def deliver(
+        self, stream: ReplyStream, result: TurnResult, turn_id: str, key: str
+    ) -> Entry | None:
+        """Post the final text; the assistant entry to record, or None for a failed call.
+
+        A stream that stalled after some text keeps that text on screen with a note
+        that it was cut off, and it is recorded as the answer (as after a /stop): the
+        history holds what the user saw, so a "go on" has something to go on from.
+        """
+        if result.error is not None:
+            log.warning("model failed in %s: %s", key, result.error)
+            await self.metrics.count("errors", type(result.error).__name__)
+            if isinstance(result.error, ModelStalled) and result.text.strip():
+                text = result.text.strip()
+                note = f"\n\n_(the answer was cut off: {result.error.user_text})_"
+                ids = await self._finish(stream, f"{text}{note}")
+                return assistant_entry(text, turn_id, ids)
+            await self._finish(stream, failure_text(result.error))
+            return None
+        text = result.text.strip() or ("" if result.stopped else EMPTY_REPLY)
+        shown = f"{text}{STOPPED_NOTE}" if result.stopped else text
+        ids = await self._finish(stream, shown.strip())
+        return assistant_entry(text, turn_id, ids) if text else None
+
+    async def _finish(self, stream: ReplyStream, text: str) -> list[str]:
+        try:
+            return await stream.finish(text)
+        except PlatformError as exc:
+            log.error("could not deliver the reply in %s: %s", stream.address.chat_key, exc)
+            await self.metrics.count("errors", "delivery")
+            return stream.ids
+
+
+def failure_text(error: ModelError) -> str:
+    if isinstance(error, BudgetExceeded):
+        return f"⚠️ {error.user_text}"  # which budget, and when it resets: trying again won't do
+    return f"⚠️ Sorry, I could not answer: {error.user_text}. Please try again in a moment."
