@@ -21,7 +21,7 @@ import discord
 from discord import app_commands
 from redis.exceptions import RedisError
 
-from adapters.common import is_approval_payload, refusal_text
+from adapters.buttons import is_approval_payload, refusal_text
 from adapters.discord.inbound import click_decision, interaction_inbound, payload_of, to_inbound
 from adapters.discord.sender import quiet_library_logs
 from gateway.errors import GatewayError

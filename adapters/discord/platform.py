@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
-from adapters.common import RENEW_INTERVAL
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender, platform_error
+from adapters.health import RENEW_INTERVAL
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.platform import Mode, Platform
 from gateway.state.health import Health

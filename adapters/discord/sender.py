@@ -26,14 +26,10 @@ import aiohttp
 import discord
 from discord.http import HTTPClient, handle_message_parameters
 
-from adapters.common import (
-    APPROVE_LABEL,
-    DECLINE_LABEL,
-    approval_payload,
-    quiet_loggers,
-    retry_after_seconds,
-)
+from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL, approval_payload
 from adapters.discord.render import render
+from adapters.retry_after import retry_after_seconds
+from adapters.sdk_logs import quiet_loggers
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.messages import Address
 from gateway.ports import Limits

@@ -24,7 +24,8 @@ from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.common import SHAPE_ERRORS, invalid, refusal_text
+from adapters.buttons import refusal_text
+from adapters.fields import SHAPE_ERRORS, invalid
 from adapters.slack.inbound import (
     APPROVE_ACTION,
     DECLINE_ACTION,

@@ -19,7 +19,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.common import APPROVE_LABEL, DECLINE_LABEL, retry_after_seconds
+from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL
+from adapters.retry_after import retry_after_seconds
 from adapters.slack.client import web_client as web_client  # where callers have found it
 from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 from telegram import Bot
 from telegram.request import HTTPXRequest
 
-from adapters.common import quiet_loggers
+from adapters.sdk_logs import quiet_loggers
 
 # httpx logs every request URL at INFO, and a Bot API URL contains the bot token.
 quiet_loggers(("httpx",), logging.WARNING)

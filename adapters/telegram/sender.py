@@ -19,8 +19,8 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters import common
-from adapters.common import APPROVE_LABEL, DECLINE_LABEL, approval_payload
+from adapters import retry_after
+from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL, approval_payload
 from adapters.telegram.client import BotClient
 from adapters.telegram.render import render, utf16_length, visible_length, visible_text
 from gateway.errors import MessageRejected, PlatformError, RateLimited
@@ -41,7 +41,7 @@ def retry_after_seconds(error: RetryAfter) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PTBDeprecationWarning)
         value = error.retry_after
-    return common.retry_after_seconds(value)
+    return retry_after.retry_after_seconds(value)
 
 
 def is_group(address: Address) -> bool:
