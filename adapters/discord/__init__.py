@@ -5,6 +5,7 @@
     render.py      Markdown -> Discord's Markdown, and its length
     sender.py      DiscordSender: REST messages, edits, typing, interaction follow-ups
     connection.py  the gateway websocket client (discord.py's AutoShardedClient)
+    clicks.py      approval clicks (component interactions): decided, then answered
     endpoints.py   where discord.py connects (DISCORD_API_URL / DISCORD_GATEWAY_URL)
 
 Discord sends the gateway nothing over HTTP, so there is no `http.py`. Inside

@@ -1,7 +1,9 @@
 """Slack: Events API over `gateway web` or Socket Mode over `gateway slack`, on slack-bolt.
 
-platform.py    SlackPlatform, what the CLI loads, and the bolt app both transports share
-inbound.py     events and the /btw command -> Inbound (pure)
+platform.py    SlackPlatform, what the CLI loads
+app.py         the bolt app both transports share: its listeners and their wiring
+clicks.py      approval clicks (block_actions): decided, a refusal told ephemerally
+inbound.py     events, the /btw command and button clicks -> Inbound / Decision (pure)
 render.py      Markdown -> Slack mrkdwn
 sender.py      SlackSender: chat.postMessage / chat.update / thinking signals, assistant status
 connection.py  the Socket Mode supervisor (reconnect with backoff, health)
