@@ -4,6 +4,7 @@
     inbound.py     a message or the /btw interaction -> Inbound (pure)
     render.py      Markdown -> Discord's Markdown, and its length
     sender.py      DiscordSender: REST messages, edits, typing, interaction follow-ups
+    errors.py      discord.py's errors as the core's (`core_error`), as on every platform
     connection.py  the gateway websocket client (discord.py's AutoShardedClient)
     clicks.py      approval clicks (component interactions): decided, then answered
     endpoints.py   where discord.py connects (DISCORD_API_URL / DISCORD_GATEWAY_URL)

@@ -6,6 +6,7 @@ clicks.py      approval clicks (block_actions): decided, a refusal told ephemera
 inbound.py     events, the /btw command and button clicks -> Inbound / Decision (pure)
 render.py      Markdown -> Slack mrkdwn
 sender.py      SlackSender: chat.postMessage / chat.update / thinking signals, assistant status
+errors.py      SlackApiError as the core's errors (`core_error`), as on every platform
 connection.py  the Socket Mode supervisor (reconnect with backoff, health)
 http.py        POST /slack/events: signature and body checked before bolt sees it
 names.py       speakers' display names (users.info, cached in Redis)

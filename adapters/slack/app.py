@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.fields import SHAPE_ERRORS, invalid
 from adapters.slack.clicks import Ack, Clicks
+from adapters.slack.errors import core_error
 from adapters.slack.inbound import (
     APPROVE_ACTION,
     DECLINE_ACTION,
@@ -39,7 +40,6 @@ from adapters.slack.inbound import (
 from adapters.slack.names import UserNames
 from adapters.slack.render import escape
 from adapters.slack.rotation import StoreRotates
-from adapters.slack.sender import platform_error
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import GatewayError, PlatformError
 from gateway.http.limits import one_line
@@ -142,7 +142,7 @@ class Listeners:
                 channel=channel, text=f"<@{user}> asked /btw:\n{quoted}"
             )
         except SlackApiError as exc:
-            raise platform_error(exc, "chat.postMessage") from None
+            raise core_error(exc) from None
         return str(posted["ts"])
 
 

@@ -16,8 +16,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.buttons import refusal_text
+from adapters.slack.errors import core_error
 from adapters.slack.inbound import to_decision
-from adapters.slack.sender import platform_error
 from gateway.messages import Address
 
 if TYPE_CHECKING:
@@ -54,4 +54,4 @@ async def _tell(client: AsyncWebClient, user: str, address: Address, text: str) 
             channel=address.channel, user=user, thread_ts=address.thread, text=text
         )
     except SlackApiError as exc:
-        log.warning("slack: could not tell %s: %s", user, platform_error(exc, "postEphemeral"))
+        log.warning("slack: could not tell %s: %s", user, core_error(exc))

@@ -4,6 +4,7 @@ platform.py    TelegramPlatform, what the CLI loads
 inbound.py     update -> Inbound (pure): what is a message to the bot, sessions, addresses
 render.py      Markdown -> Telegram HTML, and the length Telegram counts
 sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction
+errors.py      telegram.error.* as the core's errors (`core_error`), RetryAfter's delay
 connection.py  `gateway telegram`: getUpdates, confirming each update after ingest
 http.py        POST /telegram/webhook with the secret-token check
 client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share

@@ -246,6 +246,15 @@ async def test_a_lookup_refused_is_a_platform_error(slack: FakeSlack, sender: Sl
         await sender.find_post(DM, "s:u1:0")
 
 
+async def test_a_refused_call_is_named_by_its_method(slack: FakeSlack, sender: SlackSender) -> None:
+    """The core's error names the Web API method the SDK called, read from its URL."""
+    slack.fail_next("conversations.history", "missing_scope")
+    with pytest.raises(
+        PlatformError, match=r"^Slack conversations\.history failed: missing_scope$"
+    ):
+        await sender.find_post(DM, "s:u1:0")
+
+
 async def test_a_rerun_edits_the_reply_its_predecessor_posted_but_could_not_record(
     slack: FakeSlack, redis_url: str, llm: FakeLLM
 ) -> None:
