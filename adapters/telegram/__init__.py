@@ -7,7 +7,8 @@ sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction
 errors.py      telegram.error.* as the core's errors (`core_error`), RetryAfter's delay
 connection.py  `gateway telegram`: getUpdates, confirming each update after ingest
 http.py        POST /telegram/webhook with the secret-token check
-client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share
+client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share,
+               and what the process sets once when TelegramPlatform is made
 """
 
 from adapters.telegram.platform import TelegramPlatform

@@ -11,7 +11,7 @@ from telegram import BotCommand, Update
 from telegram.error import InvalidToken, TelegramError
 
 from adapters.telegram.clicks import Clicks
-from adapters.telegram.client import BotClient
+from adapters.telegram.client import BotClient, prepare_process
 from adapters.telegram.connection import Poller
 from adapters.telegram.files import TelegramFileSource
 from adapters.telegram.http import Convert, webhook_route
@@ -44,6 +44,7 @@ class TelegramPlatform(Platform):
 
     def __init__(self, settings: Settings, redis: Redis) -> None:
         super().__init__(settings, redis)
+        prepare_process()
         self._client: BotClient | None = None
         self._sending: BotClient | None = None  # the sender's, shared by the file source
         self._convert: Convert | None = None
