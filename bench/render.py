@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from adapters.discord import render as discord_render  # noqa: E402
 from adapters.discord.sender import DiscordSender  # noqa: E402
+from adapters.slack.client import web_client  # noqa: E402
 from adapters.slack.render import to_mrkdwn  # noqa: E402
-from adapters.slack.sender import SlackSender, web_client  # noqa: E402
+from adapters.slack.sender import SlackSender  # noqa: E402
 from adapters.telegram import render as markup  # noqa: E402
 from adapters.telegram.client import BotClient, prepare_process  # noqa: E402
 from adapters.telegram.sender import TelegramSender  # noqa: E402

@@ -20,7 +20,6 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL
-from adapters.slack.client import web_client as web_client  # where callers have found it
 from adapters.slack.errors import core_error
 from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from telegram import BotCommand, Update
+from telegram import BotCommand
 from telegram.error import InvalidToken, TelegramError
 
 from adapters.telegram.clicks import Clicks
@@ -19,7 +19,6 @@ from adapters.telegram.inbound import to_inbound
 from adapters.telegram.sender import TelegramSender
 from gateway.errors import ConfigError, PlatformError
 from gateway.inbound import commands
-from gateway.messages import Inbound
 from gateway.platform import Mode, Platform
 from gateway.settings.env import Settings, require
 
@@ -103,7 +102,7 @@ class TelegramPlatform(Platform):
         self._client = self._client or self._build()
         me = await _get_me(self._client)
         self._convert = partial(
-            _convert,
+            to_inbound,
             bot_id=me.id,
             bot_username=me.username or "",
             file_limit=self.settings.media_file_bytes,
@@ -152,7 +151,3 @@ async def _get_me(client: BotClient) -> User:
         raise ConfigError("TELEGRAM_BOT_TOKEN was refused by Telegram") from None
     except TelegramError as exc:
         raise PlatformError(f"Telegram getMe failed: {exc.message}") from None
-
-
-def _convert(update: Update, *, bot_id: int, bot_username: str, file_limit: int) -> Inbound | None:
-    return to_inbound(update, bot_id, bot_username, file_limit)

@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from adapters.slack.sender import LOOK_WINDOW, MAX_LENGTH, SlackSender, web_client
+from adapters.slack.client import web_client
+from adapters.slack.sender import LOOK_WINDOW, MAX_LENGTH, SlackSender
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.messages import Address
 from gateway.state.jobs import Job
