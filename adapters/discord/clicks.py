@@ -16,7 +16,7 @@ import discord
 from redis.exceptions import RedisError
 
 from adapters.buttons import is_approval_payload, refusal_text
-from adapters.discord.inbound import click_decision
+from adapters.discord.inbound import to_decision
 from gateway.errors import GatewayError
 from gateway.inbound.ingest import Ingest
 
@@ -38,7 +38,7 @@ class Clicks:
         ):
             return
         user = interaction.user
-        decision = click_decision(
+        decision = to_decision(
             interaction_id=str(interaction.id),
             custom_id=custom_id,
             channel_id=str(interaction.channel_id),

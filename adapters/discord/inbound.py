@@ -214,7 +214,7 @@ def interaction_inbound(
     )
 
 
-def click_decision(
+def to_decision(
     *,
     interaction_id: str,
     custom_id: object,
