@@ -1,4 +1,21 @@
-"""Platform adapters: each turns raw platform events into `Inbound` and sends replies."""
+"""Platform adapters: each turns raw platform events into `Inbound` and sends replies.
+
+One package per platform (`slack/`, `telegram/`, `discord/`), the same file names
+meaning the same things in each, and `console.py`, the terminal. What the three
+share, one job a module:
+
+    fields.py       the checks of the ids and texts an event carries, before it is an Inbound
+    buttons.py      an approval button's payload and the refusal a click gets
+    attachments.py  a file an event describes, as the core's Attachment
+    mentions.py     the text without the bot's own mentions
+    retry_after.py  a Retry-After, in any form an SDK gives it, as seconds
+    sdk_logs.py     an SDK's chatty loggers kept quiet
+    health.py       how often a connection renews its health report
+    spans.py        linear-time inline span finders for the three renderers
+    links.py        which link targets may be live links
+
+`load` imports a platform's package only when it is asked for.
+"""
 
 from __future__ import annotations
 

@@ -27,10 +27,11 @@ sys.path.insert(0, str(ROOT))
 
 from adapters.discord import render as discord_render  # noqa: E402
 from adapters.discord.sender import DiscordSender  # noqa: E402
+from adapters.slack.client import web_client  # noqa: E402
 from adapters.slack.render import to_mrkdwn  # noqa: E402
-from adapters.slack.sender import SlackSender, web_client  # noqa: E402
+from adapters.slack.sender import SlackSender  # noqa: E402
 from adapters.telegram import render as markup  # noqa: E402
-from adapters.telegram.client import BotClient  # noqa: E402
+from adapters.telegram.client import BotClient, prepare_process  # noqa: E402
 from adapters.telegram.sender import TelegramSender  # noqa: E402
 from gateway.delivery.splitting import split_markdown  # noqa: E402
 from gateway.messages import Address  # noqa: E402
@@ -99,6 +100,7 @@ def text_of(shape: str, size: int) -> str:
 
 
 def main() -> None:
+    prepare_process()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="25000,50000,100000")
     parser.add_argument("--shapes", default=",".join(SHAPES))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import common  # noqa: F401  first: it puts the project and the fakes on sys.path
 
-from adapters.telegram.client import BotClient
+from adapters.telegram.client import BotClient, prepare_process
 from adapters.telegram.sender import TelegramSender
 from gateway.delivery.stream import ReplyStream, SendPacing
 from gateway.messages import Address
@@ -96,6 +96,7 @@ if __name__ == "__main__":
     parser.add_argument("--private-interval", type=float, default=1.0)
     parser.add_argument("--group-interval", type=float, default=3.0)
     args = parser.parse_args()
+    prepare_process()
     asyncio.run(
         main(args.seconds, args.tokens_per_second, args.private_interval, args.group_interval)
     )

@@ -13,6 +13,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from adapters.telegram.client import prepare_process
 from gateway.state.embedded_redis import find_redis_server
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -47,6 +48,13 @@ def redis_command(port: int, data: str, *options: str) -> list[str]:
         "",
         *options,
     ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def telegram_process() -> None:
+    """The test process set up as the CLI's is when it starts Telegram, whichever test
+    builds a Telegram client first."""
+    prepare_process()
 
 
 @pytest.fixture(scope="session")

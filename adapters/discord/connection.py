@@ -4,9 +4,8 @@ It asks for the guilds, guild messages, DMs and the privileged message content
 intents; reconnecting and resuming are discord.py's. Messages become Inbound
 through `adapters.discord.inbound`; the `/btw` application command is deferred
 at once (Discord allows 3 s) and handed to the core, whose side job posts the
-interaction's follow-up. A click on an approval button (a component interaction
-whose custom_id is ours) is decided by the core, then answered: a deferred
-update when it counted, an ephemeral refusal when it did not. With auto-thread
+interaction's follow-up. A click on an approval button is handed to
+`adapters.discord.clicks`. With auto-thread
 on, a mention in a channel by someone allowed to use the bot opens a thread from
 the message, and that thread is the session.
 """
@@ -14,15 +13,14 @@ the message, and that thread is the session.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import discord
 from discord import app_commands
-from redis.exceptions import RedisError
 
-from adapters.common import is_approval_payload, refusal_text
-from adapters.discord.inbound import click_decision, interaction_inbound, payload_of, to_inbound
+from adapters.discord.clicks import Clicks
+from adapters.discord.inbound import interaction_inbound, payload_of, to_inbound
 from adapters.discord.sender import quiet_library_logs
 from gateway.errors import GatewayError
 from gateway.inbound.ingest import Ingest
@@ -94,6 +92,7 @@ class GatewayClient(discord.AutoShardedClient):
         else:
             super().__init__(intents=intents(), shard_count=shard_count, **_CLIENT_OPTIONS)
         self.ingest = ingest
+        self.clicks = Clicks(ingest)
         self.auto_thread = auto_thread
         self.command_guilds = [discord.Object(id=g) for g in command_guilds]
         self.connected: set[int] = set()
@@ -252,38 +251,8 @@ class GatewayClient(discord.AutoShardedClient):
     # approval clicks -------------------------------------------------------
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
-        """Every interaction passes here; only clicks on our approval buttons are taken."""
-        data: Mapping[str, Any] = interaction.data or {}
-        custom_id = data.get("custom_id")
-        if interaction.type != discord.InteractionType.component or not is_approval_payload(
-            custom_id
-        ):
-            return
-        user = interaction.user
-        decision = click_decision(
-            interaction_id=str(interaction.id),
-            custom_id=custom_id,
-            channel_id=str(interaction.channel_id),
-            guild_id=str(interaction.guild_id) if interaction.guild_id else None,
-            user={"id": str(user.id), "bot": user.bot},
-        )
-        if decision is None:
-            return
-        try:
-            refusal = refusal_text(await self.ingest.decide(decision))
-        except (GatewayError, RedisError) as exc:
-            log.error("could not decide approval click %s: %s", interaction.id, exc)
-            return
-        await self._answer_click(interaction, refusal)
-
-    async def _answer_click(self, interaction: discord.Interaction, refusal: str | None) -> None:
-        try:
-            if refusal is None:
-                await interaction.response.defer()  # a deferred update: the message stays
-            else:
-                await interaction.response.send_message(refusal, ephemeral=True)
-        except discord.HTTPException as exc:
-            log.warning("could not answer click %s: %s %s", interaction.id, exc.status, exc.text)
+        """discord.py's hook for every interaction: clicks go to `clicks.py`."""
+        await self.clicks.handle(interaction)
 
     async def _receive(self, inbound: Inbound) -> None:
         try:

@@ -12,7 +12,7 @@ Ids are snowflakes: unsigned 64-bit integers, sent as strings of digits.
 discord.py reads them with `int()`, which takes `-5` and `2**70` too, and it
 keeps a message's content whatever its JSON type; so both functions check the
 ids and text they read and drop an event whose do not fit, with one log line
-(`adapters.common`).
+(`adapters.fields`).
 """
 
 from __future__ import annotations
@@ -24,18 +24,10 @@ from typing import Any
 
 import discord
 
-from adapters.common import (
-    Field,
-    attachment,
-    first_invalid,
-    invalid,
-    is_mapping,
-    is_text,
-    optional,
-    parse_approval_payload,
-    snowflake,
-    strip_mentions,
-)
+from adapters.attachments import attachment
+from adapters.buttons import parse_approval_payload
+from adapters.fields import Field, first_invalid, invalid, is_mapping, is_text, optional, snowflake
+from adapters.mentions import strip_mentions
 from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
 
 log = logging.getLogger(__name__)
@@ -222,7 +214,7 @@ def interaction_inbound(
     )
 
 
-def click_decision(
+def to_decision(
     *,
     interaction_id: str,
     custom_id: object,

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
-from adapters.common import RENEW_INTERVAL
 from adapters.discord import endpoints
-from adapters.discord.sender import DiscordSender, platform_error
+from adapters.discord.errors import core_error
+from adapters.discord.sender import DiscordSender
+from adapters.health import RENEW_INTERVAL
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.platform import Mode, Platform
 from gateway.state.health import Health
@@ -112,7 +113,7 @@ class DiscordPlatform(Platform):
             except discord.GatewayNotFound as exc:
                 cause = exc.__cause__
                 if isinstance(cause, discord.HTTPException):
-                    raise platform_error(cause) from None
+                    raise core_error(cause) from None
                 raise PlatformError("Discord did not name a gateway") from None
             name = sender.bot_user.get("username", "?")
             return f"bot {name}, application {application_id}, {shards} shard(s) recommended"
@@ -136,7 +137,7 @@ def _fatal_errors() -> Iterator[None]:
     except discord.LoginFailure:
         raise ConfigError("DISCORD_BOT_TOKEN was refused by Discord (401)") from None
     except discord.HTTPException as exc:  # logging in failed
-        raise platform_error(exc) from None
+        raise core_error(exc) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise PlatformError(f"Discord could not be reached: {type(exc).__name__}") from None
 

@@ -26,15 +26,11 @@ import aiohttp
 import discord
 from discord.http import HTTPClient, handle_message_parameters
 
-from adapters.common import (
-    APPROVE_LABEL,
-    DECLINE_LABEL,
-    approval_payload,
-    quiet_loggers,
-    retry_after_seconds,
-)
+from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL, approval_payload
+from adapters.discord.errors import core_error
 from adapters.discord.render import render
-from gateway.errors import MessageRejected, PlatformError, RateLimited
+from adapters.sdk_logs import quiet_loggers
+from gateway.errors import PlatformError
 from gateway.messages import Address
 from gateway.ports import Limits
 
@@ -43,7 +39,6 @@ log = logging.getLogger(__name__)
 MAX_LENGTH = 2000
 TYPING_INTERVAL = 8.0  # Discord shows "is typing" for about 10 s after each call
 MAX_LIBRARY_WAIT = 30.0  # discord.py's smallest allowed max_ratelimit_timeout
-_REJECTED_CODES = frozenset({50006, 50035})  # empty message, invalid form body
 ADMINISTRATOR, MANAGE_GUILD = 1 << 3, 1 << 5  # permission bits that may change settings
 # At DEBUG these discord.py loggers print request URLs and gateway payloads, which hold
 # interaction tokens and message text; the gateway keeps them at INFO or above.
@@ -250,21 +245,7 @@ async def _call(awaitable: Any) -> Any:
     """Await one discord.py call, turning its errors into the gateway's tree."""
     try:
         return await awaitable
-    except discord.RateLimited as exc:
-        raise RateLimited(exc.retry_after) from None
-    except discord.LoginFailure:
-        raise PlatformError("Discord refused DISCORD_BOT_TOKEN (401)") from None
-    except discord.HTTPException as exc:
-        raise platform_error(exc) from None
+    except (discord.RateLimited, discord.LoginFailure, discord.HTTPException) as exc:
+        raise core_error(exc) from None
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise PlatformError(f"Discord could not be reached: {type(exc).__name__}") from None
-
-
-def platform_error(exc: discord.HTTPException) -> PlatformError:
-    """The gateway error for a failed Discord call (never with the URL: it may hold a token)."""
-    if exc.status == 429:
-        return RateLimited(retry_after_seconds(exc.response.headers.get("Retry-After")))
-    detail = f"Discord {exc.status} (code {exc.code}): {exc.text or exc.response.reason}"
-    if exc.status == 400 and exc.code in _REJECTED_CODES:
-        return MessageRejected(detail)
-    return PlatformError(detail)

@@ -1,12 +1,13 @@
 """The bolt app: what it does with each kind of Slack request, and how it is wired.
 
-`Listeners` turns events, the `/btw` command and approval clicks into ingest
-calls; `build_app` wires them into one bolt AsyncApp for HTTP and Socket Mode
-alike, with bolt's OAuth flow and installation-store authorize when the app is
-installed in many workspaces. Listeners run before the acknowledgement is sent
-(`process_before_response`): ingest is a few Redis round trips, so Slack still
-gets its answer well within 3 s, and an event Redis could not take gets a 5xx,
-which makes Slack deliver it again instead of losing it.
+`Listeners` turns events and the `/btw` command into ingest calls, and holds the
+approval clicks' handler (`clicks.py`); `build_app` wires them into one bolt
+AsyncApp for HTTP and Socket Mode alike, with bolt's OAuth flow and
+installation-store authorize when the app is installed in many workspaces.
+Listeners run before the acknowledgement is sent (`process_before_response`):
+ingest is a few Redis round trips, so Slack still gets its answer well within
+3 s, and an event Redis could not take gets a 5xx, which makes Slack deliver it
+again instead of losing it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.common import SHAPE_ERRORS, invalid, refusal_text
+from adapters.fields import SHAPE_ERRORS, invalid
+from adapters.slack.clicks import Ack, Clicks
+from adapters.slack.errors import core_error
 from adapters.slack.inbound import (
     APPROVE_ACTION,
     DECLINE_ACTION,
@@ -32,24 +35,20 @@ from adapters.slack.inbound import (
     BotIdentity,
     btw_inbound,
     command_fields,
-    to_decision,
     to_inbound,
 )
 from adapters.slack.names import UserNames
 from adapters.slack.render import escape
 from adapters.slack.rotation import StoreRotates
-from adapters.slack.sender import platform_error
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import GatewayError, PlatformError
 from gateway.http.limits import one_line
-from gateway.messages import Address
 
 if TYPE_CHECKING:
     from gateway.inbound.ingest import Ingest
 
 log = logging.getLogger(__name__)
 
-Ack = Callable[..., Awaitable[Any]]
 Identity = Callable[[AsyncBoltContext], Awaitable[BotIdentity]]
 NO_SESSION = (
     "There is no conversation in this channel yet: mention me first, then `/btw` asks about it."
@@ -78,6 +77,7 @@ class Listeners:
         self.names = names
         self.identity = identity
         self.workspaces = workspaces
+        self.clicks = Clicks(ingest)
 
     async def on_message(
         self, body: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
@@ -126,33 +126,12 @@ class Listeners:
         outcome = await self.ingest.receive(inbound)
         log.debug("slack /btw %s -> %s", inbound.event_id, outcome)
 
-    async def on_approval(self, ack: Ack, body: dict[str, Any], client: AsyncWebClient) -> None:
-        """A click on an approval request's button: acknowledged, then decided; a click
-        that does not count is answered to the clicker alone."""
-        await ack()
-        decision = to_decision(body)
-        if decision is None:
-            return
-        refusal = refusal_text(await self.ingest.decide(decision))
-        if refusal is not None:
-            await self._tell(client, decision.user_id, decision.address, refusal)
-
     async def _note_org(self, workspace: str, context: AsyncBoltContext) -> None:
         """A workspace served by its org's org-wide install: noted, so that workers find
         the org's token for its replies."""
         enterprise = context.enterprise_id
         if self.workspaces is not None and context.is_enterprise_install and enterprise:
             await self.workspaces.note_org(workspace, enterprise)
-
-    async def _tell(self, client: AsyncWebClient, user: str, address: Address, text: str) -> None:
-        """An ephemeral message through the Web API (as every reply is, so its errors and
-        rate limits read alike) rather than the payload's response_url."""
-        try:
-            await client.chat_postEphemeral(
-                channel=address.channel, user=user, thread_ts=address.thread, text=text
-            )
-        except SlackApiError as exc:
-            log.warning("slack: could not tell %s: %s", user, platform_error(exc, "postEphemeral"))
 
     async def _post_quote(
         self, client: AsyncWebClient, channel: str, user: str, question: str
@@ -163,7 +142,7 @@ class Listeners:
                 channel=channel, text=f"<@{user}> asked /btw:\n{quoted}"
             )
         except SlackApiError as exc:
-            raise platform_error(exc, "chat.postMessage") from None
+            raise core_error(exc) from None
         return str(posted["ts"])
 
 
@@ -205,8 +184,8 @@ def build_app(
     app.event("app_mention")(listeners.on_message)
     app.event("message")(listeners.on_message)
     app.command("/btw")(listeners.on_btw)
-    app.action(APPROVE_ACTION)(listeners.on_approval)
-    app.action(DECLINE_ACTION)(listeners.on_approval)
+    app.action(APPROVE_ACTION)(listeners.clicks.handle)
+    app.action(DECLINE_ACTION)(listeners.clicks.handle)
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.
     app.event(re.compile(".*"))(_ignore)
     app.action(re.compile(".*"))(_ack_only)

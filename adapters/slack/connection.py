@@ -21,7 +21,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
-from adapters.common import RENEW_INTERVAL
+from adapters.health import RENEW_INTERVAL
 from gateway.backoff import Backoff
 from gateway.state.health import Health
 

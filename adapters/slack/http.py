@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from adapters.common import SHAPE_ERRORS
+from adapters.fields import SHAPE_ERRORS
 from gateway.errors import MalformedRequest
 from gateway.http.limits import json_body, one_line
 

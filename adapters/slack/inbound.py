@@ -22,7 +22,7 @@ A click on an approval request's button (a `block_actions` payload) becomes a
 Before anything else, the ids and texts of a message event are checked against
 the forms Slack gives them (`1710000000.000100` timestamps, `C…`/`D…`/`G…`
 channels, `U…`/`W…`/`B…` users, `T…` teams and `E…` Grid organisations); an
-event with one that does not fit is dropped, with one log line (`adapters.common`).
+event with one that does not fit is dropped, with one log line (`adapters.fields`).
 """
 
 from __future__ import annotations
@@ -33,18 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.common import (
-    APPROVAL_ID,
-    Field,
-    attachment,
-    first_invalid,
-    invalid,
-    is_mapping,
-    is_text,
-    optional,
-    pattern,
-    strip_mentions,
-)
+from adapters.attachments import attachment
+from adapters.buttons import APPROVAL_ID
+from adapters.fields import Field, first_invalid, invalid, is_mapping, is_text, optional, pattern
+from adapters.mentions import strip_mentions
 from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
 
 log = logging.getLogger(__name__)

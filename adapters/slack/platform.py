@@ -33,6 +33,7 @@ from starlette.routing import BaseRoute
 from adapters.slack.app import Listeners, build_app, request_identity
 from adapters.slack.client import web_client
 from adapters.slack.connection import SOCKET_BACKOFF, SocketSupervisor, Timing
+from adapters.slack.errors import core_error
 from adapters.slack.files import SlackFileSource, WorkspaceFileSource
 from adapters.slack.http import events_route, oauth_routes
 from adapters.slack.inbound import BotIdentity
@@ -40,7 +41,7 @@ from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.names import UserNames
 from adapters.slack.oauth import oauth_settings
 from adapters.slack.rotation import Rotation, rotating_store
-from adapters.slack.sender import SlackSender, platform_error
+from adapters.slack.sender import SlackSender
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import ConfigError, PlatformError
 from gateway.platform import Mode, Platform
@@ -200,7 +201,7 @@ class SlackPlatform(Platform):
         try:
             auth = await self.client.auth_test()
         except SlackApiError as exc:
-            raise platform_error(exc, "auth.test") from None
+            raise core_error(exc) from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformError(f"Slack auth.test failed: {type(exc).__name__}") from None
         log.info(

@@ -19,12 +19,12 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.common import APPROVE_LABEL, DECLINE_LABEL, retry_after_seconds
-from adapters.slack.client import web_client as web_client  # where callers have found it
+from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL
+from adapters.slack.errors import core_error
 from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn
 from adapters.slack.workspaces import Workspaces
-from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.errors import PlatformError, RateLimited
 from gateway.messages import Address
 from gateway.ports import Limits
 
@@ -45,9 +45,6 @@ LOOK_BACK = 200
 LOOK_WINDOW = 300.0
 LOOK_PAGES = 10
 THINKING_STATUS = "is thinking…"
-_REJECTED = frozenset(
-    {"msg_too_long", "no_text", "invalid_blocks", "invalid_arguments", "rich_text_too_long"}
-)
 # setStatus errors that mean the app lacks the assistant feature (not just this thread).
 _NO_ASSISTANT = frozenset(
     {
@@ -98,17 +95,6 @@ def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any
         "style": style,
         "value": value,
     }
-
-
-def platform_error(exc: SlackApiError, method: str) -> PlatformError:
-    """Map a Slack API error to the gateway's tree (never includes the token)."""
-    response = exc.response
-    error = str(response.get("error", "unknown_error")) if isinstance(response.data, dict) else ""
-    if response.status_code == 429 or error == "ratelimited":
-        return RateLimited(retry_after_seconds(response.headers.get("Retry-After")))
-    if error in _REJECTED:
-        return MessageRejected(f"Slack refused {method}: {error}")
-    return PlatformError(f"Slack {method} failed: {error or response.status_code}")
 
 
 class SlackSender:
@@ -266,7 +252,7 @@ class SlackSender:
             )
         except SlackApiError as exc:
             self._dead_token(address, exc)
-            error = platform_error(exc, "assistant.threads.setStatus")
+            error = core_error(exc)
             if isinstance(error, RateLimited):
                 raise error from None
             code = exc.response.get("error") if isinstance(exc.response.data, dict) else None
@@ -327,7 +313,7 @@ class SlackSender:
             return await method(**{k: v for k, v in kwargs.items() if v is not None})
         except SlackApiError as exc:
             self._dead_token(address, exc)
-            raise platform_error(exc, api_method) from None
+            raise core_error(exc) from None
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformError(f"Slack {api_method} failed: {type(exc).__name__}") from None
 

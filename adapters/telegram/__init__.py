@@ -1,12 +1,17 @@
 """Telegram, on python-telegram-bot: webhook on `gateway web`, or long polling.
 
 platform.py    TelegramPlatform, what the CLI loads
-inbound.py     update -> Inbound (pure): what is a message to the bot, sessions, addresses
+inbound.py     update -> Inbound or Decision (pure): what is a message to the bot, sessions,
+               addresses, a callback query's click
+clicks.py      approval clicks (callback queries): decided, every query answered
 render.py      Markdown -> Telegram HTML, and the length Telegram counts
 sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction
+errors.py      telegram.error.* as the core's errors (`core_error`), RetryAfter's delay
 connection.py  `gateway telegram`: getUpdates, confirming each update after ingest
 http.py        POST /telegram/webhook with the secret-token check
-client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share
+client.py      the Bot API client (plain `Bot`, no retries) the sender and the poller share,
+               and what the process sets once when TelegramPlatform is made
+files.py       TelegramFileSource: getFile -> the file's URL; refusals as the reason a user reads
 """
 
 from adapters.telegram.platform import TelegramPlatform

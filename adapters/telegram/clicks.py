@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from telegram import Bot, Update
 from telegram.error import TelegramError
 
-from adapters.common import refusal_text
+from adapters.buttons import refusal_text
 from adapters.telegram.inbound import to_decision
 
 if TYPE_CHECKING:

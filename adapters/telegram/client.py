@@ -1,4 +1,5 @@
-"""The python-telegram-bot client the adapter uses, built one way for every process."""
+"""The python-telegram-bot client the adapter uses, built one way for every process, and
+what such a process sets once at start (`prepare_process`)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ from urllib.parse import urlsplit, urlunsplit
 from telegram import Bot
 from telegram.request import HTTPXRequest
 
-from adapters.common import quiet_loggers
+from adapters.sdk_logs import quiet_loggers
 
-# httpx logs every request URL at INFO, and a Bot API URL contains the bot token.
-quiet_loggers(("httpx",), logging.WARNING)
 
-# python-telegram-bot 22 warns on every RetryAfter it builds unless the process opts in to
-# durations as `timedelta` (the type of its next major version); the adapter reads both.
-os.environ.setdefault("PTB_TIMEDELTA", "true")
+def prepare_process() -> None:
+    """What a process that talks to Telegram sets once, at start (`TelegramPlatform` when
+    it is made): the whole process is affected, so it is done on purpose, never on import.
+
+    httpx logs every request URL at INFO, and a Bot API URL contains the bot token: its
+    logger is kept at WARNING. python-telegram-bot 22 warns on every RetryAfter it builds
+    unless the process opts in to durations as `timedelta` (the type of its next major
+    version; the adapter reads both): PTB_TIMEDELTA is set unless the operator set it.
+    """
+    quiet_loggers(("httpx",), logging.WARNING)
+    os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from adapters.telegram.clicks import Clicks
-from adapters.telegram.sender import retry_after_seconds
+from adapters.telegram.errors import retry_after_seconds
 from gateway.backoff import Backoff
 from gateway.errors import GatewayError, PlatformError
 from gateway.messages import Inbound

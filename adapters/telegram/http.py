@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from telegram import Update
 
-from adapters.common import SHAPE_ERRORS
+from adapters.fields import SHAPE_ERRORS
 from adapters.telegram.clicks import Clicks
 from gateway.errors import GatewayError, MalformedRequest
 from gateway.http.limits import json_body, one_line

@@ -8,7 +8,7 @@ what is never ours: edits, service messages, other bots (and the bot itself),
 automatic forwards from a linked channel, and commands addressed to another
 bot (`/cmd@otherbot`). An update whose ids or texts are not of the types the
 Bot API documents (python-telegram-bot reads JSON without checking them) is
-dropped too, with one log line (`adapters.common`).
+dropped too, with one log line (`adapters.fields`).
 
 A click on an approval request's button arrives as a callback query whose data
 is `a:<approval id>:y|n`; `to_decision` makes it a `Decision`, after the same
@@ -38,17 +38,17 @@ from typing import Any
 
 from telegram import CallbackQuery, Message, MessageEntity, PhotoSize, Update
 
-from adapters.common import (
+from adapters.attachments import attachment
+from adapters.buttons import parse_approval_payload
+from adapters.fields import (
     INT64_MAX,
     INT64_MIN,
     Field,
-    attachment,
     integer,
     invalid,
     is_text,
     one_of,
     optional,
-    parse_approval_payload,
     pattern,
 )
 from gateway.inbound import commands

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from telegram import BotCommand, Update
+from telegram import BotCommand
 from telegram.error import InvalidToken, TelegramError
 
 from adapters.telegram.clicks import Clicks
-from adapters.telegram.client import BotClient
+from adapters.telegram.client import BotClient, prepare_process
 from adapters.telegram.connection import Poller
 from adapters.telegram.files import TelegramFileSource
 from adapters.telegram.http import Convert, webhook_route
@@ -19,7 +19,6 @@ from adapters.telegram.inbound import to_inbound
 from adapters.telegram.sender import TelegramSender
 from gateway.errors import ConfigError, PlatformError
 from gateway.inbound import commands
-from gateway.messages import Inbound
 from gateway.platform import Mode, Platform
 from gateway.settings.env import Settings, require
 
@@ -44,6 +43,7 @@ class TelegramPlatform(Platform):
 
     def __init__(self, settings: Settings, redis: Redis) -> None:
         super().__init__(settings, redis)
+        prepare_process()
         self._client: BotClient | None = None
         self._sending: BotClient | None = None  # the sender's, shared by the file source
         self._convert: Convert | None = None
@@ -102,7 +102,7 @@ class TelegramPlatform(Platform):
         self._client = self._client or self._build()
         me = await _get_me(self._client)
         self._convert = partial(
-            _convert,
+            to_inbound,
             bot_id=me.id,
             bot_username=me.username or "",
             file_limit=self.settings.media_file_bytes,
@@ -151,7 +151,3 @@ async def _get_me(client: BotClient) -> User:
         raise ConfigError("TELEGRAM_BOT_TOKEN was refused by Telegram") from None
     except TelegramError as exc:
         raise PlatformError(f"Telegram getMe failed: {exc.message}") from None
-
-
-def _convert(update: Update, *, bot_id: int, bot_username: str, file_limit: int) -> Inbound | None:
-    return to_inbound(update, bot_id, bot_username, file_limit)

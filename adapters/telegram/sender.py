@@ -1,4 +1,4 @@
-"""Replies on Telegram: one Bot API call per Sender method, errors mapped to the core's tree.
+"""Replies on Telegram: one Bot API call per Sender method, errors mapped by errors.py.
 
 The core paces and coalesces edits (it knows the whole stream); this sender
 must not second-guess it, so it uses the plain `telegram.Bot` (not `ExtBot`,
@@ -10,20 +10,18 @@ after the wait.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, RetryAfter, TelegramError
-from telegram.warnings import PTBDeprecationWarning
+from telegram.error import BadRequest, TelegramError
 
-from adapters import common
-from adapters.common import APPROVE_LABEL, DECLINE_LABEL, approval_payload
+from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL, approval_payload
 from adapters.telegram.client import BotClient
+from adapters.telegram.errors import core_error
 from adapters.telegram.render import render, utf16_length, visible_length, visible_text
-from gateway.errors import MessageRejected, PlatformError, RateLimited
+from gateway.errors import MessageRejected
 from gateway.messages import Address
 from gateway.ports import Limits
 
@@ -34,14 +32,6 @@ MAX_LENGTH = 4096  # UTF-16 code units of the text after entity parsing
 TYPING_INTERVAL = 4.5  # a chat action shows for 5 s
 ADMIN_STATUSES = frozenset({"administrator", "creator"})  # getChatMember's, for /config
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)  # a preview would jump around while streaming
-
-
-def retry_after_seconds(error: RetryAfter) -> float:
-    """The delay of a RetryAfter, read the same way whether PTB_TIMEDELTA is on or not."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        value = error.retry_after
-    return common.retry_after_seconds(value)
 
 
 def is_group(address: Address) -> bool:
@@ -146,7 +136,7 @@ class TelegramSender:
                 chat_id=int(address.channel), action=ChatAction.TYPING, message_thread_id=thread
             )
         except TelegramError as exc:
-            raise _mapped(exc) from None
+            raise core_error(exc) from None
 
     async def is_admin(self, address: Address, user_id: str, *, dm: bool) -> bool:
         """A group's administrator or creator (getChatMember); a private chat's user
@@ -158,7 +148,7 @@ class TelegramSender:
                 chat_id=int(address.channel), user_id=int(user_id)
             )
         except TelegramError as exc:
-            raise _mapped(exc) from None
+            raise core_error(exc) from None
         return member.status in ADMIN_STATUSES
 
     async def aclose(self) -> None:
@@ -173,14 +163,14 @@ class TelegramSender:
             return await call(rendered, ParseMode.HTML)
         except BadRequest as exc:
             if "can't parse entities" not in exc.message.lower():
-                raise _mapped(exc) from None
+                raise core_error(exc) from None
             log.warning("Telegram refused the formatting (%s); sending plain text", exc.message)
         except TelegramError as exc:
-            raise _mapped(exc) from None
+            raise core_error(exc) from None
         try:
             return await call(_plain(markdown, rendered), None)
         except TelegramError as exc:
-            raise _mapped(exc) from None
+            raise core_error(exc) from None
 
 
 def approval_keyboard(approval_id: str) -> InlineKeyboardMarkup:
@@ -197,11 +187,3 @@ def _plain(markdown: str, rendered: str) -> str:
     if markdown.strip() and utf16_length(markdown) <= MAX_LENGTH:
         return markdown
     return visible_text(rendered)
-
-
-def _mapped(error: TelegramError) -> PlatformError:
-    if isinstance(error, RetryAfter):
-        return RateLimited(retry_after_seconds(error))
-    if isinstance(error, BadRequest):
-        return MessageRejected(f"Telegram refused the message: {error.message}")
-    return PlatformError(f"Telegram API call failed: {type(error).__name__}: {error.message}")

@@ -14,7 +14,8 @@ import redis.asyncio as aioredis
 from adapters.console import ConsoleSender
 from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender
-from adapters.slack.sender import SlackSender, web_client
+from adapters.slack.client import web_client
+from adapters.slack.sender import SlackSender
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
 from gateway.answers.config_command import REFUSED

@@ -144,7 +144,7 @@ async def test_messages_and_interactions_with_malformed_ids_are_dropped_with_one
             await fake.dispatch("MESSAGE_CREATE", control)
 
             def drops() -> list[str]:
-                return [r.getMessage() for r in caplog.records if r.name == "adapters.common"]
+                return [r.getMessage() for r in caplog.records if r.name == "adapters.fields"]
 
             def raised() -> list[str]:  # discord.py's own line for a listener that raised
                 return [

@@ -14,8 +14,9 @@ import pytest
 
 from adapters.discord import render as discord_render
 from adapters.discord.sender import DiscordSender
+from adapters.slack.client import web_client
 from adapters.slack.render import to_mrkdwn
-from adapters.slack.sender import SlackSender, web_client
+from adapters.slack.sender import SlackSender
 from adapters.telegram import render as markup
 from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender

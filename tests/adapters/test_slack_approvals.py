@@ -19,8 +19,9 @@ import pytest
 from redis.asyncio import Redis
 
 from adapters.slack import SlackPlatform
+from adapters.slack.client import web_client
 from adapters.slack.connection import Timing
-from adapters.slack.sender import SlackSender, web_client
+from adapters.slack.sender import SlackSender
 from gateway.approvals.store import Status
 from gateway.backoff import Backoff
 from gateway.http.app import create_app

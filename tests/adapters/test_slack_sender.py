@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from adapters.slack.sender import LOOK_WINDOW, MAX_LENGTH, SlackSender, web_client
+from adapters.slack.client import web_client
+from adapters.slack.sender import LOOK_WINDOW, MAX_LENGTH, SlackSender
 from gateway.errors import MessageRejected, PlatformError, RateLimited
 from gateway.messages import Address
 from gateway.state.jobs import Job
@@ -243,6 +244,15 @@ async def test_a_post_is_found_among_more_than_a_page_of_messages_right_after_it
 async def test_a_lookup_refused_is_a_platform_error(slack: FakeSlack, sender: SlackSender) -> None:
     slack.fail_next("conversations.history", "missing_scope")
     with pytest.raises(PlatformError, match="missing_scope"):
+        await sender.find_post(DM, "s:u1:0")
+
+
+async def test_a_refused_call_is_named_by_its_method(slack: FakeSlack, sender: SlackSender) -> None:
+    """The core's error names the Web API method the SDK called, read from its URL."""
+    slack.fail_next("conversations.history", "missing_scope")
+    with pytest.raises(
+        PlatformError, match=r"^Slack conversations\.history failed: missing_scope$"
+    ):
         await sender.find_post(DM, "s:u1:0")
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.slack.sender import SlackSender, web_client
+from adapters.slack.client import web_client
+from adapters.slack.sender import SlackSender
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, tools_then_text
 from tests.fakes.slack_api import FakeSlack

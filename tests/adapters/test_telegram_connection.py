@@ -6,8 +6,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,3 +179,34 @@ async def test_an_update_is_not_confirmed_while_ingest_fails(
             await task
         await client.aclose()
         await dead.aclose()
+
+
+def test_importing_the_adapter_leaves_the_process_as_it_was() -> None:
+    """No environment variable set and no logger's level changed by an import."""
+    code = (
+        "import logging, os, adapters.telegram, adapters.telegram.client;"
+        "print('PTB_TIMEDELTA' in os.environ, logging.getLogger('httpx').level)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PTB_TIMEDELTA"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.stdout.split() == ["False", str(logging.NOTSET)], result.stderr
+
+
+def test_the_platform_prepares_the_process_when_made(
+    redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PTB_TIMEDELTA on unless the operator set it, and httpx's URL-with-token lines off."""
+    monkeypatch.delenv("PTB_TIMEDELTA")
+    httpx_log = logging.getLogger("httpx")
+    monkeypatch.setattr(httpx_log, "level", logging.NOTSET)
+    settings = load_settings(TELEGRAM_BOT_TOKEN="1:test", TELEGRAM_ALLOW_ALL=True)
+    TelegramPlatform(settings, redis_client)
+    assert os.environ["PTB_TIMEDELTA"] == "true"
+    assert httpx_log.level == logging.WARNING
+
+    monkeypatch.setenv("PTB_TIMEDELTA", "false")
+    TelegramPlatform(settings, redis_client)
+    assert os.environ["PTB_TIMEDELTA"] == "false"

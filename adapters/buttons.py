@@ -1,0 +1,41 @@
+"""What an approval button carries back when clicked, and what a refused click is told.
+
+Every platform's sender posts the same two buttons and every platform's click handling
+reads the same payload back, so its form is defined once here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from adapters.fields import pattern
+from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Verdict
+
+APPROVE_LABEL, DECLINE_LABEL = "Approve", "Decline"
+# `a:<approval id>:y|n`: 20 bytes, within Telegram's 64-byte callback_data and Discord's
+# 100-character custom_id. The approval id is url-safe base64 (gateway/approvals/store.py).
+APPROVAL_ID = pattern(r"[A-Za-z0-9_-]{8,43}")
+_APPROVAL_PAYLOAD = re.compile(r"a:([A-Za-z0-9_-]{8,43}):([yn])", re.ASCII)
+
+
+def approval_payload(approval_id: str, approve: bool) -> str:
+    """What an Approve or Decline button carries back when clicked."""
+    return f"a:{approval_id}:{'y' if approve else 'n'}"
+
+
+def is_approval_payload(value: object) -> bool:
+    """Whether `value` looks like our button's payload at all (its `a:` prefix)."""
+    return isinstance(value, str) and value.startswith("a:")
+
+
+def parse_approval_payload(value: object) -> tuple[str, bool] | None:
+    """(approval id, approve) from a button's payload; None when it is not of our form."""
+    if not isinstance(value, str):
+        return None
+    found = _APPROVAL_PAYLOAD.fullmatch(value)
+    return (found[1], found[2] == "y") if found else None
+
+
+def refusal_text(verdict: Verdict) -> str | None:
+    """What the clicker is told, briefly and to them alone; None when the click counted."""
+    return {Verdict.NOT_YOURS: NOT_YOURS_TEXT, Verdict.CLOSED: CLOSED_TEXT}.get(verdict)
