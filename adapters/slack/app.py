@@ -41,7 +41,7 @@ from adapters.slack.rotation import StoreRotates
 from adapters.slack.sender import platform_error
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import GatewayError, PlatformError
-from gateway.http.limits import one_line
+from gateway.logs import one_line
 from gateway.messages import Address
 
 if TYPE_CHECKING:
