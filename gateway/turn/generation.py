@@ -6,47 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 
 from gateway.delivery.stream import ReplyStream
 from gateway.errors import ModelBadResponse, ModelError, ProviderStateLost
 from gateway.models import Charge, Message, ModelCall, Models, ResponseChain, ToolCall, Usage
 from gateway.settings.env import Settings
-from gateway.state.lease import Lease
 from gateway.turn.chains import Chains
 from gateway.turn.early_start import EarlyStart
 from gateway.turn.prepare import PreparedTurn
+from gateway.turn.types import RunningTurn, TurnResult
 
 log = logging.getLogger(__name__)
 
 LEASE_LOST = "lease lost"
-
-
-@dataclass
-class RunningTurn:
-    """What the worker needs to stop a turn from outside (a /stop, a lost lease)."""
-
-    session_key: str
-    lease: Lease
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    reason: str = ""
-
-    def request_stop(self, reason: str) -> None:
-        self.reason = self.reason or reason
-        self.stop.set()
-
-
-@dataclass
-class TurnResult:
-    text: str
-    error: ModelError | None = None
-    stopped: bool = False
-
-    @property
-    def whole(self) -> bool:
-        """Neither failed nor stopped: the reply is all the model had to say."""
-        return self.error is None and not self.stopped
 
 
 class Generation:

@@ -32,12 +32,13 @@ from gateway.spend.budgets import Budgets, Hold
 from gateway.state.jobs import Job, JobQueue
 from gateway.state.session import Entry, SessionStore
 from gateway.turn.chains import Chains
-from gateway.turn.claims import Claims, Turn, last_user
+from gateway.turn.claims import Claims, last_user
 from gateway.turn.early_start import EarlyStart, EarlyStarts
-from gateway.turn.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
+from gateway.turn.generation import LEASE_LOST, Generation
 from gateway.turn.prepare import PreparedTurn, Preparer
 from gateway.turn.reply import Replies, failure_text
 from gateway.turn.tool_loop import ToolLoop
+from gateway.turn.types import RunningTurn, Turn, TurnResult
 
 if TYPE_CHECKING:
     from gateway.tools import ToolServers

@@ -38,8 +38,9 @@ from gateway.ports import Sender, StatusSender
 from gateway.state.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
 from gateway.tools.spec import openai_tool
-from gateway.turn.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
+from gateway.turn.generation import LEASE_LOST, Generation
 from gateway.turn.prepare import PreparedTurn
+from gateway.turn.types import RunningTurn, TurnResult
 
 if TYPE_CHECKING:
     from gateway.tools import ToolServers
