@@ -38,7 +38,7 @@ from gateway.turn.generation import LEASE_LOST, Generation
 from gateway.turn.prepare import PreparedTurn, Preparer
 from gateway.turn.reply import Replies, failure_text
 from gateway.turn.tool_loop import ToolLoop
-from gateway.turn.types import RunningTurn, Turn, TurnResult
+from gateway.turn.types import AnsweringTurn, RunningTurn, Turn, TurnResult
 
 if TYPE_CHECKING:
     from gateway.tools import ToolServers
@@ -172,18 +172,8 @@ class TurnRunner:
                 hold = await self._hold(caps, key, user, prepared, sender, address)
                 if self.loop is not None:
                     asker = Asker(str(user["speaker"]["id"]), _speaker_name(user), address)
-                    ran = await self.loop.run(
-                        key,
-                        turn.lease.token,
-                        claim,
-                        prepared,
-                        usage,
-                        stream,
-                        turn.running,
-                        asker,
-                        sender,
-                        settings.allows_tool,
-                    )
+                    answering = AnsweringTurn(turn, prepared, usage, stream, asker, settings)
+                    ran = await self.loop.run(answering)
                     if ran.waiting:
                         await self._wait_for_approval(turn, stream)
                         return

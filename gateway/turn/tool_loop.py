@@ -39,8 +39,7 @@ from gateway.state.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
 from gateway.tools.spec import openai_tool
 from gateway.turn.generation import LEASE_LOST, Generation
-from gateway.turn.prepare import PreparedTurn
-from gateway.turn.types import RunningTurn, TurnResult
+from gateway.turn.types import AnsweringTurn, RunningTurn, TurnResult
 
 if TYPE_CHECKING:
     from gateway.tools import ToolServers
@@ -104,23 +103,13 @@ class ToolLoop:
         self.sessions, self.generation, self.servers = sessions, generation, servers
         self.max_steps, self.confirmations = max_steps, confirmations
 
-    async def run(
-        self,
-        key: str,
-        token: str,
-        claim: Claim,
-        prepared: PreparedTurn,
-        usage: Usage,
-        stream: ReplyStream,
-        running: RunningTurn,
-        asker: Asker,
-        sender: Sender,
-        allows: ToolFilter,
-    ) -> LoopResult:
-        """Answer the turn, calling tools as the model asks (those `allows` lets it), from
-        where a dead run left off."""
-        state = self._state(key, token, claim, prepared, asker, sender, allows)
-        if await self._resume(state, prepared.view.entries, stream, running):
+    async def run(self, answering: AnsweringTurn) -> LoopResult:
+        """Answer the turn, calling tools as the model asks (those its settings allow),
+        from where a dead run left off."""
+        state = self._state(answering)
+        usage, stream = answering.usage, answering.stream
+        running, view = answering.turn.running, answering.prepared.view
+        if await self._resume(state, view.entries, stream, running):
             return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
         while state.steps < self.max_steps:
             calls: list[ToolCall] = []
@@ -138,30 +127,21 @@ class ToolLoop:
             result = TurnResult(f"{result.text.rstrip()}\n\n{note}")
         return LoopResult(result, state.chain, state.length)
 
-    def _state(
-        self,
-        key: str,
-        token: str,
-        claim: Claim,
-        prepared: PreparedTurn,
-        asker: Asker,
-        sender: Sender,
-        allows: ToolFilter,
-    ) -> LoopState:
+    def _state(self, answering: AnsweringTurn) -> LoopState:
+        turn, prepared = answering.turn, answering.prepared
         messages = [dict(m) for m in prepared.request.messages]  # placeholders get filled in
         system = [m for m in messages if m.get("role") == "system"]
-        chain = self.generation.chain(prepared)
         return LoopState(
-            key,
-            token,
-            claim,
-            claim.length,
+            turn.session_key,
+            turn.lease.token,
+            turn.claim,
+            turn.claim.length,
             messages,
-            chain,
-            asker,
-            sender,
+            self.generation.chain(prepared),
+            answering.asker,
+            answering.stream.sender,
             prepared.model,
-            allows,
+            answering.settings.allows_tool,
             system=system,
         )
 

@@ -1,5 +1,7 @@
 """The values a turn's steps hand each other: the turn under its lease (`Turn`), what
-stops it from outside (`RunningTurn`), and what its model call came to (`TurnResult`).
+stops it from outside (`RunningTurn`), the turn once its request is prepared
+(`AnsweringTurn`: what a tool loop runs on), and what its model call came to
+(`TurnResult`).
 
 A turn's compiled request (`PreparedTurn`) is `prepare.py`'s: an early start is made
 of one, and a `Turn` carries its early start.
@@ -10,10 +12,15 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from gateway.approvals.waiting import Asker
+from gateway.delivery.stream import ReplyStream
 from gateway.errors import ModelError
+from gateway.models import Usage
+from gateway.settings.scoped import SessionSettings
 from gateway.state.lease import Lease
 from gateway.state.session import Claim
 from gateway.turn.early_start import EarlyStart
+from gateway.turn.prepare import PreparedTurn
 
 
 @dataclass
@@ -59,3 +66,16 @@ class Turn:
     def kept_early(self) -> EarlyStart | None:
         """The early call, while the turn goes on with it."""
         return self.early if self.early is not None and self.early.kept else None
+
+
+@dataclass(frozen=True, slots=True)
+class AnsweringTurn:
+    """A turn once its request is prepared and its reply opened: what its calls count
+    their tokens into, whose message it answers, and the session's settings for it."""
+
+    turn: Turn
+    prepared: PreparedTurn
+    usage: Usage
+    stream: ReplyStream
+    asker: Asker
+    settings: SessionSettings
