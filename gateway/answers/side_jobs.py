@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway import tools
 from gateway.answers import config_command, side_question
@@ -101,7 +101,7 @@ class Answers:
         marker = side_question.answer_marker(question)
         try:
             async with holding(self.parts.caps.limited(settings.budgets), call) as hold:
-                answer, _ = await self.models.complete(call)
+                answer, _ = await self.models.complete(replace(call, hold=hold))
             body, outcome = answer.strip() or "_(the side model returned an empty answer)_", "ok"
             body += f"\n\n⚠️ {hold.warning}" if hold is not None and hold.warning else ""
         except ModelError as exc:

@@ -172,7 +172,7 @@ class TurnRunner:
                 hold = await self._hold(caps, key, user, prepared, sender, address)
                 if self.loop is not None:
                     asker = Asker(str(user["speaker"]["id"]), _speaker_name(user), address)
-                    answering = AnsweringTurn(turn, prepared, usage, stream, asker, settings)
+                    answering = AnsweringTurn(turn, prepared, usage, stream, asker, settings, hold)
                     ran = await self.loop.run(answering)
                     if ran.waiting:
                         await self._wait_for_approval(turn, stream)
@@ -181,7 +181,9 @@ class TurnRunner:
                 else:
                     early = turn.kept_early
                     usage = early.usage if early is not None else usage
-                    call = self.generation.call(key, prepared, usage, stream, turn.running, early)
+                    call = self.generation.call(
+                        key, prepared, usage, stream, turn.running, early, hold
+                    )
                     result, chain = await call
             except ModelError as exc:  # counting or compressing went through a model that failed
                 result = TurnResult(stream.text, error=exc)

@@ -35,6 +35,7 @@ from gateway.delivery.stream import ReplyStream
 from gateway.errors import LeaseLost
 from gateway.models import Charge, Message, ResponseChain, ToolCall, Usage
 from gateway.ports import Sender, StatusSender
+from gateway.spend.budgets import Hold
 from gateway.state.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
 from gateway.tools.spec import openai_tool
@@ -74,6 +75,7 @@ class LoopState:
     sender: Sender
     model: str
     allows: ToolFilter
+    hold: Hold | None = None  # the turn's on its budgets: its calls carry it
     steps: int = 0
     system: list[Message] = field(default_factory=list)
 
@@ -142,6 +144,7 @@ class ToolLoop:
             answering.stream.sender,
             prepared.model,
             answering.settings.allows_tool,
+            answering.hold,
             system=system,
         )
 
@@ -163,7 +166,16 @@ class ToolLoop:
         before = len(stream.text)
         charge = Charge(state.session_key, state.asker.user_id, "turn")  # the asker's usage
         result = await self.generation.step(
-            state.model, charge, state.messages, usage, stream, running, state.chain, tools, calls
+            state.model,
+            charge,
+            state.messages,
+            usage,
+            stream,
+            running,
+            state.chain,
+            tools,
+            calls,
+            state.hold,
         )
         if running.reason == LEASE_LOST:
             raise LeaseLost(f"lease of {state.session_key} expired during a tool step")

@@ -17,6 +17,7 @@ from gateway.delivery.stream import ReplyStream
 from gateway.errors import ModelError
 from gateway.models import Usage
 from gateway.settings.scoped import SessionSettings
+from gateway.spend.budgets import Hold
 from gateway.state.lease import Lease
 from gateway.state.session import Claim
 from gateway.turn.early_start import EarlyStart
@@ -71,7 +72,8 @@ class Turn:
 @dataclass(frozen=True, slots=True)
 class AnsweringTurn:
     """A turn once its request is prepared and its reply opened: what its calls count
-    their tokens into, whose message it answers, and the session's settings for it."""
+    their tokens into, whose message it answers, the session's settings for it, and
+    what it holds on its budgets (its calls carry it to their usage write)."""
 
     turn: Turn
     prepared: PreparedTurn
@@ -79,3 +81,4 @@ class AnsweringTurn:
     stream: ReplyStream
     asker: Asker
     settings: SessionSettings
+    hold: Hold | None = None
