@@ -168,7 +168,7 @@ class Ingest:
             return False
         if inbound.media_group and await self._album_addressed(inbound):
             return False  # a further item of an album counts as the message it joins
-        if not seen and await self.redis.exists(Keys.seen(inbound.session_key, inbound.event_id)):
+        if not seen and not await self.sessions.first_delivery(inbound, mark=False):
             return False  # a retry: the ingest step answers it as a duplicate, taking no token
         refusal = await self.rate_limits.take(inbound)
         if refusal is None:
