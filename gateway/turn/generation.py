@@ -15,7 +15,7 @@ from gateway.spend.budgets import Hold
 from gateway.turn.chains import Chains
 from gateway.turn.early_start import EarlyStart
 from gateway.turn.prepare import PreparedTurn
-from gateway.turn.types import RunningTurn, TurnResult
+from gateway.turn.types import AnsweringTurn, RunningTurn, TurnResult
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +64,19 @@ class Generation:
 
     async def step(
         self,
-        model: str,
-        charge: Charge,
+        answering: AnsweringTurn,
         messages: Sequence[Message],
-        usage: Usage,
-        stream: ReplyStream,
-        running: RunningTurn,
         chain: ResponseChain | None,
         tools: Sequence[Message] | None,
         calls: list[ToolCall] | None,
-        hold: Hold | None = None,
     ) -> TurnResult:
         """One call of a tool loop: `messages` offered `tools`; `calls` gets what the
         model asked for (filled in only when the answer ended cleanly); its usage is
-        counted against `charge`, and settles the turn's budget `hold`."""
+        counted against the turn's asker, and settles the turn's budget hold."""
+        charge = Charge(answering.turn.session_key, answering.asker.user_id, "turn")
+        model, usage, hold = answering.prepared.model, answering.usage, answering.hold
         pieces = self._stream(model, messages, usage, chain, tools, calls, charge, hold)
-        return await generate(pieces, stream, running)
+        return await generate(pieces, answering.stream, answering.turn.running)
 
     def pieces(
         self,

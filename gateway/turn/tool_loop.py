@@ -33,9 +33,8 @@ from gateway.approvals.waiting import Asker, Confirmations
 from gateway.context.compiler import NO_RESULT
 from gateway.delivery.stream import ReplyStream
 from gateway.errors import LeaseLost
-from gateway.models import Charge, Message, ResponseChain, ToolCall, Usage
+from gateway.models import Message, ResponseChain, ToolCall
 from gateway.ports import Sender, StatusSender
-from gateway.spend.budgets import Hold
 from gateway.state.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
 from gateway.tools.spec import openai_tool
@@ -73,9 +72,7 @@ class LoopState:
     chain: ResponseChain | None
     asker: Asker
     sender: Sender
-    model: str
     allows: ToolFilter
-    hold: Hold | None = None  # the turn's on its budgets: its calls carry it
     steps: int = 0
     system: list[Message] = field(default_factory=list)
 
@@ -109,21 +106,21 @@ class ToolLoop:
         """Answer the turn, calling tools as the model asks (those its settings allow),
         from where a dead run left off."""
         state = self._state(answering)
-        usage, stream = answering.usage, answering.stream
+        stream = answering.stream
         running, view = answering.turn.running, answering.prepared.view
         if await self._resume(state, view.entries, stream, running):
             return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
         while state.steps < self.max_steps:
             calls: list[ToolCall] = []
             tools = self._offered(state)
-            result = await self._step(state, usage, stream, running, tools, calls)
+            result = await self._step(state, answering, tools, calls)
             if not calls or not result.whole:
                 return LoopResult(result, state.chain, state.length)
             if await self._run_step(state, calls, result.text, stream, running):
                 return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
             if running.stop.is_set():
                 return LoopResult(TurnResult(stream.text, stopped=True), state.chain, state.length)
-        result = await self._step(state, usage, stream, running, None, None)
+        result = await self._step(state, answering, None, None)
         if result.whole:
             note = STEP_LIMIT_NOTE.format(steps=state.steps)
             result = TurnResult(f"{result.text.rstrip()}\n\n{note}")
@@ -142,9 +139,7 @@ class ToolLoop:
             self.generation.chain(prepared),
             answering.asker,
             answering.stream.sender,
-            prepared.model,
             answering.settings.allows_tool,
-            answering.hold,
             system=system,
         )
 
@@ -156,27 +151,14 @@ class ToolLoop:
     async def _step(
         self,
         state: LoopState,
-        usage: Usage,
-        stream: ReplyStream,
-        running: RunningTurn,
+        answering: AnsweringTurn,
         tools: list[dict[str, Any]] | None,
         calls: list[ToolCall] | None,
     ) -> TurnResult:
         """One model call; the text it streams is this step's (the stream shows them all)."""
+        stream, running = answering.stream, answering.turn.running
         before = len(stream.text)
-        charge = Charge(state.session_key, state.asker.user_id, "turn")  # the asker's usage
-        result = await self.generation.step(
-            state.model,
-            charge,
-            state.messages,
-            usage,
-            stream,
-            running,
-            state.chain,
-            tools,
-            calls,
-            state.hold,
-        )
+        result = await self.generation.step(answering, state.messages, state.chain, tools, calls)
         if running.reason == LEASE_LOST:
             raise LeaseLost(f"lease of {state.session_key} expired during a tool step")
         if not calls:
