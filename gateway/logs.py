@@ -1,4 +1,5 @@
-"""Logging set-up: text or JSON lines on stderr, with every configured secret masked."""
+"""Logging set-up: text or JSON lines on stderr, with every configured secret masked; and
+`one_line`, an error as a log line can carry it."""
 
 from __future__ import annotations
 
@@ -74,3 +75,10 @@ def setup(level: str, fmt: str, secrets: Iterable[str]) -> None:
     root.setLevel(level)
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+
+
+def one_line(error: BaseException, limit: int = 80) -> str:
+    """`error` for a log line about a refused request: its type and a short prefix of its
+    text on one line (pydantic's and the SDKs' messages span several, and quote the input)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:limit]}"

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway import tools
-from gateway.answers.side_jobs import Answers
+from gateway.answers.side_jobs import Answers, TurnParts
 from gateway.approvals.store import ApprovalStore
 from gateway.approvals.waiting import Confirmations
 from gateway.delivery.stream import SendPacing
@@ -101,7 +101,7 @@ class Worker:
             self.sessions,
             self.models,
             self.media,
-            self.turns,
+            TurnParts(self.turns.scoped, self.turns.caps, self.turns.compressor),
             self.tools,
             self.senders,
             self.pacing,

@@ -42,7 +42,7 @@ from adapters.slack.render import escape
 from adapters.slack.rotation import StoreRotates
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import GatewayError, PlatformError
-from gateway.http.limits import one_line
+from gateway.logs import one_line
 
 if TYPE_CHECKING:
     from gateway.inbound.ingest import Ingest

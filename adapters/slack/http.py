@@ -33,7 +33,8 @@ from starlette.routing import Route
 
 from adapters.fields import SHAPE_ERRORS
 from gateway.errors import MalformedRequest
-from gateway.http.limits import json_body, one_line
+from gateway.http.limits import json_body
+from gateway.logs import one_line
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from telegram import Update
 from adapters.fields import SHAPE_ERRORS
 from adapters.telegram.clicks import Clicks
 from gateway.errors import GatewayError, MalformedRequest
-from gateway.http.limits import json_body, one_line
+from gateway.http.limits import json_body
+from gateway.logs import one_line
 from gateway.messages import Inbound
 
 if TYPE_CHECKING:

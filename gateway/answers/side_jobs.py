@@ -4,7 +4,8 @@
 A side question takes no lease: it reads a snapshot of the session (the newest
 summary, the entries after it, the inbox and the reply being written) and is
 answered by one model call while the main turn goes on; its answer is never
-written into the history.
+written into the history. What the answers share with the worker's turns (the
+settings by scope, the budgets, the compressor's count) comes in as `TurnParts`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from gateway import tools
 from gateway.answers import config_command, side_question
 from gateway.answers.config_command import ConfigAsk
 from gateway.context.compiler import split_view
+from gateway.context.compression import Compressor
 from gateway.context.transcript import render_transcript
 from gateway.delivery.stream import SendPacing, deliver, finder
 from gateway.errors import ModelError, PlatformError
@@ -26,14 +29,23 @@ from gateway.metrics import Metrics
 from gateway.models import Charge, ModelCall, Models
 from gateway.ports import AdminCheck, Sender
 from gateway.settings.env import Settings
-from gateway.settings.scoped import SessionSettings
-from gateway.spend.budgets import spend_hold
+from gateway.settings.scoped import ScopedSettings, SessionSettings
+from gateway.spend.budgets import Budgets, spend_hold
 from gateway.spend.usage import UsageLedger, usage_text
 from gateway.state.jobs import Job
 from gateway.state.session import SessionStore
-from gateway.turn.runner import TurnRunner
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnParts:
+    """What the answers share with the worker's turns: the settings by scope (one copy a
+    process), the budgets priced for it, and the compressor whose count `/status` gives."""
+
+    scoped: ScopedSettings
+    caps: Budgets
+    compressor: Compressor
 
 
 class Answers:
@@ -45,7 +57,7 @@ class Answers:
         sessions: SessionStore,
         models: Models,
         media: MediaPipeline,
-        turns: TurnRunner,
+        parts: TurnParts,
         tools: tools.ToolServers | None,
         senders: Mapping[str, Sender],
         pacing: SendPacing,
@@ -53,7 +65,7 @@ class Answers:
         ledger: UsageLedger,
     ) -> None:
         self.settings, self.sessions, self.models, self.media = settings, sessions, models, media
-        self.turns, self.tools, self.senders = turns, tools, senders
+        self.parts, self.tools, self.senders = parts, tools, senders
         self.pacing, self.metrics, self.ledger = pacing, metrics, ledger
 
     async def side(self, job: Job) -> None:
@@ -88,8 +100,8 @@ class Answers:
         )
         marker = side_question.answer_marker(question)
         try:
-            async with spend_hold(self.turns.caps.limited(settings.budgets), call) as hold:
-                answer, _ = await self.models.complete(call)
+            async with spend_hold(self.parts.caps.limited(settings.budgets), call) as hold:
+                answer, _ = await self.models.complete(replace(call, hold=hold))
             body, outcome = answer.strip() or "_(the side model returned an empty answer)_", "ok"
             body += f"\n\n⚠️ {hold.warning}" if hold is not None and hold.warning else ""
         except ModelError as exc:
@@ -103,8 +115,8 @@ class Answers:
         view = await self.sessions.view(key)  # what the next turn sends, compressed
         messages = int(view.meta.get("answered", 0) or 0)
         queued = len(await self.sessions.inbox(key))
-        await self.turns.compressor.warm()
-        tokens = await self.turns.compressor.tokens(view, group=True)
+        await self.parts.compressor.warm()
+        tokens = await self.parts.compressor.tokens(view, group=True)
         running = "a reply is being written" if await self.sessions.is_running(key) else "idle"
         settings = await self._settings(key)
         text = (
@@ -129,13 +141,13 @@ class Answers:
             str(job.payload.get("argument") or ""),
         )
         admins = sender if isinstance(sender, AdminCheck) else None
-        answer = await config_command.answer(self.turns.scoped, admins, ask)
+        answer = await config_command.answer(self.parts.scoped, admins, ask)
         await self.send(address, answer, job)
 
     async def _settings(self, session_key: str) -> SessionSettings:
         """The session's settings by scope, for a job that claims nothing (one GET)."""
-        await self.turns.scoped.fresh()
-        return self.turns.scoped.resolve(session_key)
+        await self.parts.scoped.fresh()
+        return self.parts.scoped.resolve(session_key)
 
     async def usage(self, job: Job) -> None:
         user = str(job.payload.get("user") or "")

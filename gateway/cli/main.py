@@ -26,7 +26,6 @@ from gateway.cli.tasks import (
     FORCED_CLEANUP,
     first,
     raise_first_failure,
-    serve_web,
     stop_event,
     stop_run,
     task,
@@ -34,6 +33,7 @@ from gateway.cli.tasks import (
 from gateway.cli.tools import cmd_tools, doctor_tools
 from gateway.cli.users import cmd_users
 from gateway.errors import ConfigError, GatewayError, PlatformError
+from gateway.http.serve import serve_web
 from gateway.inbound.ingest import Ingest
 from gateway.platform import Mode, Platform
 from gateway.ports import FileSource, Sender

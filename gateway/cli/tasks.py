@@ -1,7 +1,7 @@
 """The tasks of a long-running command: started together, ended by the first, stopped in order.
 
-`gateway run` holds a worker, a web server, connections and the console in one
-process; the other commands hold one or two of them. The first to end (a stop
+`gateway run` holds a worker, a web server (`gateway/http/serve.py`), connections and
+the console in one process; the other commands hold one or two of them. The first to end (a stop
 asked for, a connection that failed) ends the command, and a failure is raised
 from here once everything it started has stopped.
 """
@@ -9,13 +9,11 @@ from here once everything it started has stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from gateway import shutdown
 from gateway.errors import GatewayError
-from gateway.settings.env import Settings
 
 FORCED_CLEANUP = 0.5  # after a second Ctrl-C, what the run's parts still do on their way out
 
@@ -45,30 +43,6 @@ def raise_first_failure(results: Sequence[object]) -> None:
     for result in results:
         if isinstance(result, GatewayError):
             raise result
-
-
-async def serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
-    """uvicorn on HOST:PORT until `stop` is set; what it is serving then is finished first."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield  # our own handlers set `stop`; uvicorn must not take them over
-
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-    )
-    server = Server(config)
-    serving = asyncio.create_task(server.serve())
-    await first(serving, asyncio.create_task(stop.wait()), cancel=False)
-    server.should_exit = True
-    await serving
 
 
 async def stop_run(

@@ -1,3 +1,3 @@
-"""`gateway web`: the HTTP app's routes (`app.py`) and the limits every request is held to
-(`limits.py`).
+"""`gateway web`: the HTTP app's routes (`app.py`), the limits every request is held to
+(`limits.py`), and the app served by uvicorn (`serve.py`).
 """

@@ -20,6 +20,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import MalformedRequest
+from gateway.logs import one_line
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +156,3 @@ def _depth_over(value: Any, max_depth: int) -> bool:
         children = node.values() if isinstance(node, dict) else node
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
-
-
-def one_line(error: BaseException, limit: int = 80) -> str:
-    """`error` for a log line about a refused request: its type and a short prefix of its
-    text on one line (pydantic's and the SDKs' messages span several, and quote the input)."""
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text[:limit]}"

@@ -1,4 +1,7 @@
-"""The one door every adapter calls: dedupe, access, commands, append and enqueue.
+"""The one door every adapter calls: dedupe, commands, rate limits, append and enqueue.
+
+Who may use the bot, and what a refused user is told, is `access.py`'s; ingest
+answers a refused speaker with its notice job.
 
 Nothing here calls a model or a platform: replies that ingest decides on (a
 refusal, a command's answer) become jobs for a worker, so an adapter can
@@ -17,9 +20,8 @@ from redis.asyncio import Redis
 
 from gateway.approvals.store import ApprovalStore
 from gateway.inbound import commands
+from gateway.inbound.access import Access
 from gateway.inbound.commands import Command
-from gateway.inbound.pairing import PLATFORMS as PAIRING_PLATFORMS
-from gateway.inbound.pairing import Pairing
 from gateway.inbound.rate_limit import RateLimiter
 from gateway.messages import Address, Decision, Inbound
 from gateway.metrics import Metrics
@@ -29,10 +31,8 @@ from gateway.state.session import SessionStore
 
 log = logging.getLogger(__name__)
 
-OPEN_PLATFORMS = frozenset({"slack", "console"})
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-REFUSAL_WINDOW = 3600
 
 
 class Verdict(StrEnum):
@@ -77,7 +77,7 @@ class Ingest:
         self.approvals = ApprovalStore(redis, self.sessions)
         self.rate_limits = RateLimiter(redis, settings.rate_user, settings.rate_conversation)
         self.metrics = Metrics(redis)
-        self.pairing = Pairing(redis)
+        self.access = Access(settings, redis)
 
     async def receive(self, inbound: Inbound) -> Receipt:
         if inbound.speaker.is_bot:
@@ -86,7 +86,7 @@ class Ingest:
         command = commands.parse(inbound.text)
         if not await self._addressed(inbound):
             return Receipt.IGNORED
-        allowed = self.allowed(inbound) or await self._paired(inbound.platform, inbound.user_key)
+        allowed = await self.access.admits(inbound)
         if command is None and allowed:
             return await self._message(inbound)  # dedupes inside its one atomic step
         if not await self.sessions.first_delivery(inbound):
@@ -103,10 +103,7 @@ class Ingest:
         else). A stranger, who may not use the bot here, is told "not yours" like
         anyone else who is not the asker, and nothing changes.
         """
-        user_key = f"{decision.platform}:{decision.user_id}"
-        if not self._may_use(decision.platform, decision.user_id) and not await self._paired(
-            decision.platform, user_key
-        ):
+        if not await self.access.admits_user(decision.platform, decision.user_id):
             log.info("approval click by a stranger refused: %s", decision.approval_id)
             return Verdict.NOT_YOURS
         session_key = await self.approvals.session_of(decision.approval_id)
@@ -121,37 +118,8 @@ class Ingest:
         return await self.sessions.latest_in_channel(channel_key)
 
     def allowed(self, inbound: Inbound) -> bool:
-        """Whether the speaker may use the bot (INTERFACE.md, access rules).
-
-        A user in GATEWAY_ALLOWED_USERS always may. A member of another organisation
-        (a Slack Connect guest) only where the platform's opt-in says so: shared
-        channels and Connect DMs otherwise open the bot to strangers. Everyone else may
-        on Slack and the console, and on an open network only with its allow-all switch.
-        """
-        if inbound.speaker.external and inbound.user_key not in self.settings.allowed_user_set:
-            return self._external_allowed(inbound.platform)
-        return self._may_use(inbound.platform, inbound.speaker.id)
-
-    def _may_use(self, platform: str, user_id: str) -> bool:
-        """The access rule for someone known only by platform and id (no external flag)."""
-        if f"{platform}:{user_id}" in self.settings.allowed_user_set:
-            return True
-        return platform in OPEN_PLATFORMS or self._allow_all(platform)
-
-    async def _paired(self, platform: str, user_key: str) -> bool:
-        """Whether an operator approved this user's pairing code (GATEWAY_PAIRING)."""
-        if not self.settings.pairing or platform not in PAIRING_PLATFORMS:
-            return False
-        return await self.pairing.is_paired(user_key)
-
-    def _external_allowed(self, platform: str) -> bool:
-        return {"slack": self.settings.slack_allow_external}.get(platform, False)
-
-    def _allow_all(self, platform: str) -> bool:
-        return {
-            "telegram": self.settings.telegram_allow_all,
-            "discord": self.settings.discord_allow_all,
-        }.get(platform, False)
+        """Whether the access rules let the speaker in, pairing aside (`Access.allowed`)."""
+        return self.access.allowed(inbound)
 
     async def _addressed(self, inbound: Inbound) -> bool:
         if inbound.is_dm or inbound.mentions_bot or inbound.replies_to_bot:
@@ -165,30 +133,13 @@ class Ingest:
         return bool(gathering) and gathering == inbound.media_group
 
     async def _refuse(self, inbound: Inbound) -> Receipt:
-        first = await self.redis.set(
-            Keys.refused(inbound.user_key), "1", nx=True, ex=REFUSAL_WINDOW
-        )
+        first = await self.access.first_refusal(inbound.user_key)
         # A platform interaction (a Discord slash command) waits for an answer of its
         # own, so it is refused every time; plain messages once per window.
         if first or inbound.reply.token is not None:
-            await self._notice(inbound, inbound.reply, await self._refusal_text(inbound))
+            await self._notice(inbound, inbound.reply, await self.access.refusal_text(inbound))
         log.info("refused %s in %s", inbound.user_key, inbound.session_key)
         return Receipt.REFUSED
-
-    async def _refusal_text(self, inbound: Inbound) -> str:
-        if self.settings.pairing and inbound.platform in PAIRING_PLATFORMS:
-            code = await self.pairing.request(inbound.user_key)
-            if code is None:
-                return "Sorry, too many people are waiting to be let in here; try again later."
-            return (
-                f"To use this bot, give its operator the pairing code `{code}` "
-                f"(valid for an hour). They approve it with `gateway users approve {code}`, "
-                f"or with `/approve {code}` in a direct message with the bot."
-            )
-        return (
-            f"Sorry, you are not allowed to use this bot. Ask its operator to add "
-            f"`{inbound.user_key}` to GATEWAY_ALLOWED_USERS."
-        )
 
     async def _message(self, inbound: Inbound) -> Receipt:
         if not inbound.text.strip() and not inbound.attachments:
@@ -217,7 +168,7 @@ class Ingest:
             return False
         if inbound.media_group and await self._album_addressed(inbound):
             return False  # a further item of an album counts as the message it joins
-        if not seen and await self.redis.exists(Keys.seen(inbound.session_key, inbound.event_id)):
+        if not seen and not await self.sessions.first_delivery(inbound, mark=False):
             return False  # a retry: the ingest step answers it as a duplicate, taking no token
         refusal = await self.rate_limits.take(inbound)
         if refusal is None:
@@ -261,22 +212,19 @@ class Ingest:
         """`/approve CODE`: an admin (a user the operator named in GATEWAY_ALLOWED_USERS,
         or the console's) lets a stranger in, in a DM, so the code is not shown to a
         group. Wrong codes count toward the same lock as `gateway users approve`."""
-        if not self._is_admin(inbound):
+        if not self.access.is_admin(inbound):
             return "Only the bot's admins can approve pairing codes."
         if not inbound.is_dm:
             return "Send `/approve CODE` in a direct message with the bot."
         if not command.argument:
             return commands.APPROVE_USAGE
-        status, detail = await self.pairing.approve(command.argument)
+        status, detail = await self.access.pairing.approve(command.argument)
         log.info("pairing code approval by %s: %s", inbound.user_key, status)
         if status == "approved":
             return f"Approved: `{detail}` may use the bot now."
         if status == "locked":
             return f"Too many wrong codes; approving is locked for {detail} s."
         return "No such pending code (or it expired)."
-
-    def _is_admin(self, inbound: Inbound) -> bool:
-        return inbound.platform == "console" or inbound.user_key in self.settings.allowed_user_set
 
     async def _side_question(self, inbound: Inbound, question: str) -> Receipt:
         if not question:

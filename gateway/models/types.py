@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.settings.env import Settings
 
@@ -35,6 +35,17 @@ class ModelCall:
     temperature: float | None = None
     tools: Sequence[Message] | None = None
     charge: Charge | None = None
+    # What the call holds on its budgets, carried to its usage write, which settles it
+    # in the same step as the call's counts (`gateway.spend.budgets.Hold`).
+    hold: BudgetHold | None = field(default=None, compare=False)
+
+
+class BudgetHold(Protocol):
+    """What a call holds on its user's and workspace's budgets until it is settled
+    (`gateway.spend.budgets.Hold`): for the call of this charge only, once."""
+
+    charge: Charge
+    settled: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,9 @@ Before a main turn or a side question calls its model, one script checks every
 budget of its user and workspace and holds an estimate (the request's tokens
 and its most output) on each, atomically across workers: calls in flight count
 against the cap, so many at once overshoot it by no more than they hold. The
-use itself is added by `UsageLedger.record` as the first call ends, and the hold
-is settled in the same step (one round trip, not two); a turn whose call
+use itself is added by `UsageLedger.record` as the first call ends, and the hold,
+carried on the call (`ModelCall.hold`), is settled in the same step (one round trip,
+not two); a turn whose call
 never ended lets go of its hold when it is done. A settlement whose write failed
 (Redis away) leaves the hold until its period's key expires. At 80% of a budget
 the user is told once; at 100% the call is refused with one line that names the
@@ -22,7 +23,6 @@ import datetime as dt
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -59,17 +59,12 @@ class Hold:
             counters.hincrbyfloat(key, "held_usd", -self.usd)
 
 
-# The hold of the call this task is about to make: the usage write of that call (its
-# meter runs in the same task) settles it in the same step as its counts.
-_OPEN: ContextVar[Hold | None] = ContextVar("open_hold", default=None)
-
-
-def settling(charge: Charge) -> Hold | None:
-    """This task's unsettled hold for a call counted against `charge`, if any, marked
-    settled now, before anything is awaited: whoever took it (the call's usage write,
-    or the turn's end letting go) settles it, and the other finds nothing to do."""
-    hold = _OPEN.get()
-    if hold is None or hold.settled or hold.charge != charge:
+def settling(call: ModelCall) -> Hold | None:
+    """The unsettled hold `call` carries for its own charge, if any, marked settled now,
+    before anything is awaited: whoever took it (the call's usage write, or the turn's
+    end letting go) settles it, and the other finds nothing to do."""
+    hold = call.hold
+    if not isinstance(hold, Hold) or hold.settled or hold.charge != call.charge:
         return None
     hold.settled = True
     return hold
@@ -152,14 +147,10 @@ class Budgets:
             raise BudgetExceeded(self._text(int(index) - 1, now, "is used up"))
         warning = self._text(int(index) - 1, now, "is 80% used") if int(index) else None
         held = tuple(key for key, budget in zip(keys, self.budgets, strict=True) if budget)
-        hold = Hold(charge, held, tokens, usd, warning)
-        _OPEN.set(hold)
-        return hold
+        return Hold(charge, held, tokens, usd, warning)
 
     async def release(self, hold: Hold) -> None:
         """Let go of what a call held, unless its usage write settled it already."""
-        if _OPEN.get() is hold:
-            _OPEN.set(None)
         if hold.settled:
             return
         hold.settled = True
@@ -176,7 +167,8 @@ class Budgets:
 @asynccontextmanager
 async def spend_hold(caps: Budgets | None, call: ModelCall) -> AsyncIterator[Hold | None]:
     """`call`'s budgets held while it runs (None without budgets); BudgetExceeded when
-    one is used up."""
+    one is used up. The call made carries the hold (`ModelCall.hold`), so that its
+    usage write settles it."""
     if caps is None or call.charge is None:
         yield None
         return

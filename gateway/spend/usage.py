@@ -93,7 +93,7 @@ class UsageLedger:
         """Count a finished call against its charge (a call without one is not counted)."""
         if call.charge is None:
             return
-        hold = settling(call.charge)  # taken before anything is awaited
+        hold = settling(call)  # taken before anything is awaited
         now = now or dt.datetime.now(dt.UTC)
         day = day_of(now)
         ids = counted_ids(call.charge) | {"model": call.model}

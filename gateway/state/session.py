@@ -150,6 +150,7 @@ class SessionStore:
         self.redis = redis
         self.streams = dict(streams or {})
         self._ingest = load("ingest").bind(redis)
+        self._first_delivery = load("first_delivery").bind(redis)
         self._enqueue = load("enqueue").bind(redis)
         self._claim = load("claim").bind(redis)
         self._finish = load("finish").bind(redis)
@@ -200,10 +201,13 @@ class SessionStore:
         """The job stream of a platform (a console routes to its own process's stream)."""
         return self.streams.get(platform) or Keys.jobs(platform)
 
-    async def first_delivery(self, inbound: Inbound) -> bool:
-        """Mark the platform event as seen; False when it was seen before (a retry)."""
-        key = Keys.seen(inbound.session_key, inbound.event_id)
-        return bool(await self.redis.set(key, "1", nx=True, ex=DEDUPE_TTL))
+    async def first_delivery(self, inbound: Inbound, *, mark: bool = True) -> bool:
+        """Whether the platform event comes for the first time (False: a retry), by the
+        rule `append_user` dedupes with too (`scripts/dedupe.lua`); marked seen now
+        unless `mark` is False (a look before the step that writes it)."""
+        keys = {"seen": Keys.seen(inbound.session_key, inbound.event_id)}
+        args: dict[str, Arg] = {"dedupe_ttl": DEDUPE_TTL, "mark": "1" if mark else ""}
+        return bool(await self._first_delivery(keys=keys, args=args))
 
     async def enqueue(
         self,

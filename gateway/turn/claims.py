@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
@@ -23,29 +22,13 @@ from gateway.state.keys import Keys
 from gateway.state.lease import Fence, Lease
 from gateway.state.session import Claim, Entry, Finish, SessionStore
 from gateway.turn.early_start import EarlyStart, EarlyStarts
-from gateway.turn.generation import RunningTurn
+from gateway.turn.types import RunningTurn, Turn
 
 log = logging.getLogger(__name__)
 
 # The longest a claim waits for an album's items (each refreshes the wait): a chat
 # that keeps sending albums has its turn taken after this, with what has arrived.
 ALBUM_HOLD_LIMIT = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One run of a session's turn, under its lease: what its steps pass each other."""
-
-    session_key: str
-    lease: Lease
-    claim: Claim
-    running: RunningTurn
-    early: EarlyStart | None = None
-
-    @property
-    def kept_early(self) -> EarlyStart | None:
-        """The early call, while the turn goes on with it."""
-        return self.early if self.early is not None and self.early.kept else None
 
 
 class Claims:

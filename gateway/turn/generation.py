@@ -6,47 +6,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 
 from gateway.delivery.stream import ReplyStream
 from gateway.errors import ModelBadResponse, ModelError, ProviderStateLost
 from gateway.models import Charge, Message, ModelCall, Models, ResponseChain, ToolCall, Usage
 from gateway.settings.env import Settings
-from gateway.state.lease import Lease
+from gateway.spend.budgets import Hold
 from gateway.turn.chains import Chains
 from gateway.turn.early_start import EarlyStart
 from gateway.turn.prepare import PreparedTurn
+from gateway.turn.types import AnsweringTurn, RunningTurn, TurnResult
 
 log = logging.getLogger(__name__)
 
 LEASE_LOST = "lease lost"
-
-
-@dataclass
-class RunningTurn:
-    """What the worker needs to stop a turn from outside (a /stop, a lost lease)."""
-
-    session_key: str
-    lease: Lease
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    reason: str = ""
-
-    def request_stop(self, reason: str) -> None:
-        self.reason = self.reason or reason
-        self.stop.set()
-
-
-@dataclass
-class TurnResult:
-    text: str
-    error: ModelError | None = None
-    stopped: bool = False
-
-    @property
-    def whole(self) -> bool:
-        """Neither failed nor stopped: the reply is all the model had to say."""
-        return self.error is None and not self.stopped
 
 
 class Generation:
@@ -63,20 +36,23 @@ class Generation:
         stream: ReplyStream,
         running: RunningTurn,
         early: EarlyStart | None = None,
+        hold: Hold | None = None,
     ) -> tuple[TurnResult, ResponseChain | None]:
         """Stream the reply (from the `early` call when the turn kept it); a lost provider
-        chain is resent once in full, unseen by the user."""
+        chain is resent once in full, unseen by the user. The calls carry the turn's
+        budget `hold` to their usage write (an early call starts only without one)."""
         if early is not None:
             chain, pieces = early.chain, early.call.pieces()
         else:
             chain = self.chain(prepared)
-            pieces = self.pieces(prepared, usage, chain)
+            pieces = self.pieces(prepared, usage, chain, hold)
         result = await generate(pieces, stream, running)
         lost = isinstance(result.error, ProviderStateLost)
         if chain is not None and chain.previous_id and lost and not result.text:
             log.info("the provider lost the chain of %s; resending the turn in full", key)
             chain = ResponseChain()
-            result = await generate(self.pieces(prepared.in_full(), usage, chain), stream, running)
+            pieces = self.pieces(prepared.in_full(), usage, chain, hold)
+            result = await generate(pieces, stream, running)
         return result, chain
 
     def chain(self, prepared: PreparedTurn) -> ResponseChain | None:
@@ -88,31 +64,33 @@ class Generation:
 
     async def step(
         self,
-        model: str,
-        charge: Charge,
+        answering: AnsweringTurn,
         messages: Sequence[Message],
-        usage: Usage,
-        stream: ReplyStream,
-        running: RunningTurn,
         chain: ResponseChain | None,
         tools: Sequence[Message] | None,
         calls: list[ToolCall] | None,
     ) -> TurnResult:
         """One call of a tool loop: `messages` offered `tools`; `calls` gets what the
         model asked for (filled in only when the answer ended cleanly); its usage is
-        counted against `charge`."""
-        pieces = self._stream(model, messages, usage, chain, tools, calls, charge)
-        return await generate(pieces, stream, running)
+        counted against the turn's asker, and settles the turn's budget hold."""
+        charge = Charge(answering.turn.session_key, answering.asker.user_id, "turn")
+        model, usage, hold = answering.prepared.model, answering.usage, answering.hold
+        pieces = self._stream(model, messages, usage, chain, tools, calls, charge, hold)
+        return await generate(pieces, answering.stream, answering.turn.running)
 
     def pieces(
-        self, prepared: PreparedTurn, usage: Usage, chain: ResponseChain | None
+        self,
+        prepared: PreparedTurn,
+        usage: Usage,
+        chain: ResponseChain | None,
+        hold: Hold | None = None,
     ) -> AsyncIterator[str]:
         """The reply's pieces, as the model streams them (on `chain` for a stateful one)."""
         context = prepared.context
         user = context.target.speaker_id if context.target is not None else ""
         charge = Charge(context.session_key, user, "turn")
         messages = prepared.request.messages
-        return self._stream(prepared.model, messages, usage, chain, None, None, charge)
+        return self._stream(prepared.model, messages, usage, chain, None, None, charge, hold)
 
     def _stream(
         self,
@@ -123,6 +101,7 @@ class Generation:
         tools: Sequence[Message] | None,
         calls: list[ToolCall] | None,
         charge: Charge,
+        hold: Hold | None,
     ) -> AsyncIterator[str]:
         call = ModelCall(
             model,
@@ -131,6 +110,7 @@ class Generation:
             max_tokens=self.settings.max_tokens,
             tools=tools,
             charge=charge,
+            hold=hold,
         )
         if chain is None:
             return self.models.stream(call, usage, calls)

@@ -11,7 +11,7 @@ from gateway.messages import Address
 from gateway.metrics import Metrics
 from gateway.ports import Sender
 from gateway.state.session import Claim, Entry, SessionStore, assistant_entry
-from gateway.turn.generation import TurnResult
+from gateway.turn.types import TurnResult
 
 log = logging.getLogger(__name__)
 

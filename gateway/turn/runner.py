@@ -32,12 +32,13 @@ from gateway.spend.budgets import Budgets, Hold
 from gateway.state.jobs import Job, JobQueue
 from gateway.state.session import Entry, SessionStore
 from gateway.turn.chains import Chains
-from gateway.turn.claims import Claims, Turn, last_user
+from gateway.turn.claims import Claims, last_user
 from gateway.turn.early_start import EarlyStart, EarlyStarts
-from gateway.turn.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
+from gateway.turn.generation import LEASE_LOST, Generation
 from gateway.turn.prepare import PreparedTurn, Preparer
 from gateway.turn.reply import Replies, failure_text
 from gateway.turn.tool_loop import ToolLoop
+from gateway.turn.types import AnsweringTurn, RunningTurn, Turn, TurnResult
 
 if TYPE_CHECKING:
     from gateway.tools import ToolServers
@@ -171,18 +172,8 @@ class TurnRunner:
                 hold = await self._hold(caps, key, user, prepared, sender, address)
                 if self.loop is not None:
                     asker = Asker(str(user["speaker"]["id"]), _speaker_name(user), address)
-                    ran = await self.loop.run(
-                        key,
-                        turn.lease.token,
-                        claim,
-                        prepared,
-                        usage,
-                        stream,
-                        turn.running,
-                        asker,
-                        sender,
-                        settings.allows_tool,
-                    )
+                    answering = AnsweringTurn(turn, prepared, usage, stream, asker, settings, hold)
+                    ran = await self.loop.run(answering)
                     if ran.waiting:
                         await self._wait_for_approval(turn, stream)
                         return
@@ -190,7 +181,9 @@ class TurnRunner:
                 else:
                     early = turn.kept_early
                     usage = early.usage if early is not None else usage
-                    call = self.generation.call(key, prepared, usage, stream, turn.running, early)
+                    call = self.generation.call(
+                        key, prepared, usage, stream, turn.running, early, hold
+                    )
                     result, chain = await call
             except ModelError as exc:  # counting or compressing went through a model that failed
                 result = TurnResult(stream.text, error=exc)

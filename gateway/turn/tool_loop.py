@@ -33,13 +33,13 @@ from gateway.approvals.waiting import Asker, Confirmations
 from gateway.context.compiler import NO_RESULT
 from gateway.delivery.stream import ReplyStream
 from gateway.errors import LeaseLost
-from gateway.models import Charge, Message, ResponseChain, ToolCall, Usage
+from gateway.models import Message, ResponseChain, ToolCall
 from gateway.ports import Sender, StatusSender
 from gateway.state.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
 from gateway.tools.spec import openai_tool
-from gateway.turn.generation import LEASE_LOST, Generation, RunningTurn, TurnResult
-from gateway.turn.prepare import PreparedTurn
+from gateway.turn.generation import LEASE_LOST, Generation
+from gateway.turn.types import AnsweringTurn, RunningTurn, TurnResult
 
 if TYPE_CHECKING:
     from gateway.tools import ToolServers
@@ -72,7 +72,6 @@ class LoopState:
     chain: ResponseChain | None
     asker: Asker
     sender: Sender
-    model: str
     allows: ToolFilter
     steps: int = 0
     system: list[Message] = field(default_factory=list)
@@ -103,64 +102,44 @@ class ToolLoop:
         self.sessions, self.generation, self.servers = sessions, generation, servers
         self.max_steps, self.confirmations = max_steps, confirmations
 
-    async def run(
-        self,
-        key: str,
-        token: str,
-        claim: Claim,
-        prepared: PreparedTurn,
-        usage: Usage,
-        stream: ReplyStream,
-        running: RunningTurn,
-        asker: Asker,
-        sender: Sender,
-        allows: ToolFilter,
-    ) -> LoopResult:
-        """Answer the turn, calling tools as the model asks (those `allows` lets it), from
-        where a dead run left off."""
-        state = self._state(key, token, claim, prepared, asker, sender, allows)
-        if await self._resume(state, prepared.view.entries, stream, running):
+    async def run(self, answering: AnsweringTurn) -> LoopResult:
+        """Answer the turn, calling tools as the model asks (those its settings allow),
+        from where a dead run left off."""
+        state = self._state(answering)
+        stream = answering.stream
+        running, view = answering.turn.running, answering.prepared.view
+        if await self._resume(state, view.entries, stream, running):
             return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
         while state.steps < self.max_steps:
             calls: list[ToolCall] = []
             tools = self._offered(state)
-            result = await self._step(state, usage, stream, running, tools, calls)
+            result = await self._step(state, answering, tools, calls)
             if not calls or not result.whole:
                 return LoopResult(result, state.chain, state.length)
             if await self._run_step(state, calls, result.text, stream, running):
                 return LoopResult(TurnResult(stream.text), state.chain, state.length, waiting=True)
             if running.stop.is_set():
                 return LoopResult(TurnResult(stream.text, stopped=True), state.chain, state.length)
-        result = await self._step(state, usage, stream, running, None, None)
+        result = await self._step(state, answering, None, None)
         if result.whole:
             note = STEP_LIMIT_NOTE.format(steps=state.steps)
             result = TurnResult(f"{result.text.rstrip()}\n\n{note}")
         return LoopResult(result, state.chain, state.length)
 
-    def _state(
-        self,
-        key: str,
-        token: str,
-        claim: Claim,
-        prepared: PreparedTurn,
-        asker: Asker,
-        sender: Sender,
-        allows: ToolFilter,
-    ) -> LoopState:
+    def _state(self, answering: AnsweringTurn) -> LoopState:
+        turn, prepared = answering.turn, answering.prepared
         messages = [dict(m) for m in prepared.request.messages]  # placeholders get filled in
         system = [m for m in messages if m.get("role") == "system"]
-        chain = self.generation.chain(prepared)
         return LoopState(
-            key,
-            token,
-            claim,
-            claim.length,
+            turn.session_key,
+            turn.lease.token,
+            turn.claim,
+            turn.claim.length,
             messages,
-            chain,
-            asker,
-            sender,
-            prepared.model,
-            allows,
+            self.generation.chain(prepared),
+            answering.asker,
+            answering.stream.sender,
+            answering.settings.allows_tool,
             system=system,
         )
 
@@ -172,18 +151,14 @@ class ToolLoop:
     async def _step(
         self,
         state: LoopState,
-        usage: Usage,
-        stream: ReplyStream,
-        running: RunningTurn,
+        answering: AnsweringTurn,
         tools: list[dict[str, Any]] | None,
         calls: list[ToolCall] | None,
     ) -> TurnResult:
         """One model call; the text it streams is this step's (the stream shows them all)."""
+        stream, running = answering.stream, answering.turn.running
         before = len(stream.text)
-        charge = Charge(state.session_key, state.asker.user_id, "turn")  # the asker's usage
-        result = await self.generation.step(
-            state.model, charge, state.messages, usage, stream, running, state.chain, tools, calls
-        )
+        result = await self.generation.step(answering, state.messages, state.chain, tools, calls)
         if running.reason == LEASE_LOST:
             raise LeaseLost(f"lease of {state.session_key} expired during a tool step")
         if not calls:

@@ -12,7 +12,7 @@ from gateway.errors import BudgetExceeded, ConfigError
 from gateway.models import Charge, ModelCall, Usage
 from gateway.settings.env import load_settings
 from gateway.settings.values import Budget
-from gateway.spend.budgets import Budgets, spend_keys
+from gateway.spend.budgets import Budgets, Hold, spend_keys
 from gateway.spend.usage import UsageLedger
 
 NOW = dt.datetime(2026, 3, 14, 15, 0, tzinfo=dt.UTC)
@@ -24,8 +24,10 @@ def budgets(redis: Redis, **slots: Budget) -> Budgets:
     return Budgets(redis, [slots.get(name) for name in names])
 
 
-async def use(redis: Redis, tokens: int, usd: float | None = None) -> None:
-    call = ModelCall("openai/gpt-4o-mini", [], 1.0, charge=ALICE)
+async def use(
+    redis: Redis, tokens: int, usd: float | None = None, hold: Hold | None = None
+) -> None:
+    call = ModelCall("openai/gpt-4o-mini", [], 1.0, charge=ALICE, hold=hold)
     await UsageLedger(redis).record(call, Usage(tokens, 0, usd), NOW)
 
 
@@ -88,12 +90,15 @@ async def test_the_calls_usage_write_settles_its_hold_and_no_other_does(
     summary = ModelCall("m", [], 1.0, charge=Charge(ALICE.session_key, "", "compression"))
     await UsageLedger(redis_client).record(summary, Usage(5, 0, None), NOW)
     assert await held() == 100  # another call's use leaves the turn's hold alone
-    await use(redis_client, 40)  # the turn's own call ends: counted and settled at once
+    await use(redis_client, 3)  # a call of the same user that does not carry the hold
+    assert (await held(), hold.settled) == (100, False)
+    # The turn's own call ends, carrying its hold: counted and settled at once.
+    await use(redis_client, 40, hold=hold)
     assert (await held(), hold.settled) == (0, True)
-    assert int(await redis_client.hget(user_day, "tokens") or 0) == 40
+    assert int(await redis_client.hget(user_day, "tokens") or 0) == 43
     await caps.release(hold)  # the turn's end: nothing left to let go of
     assert await held() == 0
-    await use(redis_client, 10)  # a later call of the same turn settles nothing again
+    await use(redis_client, 10, hold=hold)  # a later call of the same turn settles nothing again
     assert await held() == 0
 
 
@@ -105,7 +110,7 @@ async def test_a_hold_is_settled_once_whichever_comes_first(
     caps = budgets(redis_client, user_daily=Budget(1000, "tokens"))
     user_day = spend_keys(ALICE, NOW)[0]
     hold = await caps.hold(ALICE, 100, 0.0, NOW)
-    steps = [use(redis_client, 40), caps.release(hold)]
+    steps = [use(redis_client, 40, hold=hold), caps.release(hold)]
     await asyncio.gather(*(steps if first == "usage write" else steps[::-1]))
     assert float(await redis_client.hget(user_day, "held_tokens") or 0) == 0
     assert int(await redis_client.hget(user_day, "tokens") or 0) == 40

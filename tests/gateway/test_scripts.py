@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from gateway.state.counters import BUMP, Counters
-from gateway.state.keys import Keys
+from gateway.state.keys import DEDUPE_TTL, Keys
 from gateway.state.scripts import load
 from gateway.state.session import Claim, Finish, SessionStore
 from tests.gateway.helpers import inbound
@@ -32,6 +32,7 @@ async def _claimed(sessions: SessionStore, token: str = "t1") -> Claim:
 def test_every_script_names_its_keys_and_arguments() -> None:
     for name in (
         "ingest",
+        "first_delivery",
         "enqueue",
         "claim",
         "finish",
@@ -345,3 +346,19 @@ async def test_a_counter_on_a_damaged_key_fails_alone_and_is_reported(
 async def test_a_script_of_any_keys_refuses_keys_by_name(redis_client: aioredis.Redis) -> None:
     with pytest.raises(TypeError, match="a list of keys"):
         await BUMP.bind(redis_client)(keys={"a": "b"}, args={"ops": "[]"})
+
+
+async def test_one_dedupe_rule_for_a_look_a_mark_and_the_ingest_step(
+    sessions: SessionStore,
+) -> None:
+    first = inbound("hello", event_id="E1")
+    assert await sessions.first_delivery(first, mark=False)
+    assert await sessions.first_delivery(first, mark=False)  # a look marks nothing
+    assert (await sessions.append_user(first))[0]  # the ingest step marks it
+    assert not await sessions.first_delivery(first, mark=False)
+    assert not await sessions.first_delivery(first)
+    second = inbound("again", event_id="E2")
+    assert await sessions.first_delivery(second)
+    assert not await sessions.first_delivery(second)  # marked by the first call
+    assert not (await sessions.append_user(second))[0]  # the ingest step sees the same mark
+    assert 0 < await sessions.redis.ttl(Keys.seen(KEY, "E2")) <= DEDUPE_TTL

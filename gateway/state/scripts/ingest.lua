@@ -1,6 +1,6 @@
 -- KEYS: seen inbox meta queued stream sessions channel lease history injections album settings_version
 -- ARGV: dedupe_ttl entry session now early channel_key media_group album_ms
--- USES: turn_job album
+-- USES: turn_job album dedupe
 -- A user message: dedupe on the platform's event id, append it to the inbox and
 -- enqueue a turn unless one is already queued, in one step (a message is never
 -- in the inbox without a job, nor a job without its message). An album's item
@@ -13,7 +13,7 @@ local dedupe_ttl, entry, session, now, early = ARGV[1], ARGV[2], ARGV[3], ARGV[4
 local channel_key, media_group, album_ms = ARGV[6], ARGV[7], tonumber(ARGV[8])
 local album, settings_version = KEYS[11], KEYS[12]
 
-if redis.call('SET', seen, '1', 'NX', 'EX', dedupe_ttl) == false then return {0, false} end
+if not first_delivery(seen, dedupe_ttl, true) then return {0, false} end
 if media_group == '' or not join_album(inbox, entry, media_group) then
   redis.call('RPUSH', inbox, entry)
 end
