@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from gateway.errors import DownloadFailed
 from gateway.messages import Address, Attachment
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +55,12 @@ class Sender(Protocol):
     ) -> str:
         """Post a new message; returns its platform id.
 
-        `key` names the message the same way on every run of the same turn: where the
-        platform can make a post idempotent (Discord's enforced nonce), a second post
-        with the same key returns the first message instead of a copy, so a run that
-        died (or lost the answer) after the platform took its post does not leave a
-        duplicate. The other platforms ignore it.
+        `key` names the message the same way on every run of the same turn, so a run
+        that died (or lost the answer) after the platform took its post does not leave
+        a duplicate. How depends on the platform: Discord's enforced nonce returns the
+        first message for a second post with the same key; Slack's post carries the key
+        in its metadata, where a re-run finds it (`PostFinder`); Telegram's Bot API has
+        neither, and its sender ignores the key.
         """
         ...
 

@@ -63,7 +63,8 @@ BTW_USAGE = (
 
 
 class Listeners:
-    """What the bolt app does with each kind of request."""
+    """What the bolt app does with each kind of request. The `client` bolt passes a
+    listener is the request's own, with the token of the workspace it came from."""
 
     def __init__(
         self,
@@ -72,7 +73,6 @@ class Listeners:
         identity: Identity,
         workspaces: Workspaces | None = None,
     ) -> None:
-        """`client` in each listener is bolt's for the request: the workspace's token."""
         self.ingest = ingest
         self.names = names
         self.identity = identity
