@@ -1,4 +1,4 @@
-"""Who may talk to the bot (INTERFACE.md, access rules), and what a refused user is told.
+"""Who may talk to the bot (the README's Access), and what a refused user is told.
 
 A user in GATEWAY_ALLOWED_USERS always may; a Slack Connect outsider only where the
 platform's opt-in says so; everyone else on Slack and the console, and on an open
