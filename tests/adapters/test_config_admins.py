@@ -6,13 +6,12 @@ member's; the console's user administers it)."""
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
 
 from adapters.console import ConsoleSender
-from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender
 from adapters.slack.sender import SlackSender, web_client
 from adapters.telegram.client import BotClient
@@ -24,7 +23,7 @@ from gateway.settings.scoped import ScopedSettings
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import FakeSlack
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 from tests.gateway.harness import Harness, start_workers
 from tests.gateway.helpers import inbound, settings
 
@@ -113,20 +112,16 @@ async def test_slack_workspace_admins_and_owners_change_a_channel_and_members_do
     await sender.aclose()
 
 
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
-
-
 @pytest.mark.parametrize("status", ["administrator", "creator"])
 async def test_telegram_group_administrators_change_a_group_and_members_do_not(
-    telegram: FakeTelegram, redis_url: str, llm: FakeLLM, status: str
+    fake_telegram: FakeTelegram, redis_url: str, llm: FakeLLM, status: str
 ) -> None:
     group = -1001
-    telegram.member_status[(group, 5)] = status
+    fake_telegram.member_status[(group, 5)] = status
     sender = TelegramSender(
-        BotClient.build(telegram.token, telegram.base_url), edit_interval=0, group_edit_interval=0
+        BotClient.build(fake_telegram.token, fake_telegram.base_url),
+        edit_interval=0,
+        group_edit_interval=0,
     )
 
     def where(user: str) -> Callable[[str], Inbound]:
@@ -143,7 +138,7 @@ async def test_telegram_group_administrators_change_a_group_and_members_do_not(
         return said
 
     def replies() -> list[str]:
-        return [m.text for m in telegram.messages_in(group)]
+        return [m.text for m in fake_telegram.messages_in(group)]
 
     allowed = "telegram:5,telegram:6"
     try:
@@ -153,10 +148,12 @@ async def test_telegram_group_administrators_change_a_group_and_members_do_not(
 
 
 async def test_a_telegram_user_administers_their_private_chat(
-    telegram: FakeTelegram, redis_url: str, llm: FakeLLM
+    fake_telegram: FakeTelegram, redis_url: str, llm: FakeLLM
 ) -> None:
     sender = TelegramSender(
-        BotClient.build(telegram.token, telegram.base_url), edit_interval=0, group_edit_interval=0
+        BotClient.build(fake_telegram.token, fake_telegram.base_url),
+        edit_interval=0,
+        group_edit_interval=0,
     )
     message = inbound("/config set model openai/chosen", platform="telegram", channel="6", user="6")
     try:
@@ -164,25 +161,22 @@ async def test_a_telegram_user_administers_their_private_chat(
             redis_url, llm, 1, senders={"telegram": sender}, GATEWAY_ALLOWED_USERS="telegram:6"
         ):
             await say(h, message)
-            assert [plain(m.text) for m in telegram.messages_in(6)] == [plain(SET)]
-            assert telegram.calls_to("getChatMember") == []
+            assert [plain(m.text) for m in fake_telegram.messages_in(6)] == [plain(SET)]
+            assert fake_telegram.calls_to("getChatMember") == []
     finally:
         await sender.aclose()
 
 
 @pytest.fixture
-async def discord() -> AsyncIterator[FakeDiscord]:
-    guild = FakeGuild(GUILD, channels=(CHANNEL,), managers=("2000",))
-    async with FakeDiscord(guilds=(guild,)) as server:
-        endpoints.apply(server.api_url, server.gateway_url)
-        yield server
-    endpoints.apply(None, None)
+def discord_guilds() -> tuple[FakeGuild, ...]:
+    """The guild, where member 2000 holds a role that may manage it."""
+    return (FakeGuild(GUILD, channels=(CHANNEL,), managers=("2000",)),)
 
 
 async def test_discord_members_with_manage_server_change_a_channel_and_others_do_not(
-    discord: FakeDiscord, redis_url: str, llm: FakeLLM
+    fake_discord: FakeDiscord, redis_url: str, llm: FakeLLM
 ) -> None:
-    sender = DiscordSender(discord.token, edit_interval=0)
+    sender = DiscordSender(fake_discord.token, edit_interval=0)
 
     def where(user: str) -> Callable[[str], Inbound]:
         def said(text: str) -> Inbound:
@@ -194,7 +188,7 @@ async def test_discord_members_with_manage_server_change_a_channel_and_others_do
         return said
 
     def replies() -> list[str]:
-        return [m["content"] for m in discord.channel_messages(CHANNEL)]
+        return [m["content"] for m in fake_discord.channel_messages(CHANNEL)]
 
     allowed = "discord:2000,discord:3000,discord:1"
     try:

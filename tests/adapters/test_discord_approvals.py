@@ -14,14 +14,13 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
-from adapters.discord import endpoints
 from adapters.discord.sender import DiscordSender
 from gateway.approvals.store import Status
 from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
 from gateway.messages import Address
 from gateway.state.keys import Keys
 from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
-from tests.fakes.discord_api import FakeDiscord, FakeGuild
+from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.helpers import inbound
 from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
@@ -33,16 +32,8 @@ EPHEMERAL = 64
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord(guilds=(FakeGuild(GUILD, channels=(CHANNEL,)),)) as server:
-        endpoints.apply(server.api_url, server.gateway_url)
-        yield server
-    endpoints.apply(None, None)
-
-
-@pytest.fixture
-async def sender(fake: FakeDiscord) -> AsyncIterator[DiscordSender]:
-    client = DiscordSender(fake.token, edit_interval=1.0)
+async def sender(fake_discord: FakeDiscord) -> AsyncIterator[DiscordSender]:
+    client = DiscordSender(fake_discord.token, edit_interval=1.0)
     yield client
     await client.aclose()
 
@@ -72,10 +63,10 @@ def _buttons(message: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 async def test_the_request_is_posted_with_two_buttons_and_settled_without_them(
-    fake: FakeDiscord, sender: DiscordSender
+    fake_discord: FakeDiscord, sender: DiscordSender
 ) -> None:
     message_id = await sender.ask_approval(ADDRESS, "Run **files__delete** @everyone?", "A" * 16)
-    posted = fake.messages[message_id]
+    posted = fake_discord.messages[message_id]
     assert "**files__delete**" in posted["content"]
     assert _buttons(posted) == [
         ("Approve", "a:" + "A" * 16 + ":y"),
@@ -87,36 +78,38 @@ async def test_the_request_is_posted_with_two_buttons_and_settled_without_them(
 
 
 async def _clicked(
-    fake: FakeDiscord, gateway: Gateway, message_id: str, custom_id: str, user: str
+    fake_discord: FakeDiscord, gateway: Gateway, message_id: str, custom_id: str, user: str
 ) -> dict[str, Any]:
     """Dispatch a click and wait for its answer; returns the interaction callback."""
-    interaction = fake.click(message_id, custom_id, fake.user(user), guild_id=GUILD)
-    await fake.dispatch("INTERACTION_CREATE", interaction)
+    interaction = fake_discord.click(message_id, custom_id, fake_discord.user(user), guild_id=GUILD)
+    await fake_discord.dispatch("INTERACTION_CREATE", interaction)
     token = interaction["token"]
-    return cast(dict[str, Any], await gateway.until(fake, lambda: fake.callbacks.get(token)))
+    return cast(
+        dict[str, Any], await gateway.until(fake_discord, lambda: fake_discord.callbacks.get(token))
+    )
 
 
 async def test_the_askers_click_is_decided_enqueued_and_answered_with_a_deferred_update(
-    fake: FakeDiscord, sender: DiscordSender, redis_client: Redis
+    fake_discord: FakeDiscord, sender: DiscordSender, redis_client: Redis
 ) -> None:
-    async with Gateway(fake, redis_client) as gateway:
-        await gateway.ready(fake)
+    async with Gateway(fake_discord, redis_client) as gateway:
+        await gateway.ready(fake_discord)
         approval_id = await _open(gateway.ingest)
         message_id = await sender.ask_approval(ADDRESS, "Run it?", approval_id)
-        callback = await _clicked(fake, gateway, message_id, f"a:{approval_id}:y", ASKER)
+        callback = await _clicked(fake_discord, gateway, message_id, f"a:{approval_id}:y", ASKER)
         assert callback["type"] == 6  # DEFERRED_UPDATE_MESSAGE
         assert await _status(gateway.ingest, approval_id) == Status.APPROVED
         assert [job["session"] for job in await _turn_jobs(redis_client)] == [SESSION]
 
 
 async def test_someone_elses_click_gets_an_ephemeral_refusal_and_changes_nothing(
-    fake: FakeDiscord, sender: DiscordSender, redis_client: Redis
+    fake_discord: FakeDiscord, sender: DiscordSender, redis_client: Redis
 ) -> None:
-    async with Gateway(fake, redis_client) as gateway:
-        await gateway.ready(fake)
+    async with Gateway(fake_discord, redis_client) as gateway:
+        await gateway.ready(fake_discord)
         approval_id = await _open(gateway.ingest)
         message_id = await sender.ask_approval(ADDRESS, "Run it?", approval_id)
-        callback = await _clicked(fake, gateway, message_id, f"a:{approval_id}:y", OTHER)
+        callback = await _clicked(fake_discord, gateway, message_id, f"a:{approval_id}:y", OTHER)
         assert callback["type"] == 4  # CHANNEL_MESSAGE_WITH_SOURCE
         assert callback["data"]["content"] == NOT_YOURS_TEXT
         assert callback["data"]["flags"] & EPHEMERAL
@@ -125,23 +118,23 @@ async def test_someone_elses_click_gets_an_ephemeral_refusal_and_changes_nothing
 
 
 async def test_a_second_click_is_told_the_request_is_closed(
-    fake: FakeDiscord, sender: DiscordSender, redis_client: Redis
+    fake_discord: FakeDiscord, sender: DiscordSender, redis_client: Redis
 ) -> None:
-    async with Gateway(fake, redis_client) as gateway:
-        await gateway.ready(fake)
+    async with Gateway(fake_discord, redis_client) as gateway:
+        await gateway.ready(fake_discord)
         approval_id = await _open(gateway.ingest)
         message_id = await sender.ask_approval(ADDRESS, "Run it?", approval_id)
-        await _clicked(fake, gateway, message_id, f"a:{approval_id}:n", ASKER)
-        callback = await _clicked(fake, gateway, message_id, f"a:{approval_id}:y", ASKER)
+        await _clicked(fake_discord, gateway, message_id, f"a:{approval_id}:n", ASKER)
+        callback = await _clicked(fake_discord, gateway, message_id, f"a:{approval_id}:y", ASKER)
         assert callback["data"]["content"] == CLOSED_TEXT
         assert await _status(gateway.ingest, approval_id) == Status.DECLINED
 
 
 async def test_a_malformed_foreign_or_bots_click_is_left_alone(
-    fake: FakeDiscord, sender: DiscordSender, redis_client: Redis
+    fake_discord: FakeDiscord, sender: DiscordSender, redis_client: Redis
 ) -> None:
-    async with Gateway(fake, redis_client) as gateway:
-        await gateway.ready(fake)
+    async with Gateway(fake_discord, redis_client) as gateway:
+        await gateway.ready(fake_discord)
         approval_id = await _open(gateway.ingest)
         message_id = await sender.ask_approval(ADDRESS, "Run it?", approval_id)
         for custom_id, bot in (
@@ -149,12 +142,12 @@ async def test_a_malformed_foreign_or_bots_click_is_left_alone(
             ("someone-elses-button", False),
             (f"a:{approval_id}:y", True),  # a bot (with the asker's id, even)
         ):
-            user = fake.user(ASKER, bot=bot)
-            interaction = fake.click(message_id, custom_id, user, guild_id=GUILD)
-            await fake.dispatch("INTERACTION_CREATE", interaction)
+            user = fake_discord.user(ASKER, bot=bot)
+            interaction = fake_discord.click(message_id, custom_id, user, guild_id=GUILD)
+            await fake_discord.dispatch("INTERACTION_CREATE", interaction)
         # A valid click after them is answered: the ones before it were seen and dropped.
-        await _clicked(fake, gateway, message_id, f"a:{approval_id}:y", ASKER)
-        assert len(fake.callbacks) == 1
+        await _clicked(fake_discord, gateway, message_id, f"a:{approval_id}:y", ASKER)
+        assert len(fake_discord.callbacks) == 1
         assert await _status(gateway.ingest, approval_id) == Status.APPROVED
 
 
@@ -162,7 +155,7 @@ async def test_a_malformed_foreign_or_bots_click_is_left_alone(
 
 
 async def test_a_request_nobody_answers_in_time_is_settled_as_refused_and_the_turn_goes_on(
-    fake: FakeDiscord, sender: DiscordSender, redis_url: str, llm: FakeLLM, tmp_path: Path
+    fake_discord: FakeDiscord, sender: DiscordSender, redis_url: str, llm: FakeLLM, tmp_path: Path
 ) -> None:
     message = inbound("delete the old one", platform="discord", channel=CHANNEL, user=ASKER)
     outcome = await unanswered_confirmation(
@@ -170,9 +163,9 @@ async def test_a_request_nobody_answers_in_time_is_settled_as_refused_and_the_tu
     )
     (result,) = outcome.results
     assert result.output == TIMED_OUT_RESULT and outcome.effects == []
-    posts = fake.calls_to("POST", rf"/channels/{CHANNEL}/messages")
+    posts = fake_discord.calls_to("POST", rf"/channels/{CHANNEL}/messages")
     assert any("a:" in str(call.body) for call in posts)  # it was asked with buttons
-    (request,) = [m for m in fake.messages.values() if "desk__delete_item" in m["content"]]
+    (request,) = [m for m in fake_discord.messages.values() if "desk__delete_item" in m["content"]]
     assert request["components"] == []  # the buttons are gone
     assert "Not approved in time" in request["content"]
-    assert any(TIMED_OUT_RESULT in m["content"] for m in fake.messages.values())
+    assert any(TIMED_OUT_RESULT in m["content"] for m in fake_discord.messages.values())

@@ -18,26 +18,30 @@ from redis.asyncio import Redis
 
 from gateway.state.keys import Keys
 from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
-from tests.fakes.discord_api import FakeDiscord, FakeGuild
+from tests.fakes.discord_api import FakeDiscord
 
 HUGE = 2**64
 
 
-def mention(fake: FakeDiscord, text: str, *, dm: bool = False) -> dict[str, Any]:
-    author = fake.user("42")
+def mention(fake_discord: FakeDiscord, text: str, *, dm: bool = False) -> dict[str, Any]:
+    author = fake_discord.user("42")
     if dm:
-        return fake.message("555", text, author)
-    return fake.message(
-        CHANNEL, f"<@{fake.bot['id']}> {text}", author, guild_id=GUILD, mentions=(fake.bot,)
+        return fake_discord.message("555", text, author)
+    return fake_discord.message(
+        CHANNEL,
+        f"<@{fake_discord.bot['id']}> {text}",
+        author,
+        guild_id=GUILD,
+        mentions=(fake_discord.bot,),
     )
 
 
-def messages(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
+def messages(fake_discord: FakeDiscord) -> dict[str, dict[str, Any]]:
     """MESSAGE_CREATE bodies, each a mention (or a DM) with one field malformed."""
     cases: dict[str, dict[str, Any]] = {}
 
     def case(name: str, path: str, value: object, *, dm: bool = False) -> None:
-        body = copy.deepcopy(mention(fake, name, dm=dm))
+        body = copy.deepcopy(mention(fake_discord, name, dm=dm))
         if path.startswith("message_reference"):
             body["message_reference"] = {"channel_id": body["channel_id"], "type": 0}
         *parents, field = path.split(".")
@@ -100,11 +104,11 @@ def messages(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
     return cases
 
 
-def interactions(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
+def interactions(fake_discord: FakeDiscord) -> dict[str, dict[str, Any]]:
     """INTERACTION_CREATE bodies for `/btw`, each with one id malformed."""
 
     def interaction(name: str) -> dict[str, Any]:
-        return fake.interaction(CHANNEL, name, fake.user("42"), guild_id=GUILD)
+        return fake_discord.interaction(CHANNEL, name, fake_discord.user("42"), guild_id=GUILD)
 
     negative_channel = interaction("/btw channel_id negative")
     negative_channel["channel_id"] = negative_channel["channel"]["id"] = "-5"
@@ -120,28 +124,22 @@ def interactions(fake: FakeDiscord) -> dict[str, dict[str, Any]]:
     }
 
 
-@pytest.fixture
-async def fake() -> Any:
-    async with FakeDiscord(guilds=(FakeGuild(GUILD, channels=(CHANNEL,)),)) as server:
-        yield server
-
-
 async def test_messages_and_interactions_with_malformed_ids_are_dropped_with_one_line_each(
-    fake: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture
+    fake_discord: FakeDiscord, redis_client: Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    malformed = messages(fake)
-    commands = interactions(fake)
+    malformed = messages(fake_discord)
+    commands = interactions(fake_discord)
     assert len(malformed) >= 32
-    control = mention(fake, "the control")
-    async with Gateway(fake, redis_client) as gateway:
-        await gateway.ready(fake)
+    control = mention(fake_discord, "the control")
+    async with Gateway(fake_discord, redis_client) as gateway:
+        await gateway.ready(fake_discord)
         with caplog.at_level(logging.INFO):
             caplog.clear()
             for body in malformed.values():
-                await fake.dispatch("MESSAGE_CREATE", body)
+                await fake_discord.dispatch("MESSAGE_CREATE", body)
             for body in commands.values():
-                await fake.dispatch("INTERACTION_CREATE", body)
-            await fake.dispatch("MESSAGE_CREATE", control)
+                await fake_discord.dispatch("INTERACTION_CREATE", body)
+            await fake_discord.dispatch("MESSAGE_CREATE", control)
 
             def drops() -> list[str]:
                 return [r.getMessage() for r in caplog.records if r.name == "adapters.common"]
@@ -163,7 +161,7 @@ async def test_messages_and_interactions_with_malformed_ids_are_dropped_with_one
             # Each case ends one of three ways: dropped with its line, raised, or taken.
             cases = len(malformed) + len(commands)
             await gateway.until(
-                fake,
+                fake_discord,
                 lambda: (
                     len(drops()) + len(raised()) + len(taken()) >= cases
                     and len(gateway.ingest.seen) > len(taken())
@@ -174,4 +172,4 @@ async def test_messages_and_interactions_with_malformed_ids_are_dropped_with_one
     assert len(drops()) == cases and all("\n" not in line for line in drops())
     assert [inbound.text for inbound, _ in gateway.ingest.seen] == ["the control"]
     assert await redis_client.xlen(Keys.jobs("discord")) == 1
-    assert not set(fake.callbacks) & {body["token"] for body in commands.values()}
+    assert not set(fake_discord.callbacks) & {body["token"] for body in commands.values()}

@@ -38,7 +38,7 @@ from tests.adapters.slack_helpers import (
 )
 from tests.fakes.fuzz import Case, slack_cases, telegram_cases
 from tests.fakes.slack_api import FakeSlack
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 
 CASES = 300
 TELEGRAM_SECRET = "fuzz_webhook-secret-0123"
@@ -56,30 +56,29 @@ class Web:
 
 
 @pytest.fixture
-async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[Web]:
-    async with running() as telegram:
-        settings = load_settings(
-            _env_file=None,
-            REDIS_URL=redis_url,
-            SLACK_BOT_TOKEN=BOT_TOKEN,
-            SLACK_SIGNING_SECRET=SIGNING_SECRET,
-            SLACK_API_URL=slack.api_url,
-            TELEGRAM_BOT_TOKEN=telegram.token,
-            TELEGRAM_WEBHOOK_SECRET=TELEGRAM_SECRET,
-            TELEGRAM_API_URL=telegram.base_url,
-            TELEGRAM_ALLOW_ALL=True,
-        )
-        redis = Redis.from_url(redis_url, decode_responses=True)
-        platforms = [SlackPlatform(settings, redis), TelegramPlatform(settings, redis)]
-        for platform in platforms:
-            await platform.startup()
-        app = create_app(redis, Ingest(settings, redis), platforms, ["slack", "telegram"])
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-            yield Web(http, redis, telegram)
-        for platform in platforms:
-            await platform.shutdown()
-        await redis.aclose()
+async def web(slack: FakeSlack, fake_telegram: FakeTelegram, redis_url: str) -> AsyncIterator[Web]:
+    settings = load_settings(
+        _env_file=None,
+        REDIS_URL=redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+        TELEGRAM_BOT_TOKEN=fake_telegram.token,
+        TELEGRAM_WEBHOOK_SECRET=TELEGRAM_SECRET,
+        TELEGRAM_API_URL=fake_telegram.base_url,
+        TELEGRAM_ALLOW_ALL=True,
+    )
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    platforms = [SlackPlatform(settings, redis), TelegramPlatform(settings, redis)]
+    for platform in platforms:
+        await platform.startup()
+    app = create_app(redis, Ingest(settings, redis), platforms, ["slack", "telegram"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        yield Web(http, redis, fake_telegram)
+    for platform in platforms:
+        await platform.shutdown()
+    await redis.aclose()
 
 
 async def fuzz(

@@ -30,7 +30,7 @@ from gateway.state.health import Health
 from gateway.state.keys import Keys
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 from tests.gateway.helpers import inbound
 from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
 
@@ -87,17 +87,11 @@ async def _turn_jobs(redis: aioredis.Redis) -> list[dict[str, str]]:
     return [f for _, f in cast(list[tuple[str, dict[str, str]]], raw) if f["kind"] == "turn"]
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
-
-
-def _settings(fake: FakeTelegram, **extra: Any) -> Any:
+def _settings(fake_telegram: FakeTelegram, **extra: Any) -> Any:
     return load_settings(
         _env_file=None,
-        TELEGRAM_BOT_TOKEN=fake.token,
-        TELEGRAM_API_URL=fake.base_url,
+        TELEGRAM_BOT_TOKEN=fake_telegram.token,
+        TELEGRAM_API_URL=fake_telegram.base_url,
         TELEGRAM_ALLOW_ALL=True,
         **extra,
     )
@@ -107,14 +101,16 @@ def _settings(fake: FakeTelegram, **extra: Any) -> Any:
 
 
 async def test_the_request_is_posted_with_a_keyboard_and_settled_without_it(
-    fake: FakeTelegram,
+    fake_telegram: FakeTelegram,
 ) -> None:
     sender = TelegramSender(
-        BotClient.build(fake.token, fake.base_url), edit_interval=0.2, group_edit_interval=0.2
+        BotClient.build(fake_telegram.token, fake_telegram.base_url),
+        edit_interval=0.2,
+        group_edit_interval=0.2,
     )
     try:
         message_id = await sender.ask_approval(ADDRESS, "Run **files__delete**?", "A" * 16)
-        posted = fake.messages[(42, int(message_id))]
+        posted = fake_telegram.messages[(42, int(message_id))]
         assert posted.text == "Run files__delete?" and "<b>files__delete</b>" in posted.html
         assert posted.reply_markup == {
             "inline_keyboard": [
@@ -135,9 +131,9 @@ async def test_the_request_is_posted_with_a_keyboard_and_settled_without_it(
 
 @pytest.fixture
 async def webhook(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Ingest]]:
-    settings = _settings(fake, TELEGRAM_WEBHOOK_SECRET=SECRET)
+    settings = _settings(fake_telegram, TELEGRAM_WEBHOOK_SECRET=SECRET)
     telegram = TelegramPlatform(settings, redis_client)
     await telegram.startup()
     ingest = Ingest(settings, redis_client)
@@ -154,7 +150,9 @@ async def _post(http: httpx.AsyncClient, update: dict[str, Any]) -> httpx.Respon
 
 
 async def test_the_askers_click_approves_enqueues_the_turn_and_is_answered(
-    webhook: tuple[httpx.AsyncClient, Ingest], fake: FakeTelegram, redis_client: aioredis.Redis
+    webhook: tuple[httpx.AsyncClient, Ingest],
+    fake_telegram: FakeTelegram,
+    redis_client: aioredis.Redis,
 ) -> None:
     http, ingest = webhook
     approval_id = await _open(ingest)
@@ -163,15 +161,15 @@ async def test_the_askers_click_approves_enqueues_the_turn_and_is_answered(
     assert await _status(ingest, approval_id) == Status.APPROVED
     assert [job["session"] for job in await _turn_jobs(redis_client)] == [SESSION]
     query_id = update["callback_query"]["id"]
-    assert [(a["callback_query_id"], a.get("text")) for a in fake.callback_answers] == [
+    assert [(a["callback_query_id"], a.get("text")) for a in fake_telegram.callback_answers] == [
         (query_id, None)
     ]
 
 
 async def test_a_click_that_cannot_be_stored_is_503_and_its_redelivery_decides(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> None:
-    settings = _settings(fake, TELEGRAM_WEBHOOK_SECRET=SECRET)
+    settings = _settings(fake_telegram, TELEGRAM_WEBHOOK_SECRET=SECRET)
     telegram = TelegramPlatform(settings, redis_client)
     await telegram.startup()
     live = Ingest(settings, redis_client)
@@ -194,25 +192,27 @@ async def test_a_click_that_cannot_be_stored_is_503_and_its_redelivery_decides(
 
 
 async def test_someone_elses_click_is_answered_with_the_refusal_and_changes_nothing(
-    webhook: tuple[httpx.AsyncClient, Ingest], fake: FakeTelegram, redis_client: aioredis.Redis
+    webhook: tuple[httpx.AsyncClient, Ingest],
+    fake_telegram: FakeTelegram,
+    redis_client: aioredis.Redis,
 ) -> None:
     http, ingest = webhook
     approval_id = await _open(ingest)
     assert (await _post(http, click(approval_id, user=BOB))).status_code == 200
     assert await _status(ingest, approval_id) == Status.PENDING
     assert await _turn_jobs(redis_client) == []
-    assert [a.get("text") for a in fake.callback_answers] == [NOT_YOURS_TEXT]
+    assert [a.get("text") for a in fake_telegram.callback_answers] == [NOT_YOURS_TEXT]
 
 
 async def test_a_decline_then_a_second_click_finds_it_closed(
-    webhook: tuple[httpx.AsyncClient, Ingest], fake: FakeTelegram
+    webhook: tuple[httpx.AsyncClient, Ingest], fake_telegram: FakeTelegram
 ) -> None:
     http, ingest = webhook
     approval_id = await _open(ingest)
     await _post(http, click(approval_id, approve=False))
     await _post(http, click(approval_id))
     assert await _status(ingest, approval_id) == Status.DECLINED
-    assert [a.get("text") for a in fake.callback_answers] == [None, CLOSED_TEXT]
+    assert [a.get("text") for a in fake_telegram.callback_answers] == [None, CLOSED_TEXT]
 
 
 @pytest.mark.parametrize(
@@ -225,7 +225,7 @@ async def test_a_decline_then_a_second_click_finds_it_closed(
     ],
 )
 async def test_a_bots_or_malformed_click_is_dropped_but_still_answered(
-    webhook: tuple[httpx.AsyncClient, Ingest], fake: FakeTelegram, change: dict[str, Any]
+    webhook: tuple[httpx.AsyncClient, Ingest], fake_telegram: FakeTelegram, change: dict[str, Any]
 ) -> None:
     http, ingest = webhook
     approval_id = await _open(ingest)
@@ -233,16 +233,16 @@ async def test_a_bots_or_malformed_click_is_dropped_but_still_answered(
     update["callback_query"].update(change)
     assert (await _post(http, update)).status_code == 200
     assert await _status(ingest, approval_id) == Status.PENDING
-    assert [a.get("text") for a in fake.callback_answers] == [None]
+    assert [a.get("text") for a in fake_telegram.callback_answers] == [None]
 
 
 # -- long polling ----------------------------------------------------------------------
 
 
 async def test_a_click_fetched_by_long_polling_is_decided_and_answered(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> None:
-    settings = _settings(fake)
+    settings = _settings(fake_telegram)
     telegram = TelegramPlatform(settings, redis_client)
     assert isinstance(telegram, TelegramPlatform)
     await telegram.startup()
@@ -250,16 +250,16 @@ async def test_a_click_fetched_by_long_polling_is_decided_and_answered(
     approval_id = await _open(ingest)
     task = asyncio.create_task(telegram.connect(ingest, Health(redis_client, "telegram-polling")))
     try:
-        fake.queue_update(click(approval_id))
+        fake_telegram.queue_update(click(approval_id))
 
         async def answered() -> bool:
             assert not task.done()
-            return bool(fake.callback_answers)
+            return bool(fake_telegram.callback_answers)
 
         await _until(answered)
         assert await _status(ingest, approval_id) == Status.APPROVED
         assert len(await _turn_jobs(redis_client)) == 1
-        polls = fake.calls_to("getUpdates")
+        polls = fake_telegram.calls_to("getUpdates")
         assert "callback_query" in polls[0].params["allowed_updates"]
     finally:
         task.cancel()
@@ -272,10 +272,12 @@ async def test_a_click_fetched_by_long_polling_is_decided_and_answered(
 
 
 async def test_a_request_nobody_answers_in_time_is_settled_as_refused_and_the_turn_goes_on(
-    fake: FakeTelegram, redis_url: str, llm: FakeLLM, tmp_path: Path
+    fake_telegram: FakeTelegram, redis_url: str, llm: FakeLLM, tmp_path: Path
 ) -> None:
     sender = TelegramSender(
-        BotClient.build(fake.token, fake.base_url), edit_interval=0.2, group_edit_interval=0.2
+        BotClient.build(fake_telegram.token, fake_telegram.base_url),
+        edit_interval=0.2,
+        group_edit_interval=0.2,
     )
     message = inbound("delete the old one", platform="telegram", channel="42", user="42")
     try:
@@ -286,9 +288,11 @@ async def test_a_request_nobody_answers_in_time_is_settled_as_refused_and_the_tu
         await sender.aclose()
     (result,) = outcome.results
     assert result.output == TIMED_OUT_RESULT and outcome.effects == []
-    asked = [c for c in fake.calls_to("sendMessage") if c.params.get("reply_markup")]
+    asked = [c for c in fake_telegram.calls_to("sendMessage") if c.params.get("reply_markup")]
     assert "inline_keyboard" in str(asked[0].params["reply_markup"])
-    (request,) = [m for m in fake.messages_in(42) if "desk__delete_item" in m.text]
+    (request,) = [m for m in fake_telegram.messages_in(42) if "desk__delete_item" in m.text]
     assert request.reply_markup is None  # the keyboard is gone
     assert "Not approved in time" in request.text
-    assert any(TIMED_OUT_RESULT in m.text for m in fake.messages_in(42))  # the turn's answer
+    assert any(
+        TIMED_OUT_RESULT in m.text for m in fake_telegram.messages_in(42)
+    )  # the turn's answer

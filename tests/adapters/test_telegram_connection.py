@@ -24,7 +24,7 @@ from gateway.state.health import Health
 from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
 from tests.conftest import free_port
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
 
@@ -54,20 +54,16 @@ async def until(condition: Any, within: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
-
-
 @contextlib.asynccontextmanager
 async def polling_context(
-    fake: FakeTelegram, redis: aioredis.Redis
+    fake_telegram: FakeTelegram, redis: aioredis.Redis
 ) -> AsyncIterator[TelegramPlatform]:
     """`gateway telegram`'s calls in-process: validate, startup, connect until cancelled."""
-    fake.webhook_url = "https://old.example/telegram/webhook"
+    fake_telegram.webhook_url = "https://old.example/telegram/webhook"
     settings = load_settings(
-        TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True
+        TELEGRAM_BOT_TOKEN=fake_telegram.token,
+        TELEGRAM_API_URL=fake_telegram.base_url,
+        TELEGRAM_ALLOW_ALL=True,
     )
     telegram = TelegramPlatform(settings, redis)
     telegram.validate("connect")
@@ -85,42 +81,46 @@ async def polling_context(
 
 @pytest.fixture
 async def polling(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramPlatform]:
-    async with polling_context(fake, redis_client) as telegram:
+    async with polling_context(fake_telegram, redis_client) as telegram:
         yield telegram
 
 
 async def test_webhook_is_deleted_first_and_said_so(
-    fake: FakeTelegram, redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="adapters.telegram.connection"):
-        async with polling_context(fake, redis_client):
-            await fake.wait_for(lambda: fake.calls_to("getUpdates", ok_only=True))
-    methods = [c.method for c in fake.calls]
+        async with polling_context(fake_telegram, redis_client):
+            await fake_telegram.wait_for(lambda: fake_telegram.calls_to("getUpdates", ok_only=True))
+    methods = [c.method for c in fake_telegram.calls]
     assert methods.index("deleteWebhook") < methods.index("getUpdates")
-    assert fake.webhook_url is None
+    assert fake_telegram.webhook_url is None
     assert any("deleted any webhook" in r.getMessage() for r in caplog.records)
 
 
 async def test_updates_are_ingested_once_and_confirmed(
-    fake: FakeTelegram, redis_client: aioredis.Redis, polling: TelegramPlatform
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis, polling: TelegramPlatform
 ) -> None:
-    first = fake.queue_update(private_message(1, "one"))
-    fake.queue_update(private_message(2, "two"))
+    first = fake_telegram.queue_update(private_message(1, "one"))
+    fake_telegram.queue_update(private_message(2, "two"))
     await until(lambda: _has(redis_client, ["one", "two"]))
     # The next getUpdates confirms both: its offset is past the last update.
-    await fake.wait_for(
-        lambda: any(c.params.get("offset") == first + 2 for c in fake.calls_to("getUpdates"))
+    await fake_telegram.wait_for(
+        lambda: any(
+            c.params.get("offset") == first + 2 for c in fake_telegram.calls_to("getUpdates")
+        )
     )
-    fake.queue_update({"update_id": first, **private_message(1, "one")})  # Telegram re-sends
-    fake.queue_update(private_message(3, "three"))
+    fake_telegram.queue_update(
+        {"update_id": first, **private_message(1, "one")}
+    )  # Telegram re-sends
+    fake_telegram.queue_update(private_message(3, "three"))
     await until(lambda: _has(redis_client, ["one", "two", "three"]))
     assert await inbox_texts(redis_client) == ["one", "two", "three"]
 
 
 async def test_health_is_reported_up(
-    fake: FakeTelegram, redis_client: aioredis.Redis, polling: TelegramPlatform
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis, polling: TelegramPlatform
 ) -> None:
     async def reported() -> bool:
         raw = await redis_client.hget(Keys.HEALTH, "telegram-polling")
@@ -130,13 +130,13 @@ async def test_health_is_reported_up(
 
 
 async def test_a_flood_wait_on_getupdates_is_waited_out(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> None:
-    fake.fail_next("getUpdates", status=429, retry_after=1)
-    async with polling_context(fake, redis_client):
-        fake.queue_update(private_message(4, "after the wait"))
+    fake_telegram.fail_next("getUpdates", status=429, retry_after=1)
+    async with polling_context(fake_telegram, redis_client):
+        fake_telegram.queue_update(private_message(4, "after the wait"))
         await until(lambda: _has(redis_client, ["after the wait"]))
-    refused, answered = (c for c in fake.calls_to("getUpdates")[:2])
+    refused, answered = (c for c in fake_telegram.calls_to("getUpdates")[:2])
     assert refused.status == 429 and answered.at - refused.at >= 0.95
 
 
@@ -145,30 +145,34 @@ async def _has(redis: aioredis.Redis, texts: list[str]) -> bool:
 
 
 async def test_an_update_is_not_confirmed_while_ingest_fails(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> None:
     settings = load_settings(
-        TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url, TELEGRAM_ALLOW_ALL=True
+        TELEGRAM_BOT_TOKEN=fake_telegram.token,
+        TELEGRAM_API_URL=fake_telegram.base_url,
+        TELEGRAM_ALLOW_ALL=True,
     )
-    client = BotClient.build(fake.token, fake.base_url)
+    client = BotClient.build(fake_telegram.token, fake_telegram.base_url)
     dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
-    convert = partial(to_inbound, bot_id=fake.bot_id, bot_username=fake.username)
+    convert = partial(to_inbound, bot_id=fake_telegram.bot_id, bot_username=fake_telegram.username)
     ingest = Ingest(settings, dead)
     poller = Poller(
         client.bot,
         ingest,
         Health(redis_client, "telegram-polling"),
         convert,
-        Clicks(client.bot, ingest, fake.bot_id),
+        Clicks(client.bot, ingest, fake_telegram.bot_id),
         poll_timeout=1,
     )
-    update_id = fake.queue_update(private_message(9, "kept for later"))
+    update_id = fake_telegram.queue_update(private_message(9, "kept for later"))
     task = asyncio.create_task(poller.run())
     try:
         # Fetched, not stored, so asked for again from the same offset: nothing is lost.
-        await fake.wait_for(lambda: len(fake.calls_to("getUpdates", ok_only=True)) >= 2)
+        await fake_telegram.wait_for(
+            lambda: len(fake_telegram.calls_to("getUpdates", ok_only=True)) >= 2
+        )
         assert poller.offset is None and not task.done()
-        assert update_id in fake.pending_updates
+        assert update_id in fake_telegram.pending_updates
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -17,23 +17,19 @@ from gateway.media.download import Downloader
 from gateway.messages import Attachment
 from gateway.settings.env import load_settings
 from tests.fakes.llm_server import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 from tests.gateway.harness import start_workers, texts
 from tests.gateway.helpers import inbound
 from tests.gateway.media_files import png
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
-
-
-@pytest.fixture
 async def source(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramFileSource]:
-    settings = load_settings(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_URL=fake.base_url)
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=fake_telegram.token, TELEGRAM_API_URL=fake_telegram.base_url
+    )
     telegram = TelegramPlatform(settings, redis_client)
     sender = telegram.sender()
     try:
@@ -55,12 +51,12 @@ def test_the_file_url_sits_beside_the_api_url() -> None:
 
 
 async def test_a_file_is_located_and_downloaded_from_the_file_url(
-    fake: FakeTelegram, source: TelegramFileSource
+    fake_telegram: FakeTelegram, source: TelegramFileSource
 ) -> None:
     data = png()
-    download = await source.locate(photo(fake.add_file(data)))
-    assert download.url == f"{fake.url}/file/bot{fake.token}/photos/file_0.jpg"
-    assert fake.token not in repr(download) and fake.token not in repr(source)
+    download = await source.locate(photo(fake_telegram.add_file(data)))
+    assert download.url == f"{fake_telegram.url}/file/bot{fake_telegram.token}/photos/file_0.jpg"
+    assert fake_telegram.token not in repr(download) and fake_telegram.token not in repr(source)
     downloader = Downloader(timeout=5, deadline=10)
     try:
         assert await downloader.fetch(download, 1_000_000) == data
@@ -78,7 +74,7 @@ async def test_a_file_is_located_and_downloaded_from_the_file_url(
     ],
 )
 async def test_every_getfile_failure_is_a_short_reason(
-    fake: FakeTelegram,
+    fake_telegram: FakeTelegram,
     source: TelegramFileSource,
     caplog: pytest.LogCaptureFixture,
     status: int,
@@ -86,25 +82,25 @@ async def test_every_getfile_failure_is_a_short_reason(
     reason: str,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="adapters")
-    fake.fail_next("getFile", status=status, description=description)
+    fake_telegram.fail_next("getFile", status=status, description=description)
     with pytest.raises(DownloadFailed) as failed:
-        await source.locate(photo(fake.add_file(b"x")))
+        await source.locate(photo(fake_telegram.add_file(b"x")))
     assert str(failed.value) == reason
-    assert fake.token not in caplog.text
+    assert fake_telegram.token not in caplog.text
 
 
 async def test_an_attachment_without_a_file_id_is_refused_without_a_call(
-    fake: FakeTelegram, source: TelegramFileSource
+    fake_telegram: FakeTelegram, source: TelegramFileSource
 ) -> None:
     with pytest.raises(DownloadFailed, match="no file id"):
         await source.locate(Attachment(kind="image", name="photo.jpg"))
-    assert fake.calls_to("getFile") == []
+    assert fake_telegram.calls_to("getFile") == []
 
 
 async def test_a_failed_download_tells_the_user_without_the_token(
     redis_url: str,
     llm: FakeLLM,
-    fake: FakeTelegram,
+    fake_telegram: FakeTelegram,
     source: TelegramFileSource,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -112,13 +108,15 @@ async def test_a_failed_download_tells_the_user_without_the_token(
     caplog.set_level(logging.DEBUG, logger="gateway")
     caplog.set_level(logging.DEBUG, logger="adapters")
     caplog.set_level(logging.INFO)
-    file_id = fake.add_file(png())
-    fake.expire(file_id)  # getFile still names its path; the file URL answers 404
+    file_id = fake_telegram.add_file(png())
+    fake_telegram.expire(file_id)  # getFile still names its path; the file URL answers 404
     async for h in start_workers(redis_url, llm, 1, sources={"test": source}):
         await h.ingest.receive(inbound("look at this", attachments=(photo(file_id),)))
         await h.idle("test:W:C1")
         notice, answer = texts(h.sender)
         assert notice == "⚠️ photo.jpg: not found (the link may have expired)"
         assert answer.startswith("fake reply to: look at this")
-    assert fake.downloads == ["photos/file_0.jpg"]
-    assert fake.token not in caplog.text and fake.token not in str(h.sender.messages)
+    assert fake_telegram.downloads == ["photos/file_0.jpg"]
+    assert fake_telegram.token not in caplog.text and fake_telegram.token not in str(
+        h.sender.messages
+    )

@@ -19,7 +19,7 @@ from gateway.settings.env import load_settings
 from gateway.state.session import SessionStore
 from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
 from tests.conftest import free_port
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 
 SECRET = "s3cret_Token-1"
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
@@ -45,16 +45,10 @@ async def stored_texts(redis: aioredis.Redis, session_key: str) -> list[str]:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
-
-
-@pytest.fixture
 async def platform(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramPlatform]:
-    async with webhook_platform(fake, redis_client, SECRET) as telegram:
+    async with webhook_platform(fake_telegram, redis_client, SECRET) as telegram:
         yield telegram
 
 
@@ -77,9 +71,9 @@ def post(
 
 
 async def test_startup_registers_the_commands(
-    fake: FakeTelegram, platform: TelegramPlatform
+    fake_telegram: FakeTelegram, platform: TelegramPlatform
 ) -> None:
-    registered = [c["command"] for c in fake.commands]
+    registered = [c["command"] for c in fake_telegram.commands]
     assert registered == ["btw", "reset", "stop", "status", "usage", "config", "help"]
 
 

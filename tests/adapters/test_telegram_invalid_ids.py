@@ -23,7 +23,7 @@ from gateway.inbound.ingest import Ingest
 from gateway.state.health import Health
 from gateway.state.session import SessionStore
 from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 
 SECRET = "s3cret_Token-1"
 SESSION = "telegram:123456:42"
@@ -112,16 +112,10 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
-
-
-@pytest.fixture
 async def platform(
-    fake: FakeTelegram, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, redis_client: aioredis.Redis
 ) -> AsyncIterator[TelegramPlatform]:
-    async with webhook_platform(fake, redis_client, SECRET) as telegram:
+    async with webhook_platform(fake_telegram, redis_client, SECRET) as telegram:
         yield telegram
 
 
@@ -168,17 +162,17 @@ async def test_webhook_updates_with_malformed_ids_are_dropped_with_one_line_each
 
 
 async def test_polled_updates_with_malformed_ids_are_dropped_and_the_next_one_taken(
-    fake: FakeTelegram, platform: TelegramPlatform, redis_client: aioredis.Redis
+    fake_telegram: FakeTelegram, platform: TelegramPlatform, redis_client: aioredis.Redis
 ) -> None:
     for name, body in CASES.items():
         if not name.startswith("update_id"):  # the fake numbers the updates itself
-            fake.queue_update({"message": body["message"]})
-    fake.queue_update({"message": update(text="the control")["message"]})
+            fake_telegram.queue_update({"message": body["message"]})
+    fake_telegram.queue_update({"message": update(text="the control")["message"]})
     ingest = Ingest(platform.settings, redis_client)
     task = asyncio.create_task(platform.connect(ingest, Health(redis_client, "telegram")))
     try:
         # Telegram holds an update until an offset past it confirms that it was handled.
-        await fake.wait_for(lambda: not fake.pending_updates or task.done())
+        await fake_telegram.wait_for(lambda: not fake_telegram.pending_updates or task.done())
         assert not task.done(), task.result()
     finally:
         task.cancel()

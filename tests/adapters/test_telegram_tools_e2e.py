@@ -5,7 +5,6 @@ stdio, the fake model asking for the call; the click comes back as a callback qu
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,13 @@ from tests.adapters.telegram_helpers import SECRET, Gateway, environment, gatewa
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, tools_then_text
-from tests.fakes.telegram_api import FakeTelegram, Message, running
+from tests.fakes.telegram_api import FakeTelegram, Message
 from tests.gateway.cli_runs import ROOT
 from tests.gateway.tool_servers import lines, new_effects, write_config
 
 pytestmark = pytest.mark.timeout(150)
 
 ALICE_CHAT = 42
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
 
 
 async def post(web: Gateway, update: dict[str, Any]) -> None:
@@ -38,21 +31,21 @@ async def post(web: Gateway, update: dict[str, Any]) -> None:
     assert response.status_code == 200
 
 
-def keyboard_message(fake: FakeTelegram) -> Message | None:
-    return next((m for m in fake.messages_in(ALICE_CHAT) if m.reply_markup), None)
+def keyboard_message(fake_telegram: FakeTelegram) -> Message | None:
+    return next((m for m in fake_telegram.messages_in(ALICE_CHAT) if m.reply_markup), None)
 
 
 async def test_a_destructive_tool_runs_after_the_asker_taps_approve(
-    tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
     effects = new_effects(tmp_path)
     config = write_config(tmp_path, effects, cwd=str(ROOT))  # the gateway runs elsewhere
     llm.reply = tools_then_text([FakeToolCall("desk__delete_item", '{"name": "draft"}')])
-    env = environment(redis_url, llm, fake, free_port(), GATEWAY_MCP_CONFIG=str(config))
+    env = environment(redis_url, llm, fake_telegram, free_port(), GATEWAY_MCP_CONFIG=str(config))
     async with gateway(tmp_path, env, "web", "worker") as web:
         await post(web, {"update_id": 1, **message("please delete the draft")})
-        await fake.wait_for(lambda: keyboard_message(fake) is not None, within=60)
-        prompt = keyboard_message(fake)
+        await fake_telegram.wait_for(lambda: keyboard_message(fake_telegram) is not None, within=60)
+        prompt = keyboard_message(fake_telegram)
         assert prompt is not None and "desk__delete_item" in prompt.text
         button = prompt.reply_markup["inline_keyboard"][0][0]  # type: ignore[index]
         assert lines(effects) == []
@@ -74,9 +67,9 @@ async def test_a_destructive_tool_runs_after_the_asker_taps_approve(
         await post(web, click)
 
         def answered() -> bool:
-            return any("deleted draft" in m.text for m in fake.messages_in(ALICE_CHAT))
+            return any("deleted draft" in m.text for m in fake_telegram.messages_in(ALICE_CHAT))
 
-        await fake.wait_for(answered, within=60)
+        await fake_telegram.wait_for(answered, within=60)
         assert lines(effects) == ["deleted draft"]
-        assert keyboard_message(fake) is None  # the request was settled, its buttons gone
-        assert fake.callback_answers  # the tap was acknowledged
+        assert keyboard_message(fake_telegram) is None  # the request was settled, its buttons gone
+        assert fake_telegram.callback_answers  # the tap was acknowledged

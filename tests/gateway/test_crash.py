@@ -24,7 +24,7 @@ from gateway.worker import Worker
 from tests.adapters.telegram_helpers import Gateway, environment, gateway, message
 from tests.conftest import free_port, redis_command
 from tests.fakes.llm_server import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 from tests.gateway.cli_runs import clean_env
 from tests.gateway.helpers import inbound, settings
 from tests.gateway.recording_sender import RecordingSender
@@ -46,52 +46,55 @@ async def workers_ready(processes: Gateway, count: int) -> bool:
 
 
 async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
-    tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, llm: FakeLLM
+    tmp_path: Path,
+    redis_url: str,
+    redis_client: aioredis.Redis,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
 ) -> None:
     llm.reply = REPLY
     llm.duration = 4.0
-    async with running() as fake:
-        env = environment(
-            redis_url, llm, fake, free_port(), GATEWAY_LEASE_TTL="2", TELEGRAM_ALLOW_ALL="1"
-        )
-        async with gateway(tmp_path, env, "worker", "worker") as processes:
-            await until(lambda: workers_ready(processes, 2), 150, "both workers")
-            update = {"update_id": 1, **message("tell me a story")}
-            inbound = to_inbound(update, fake.bot_id, fake.username)
-            assert inbound is not None
-            ingest = Ingest(settings(redis_url, TELEGRAM_ALLOW_ALL="1"), redis_client)
-            await ingest.receive(inbound)
+    env = environment(
+        redis_url, llm, fake_telegram, free_port(), GATEWAY_LEASE_TTL="2", TELEGRAM_ALLOW_ALL="1"
+    )
+    async with gateway(tmp_path, env, "worker", "worker") as processes:
+        await until(lambda: workers_ready(processes, 2), 150, "both workers")
+        update = {"update_id": 1, **message("tell me a story")}
+        inbound = to_inbound(update, fake_telegram.bot_id, fake_telegram.username)
+        assert inbound is not None
+        ingest = Ingest(settings(redis_url, TELEGRAM_ALLOW_ALL="1"), redis_client)
+        await ingest.receive(inbound)
 
-            async def partial_reply_posted() -> bool:
-                # Posted, and its id stored: from then on a re-run edits it. (A crash
-                # between Telegram's answer and that write cannot be told from one
-                # before the send, so no run can promise anything there.)
-                stored = await redis_client.hlen(Keys.replies(inbound.session_key))
-                return bool(fake.messages_in(42)) and stored > 0
+        async def partial_reply_posted() -> bool:
+            # Posted, and its id stored: from then on a re-run edits it. (A crash
+            # between Telegram's answer and that write cannot be told from one
+            # before the send, so no run can promise anything there.)
+            stored = await redis_client.hlen(Keys.replies(inbound.session_key))
+            return bool(fake_telegram.messages_in(42)) and stored > 0
 
-            await until(partial_reply_posted, 30, "the first piece of the reply, its id stored")
-            pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP, "-", "+", 10)
-            holder = pending[0]["consumer"]
-            os.kill(int(holder.split("-")[-2]), signal.SIGKILL)
-            sessions = SessionStore(redis_client)
+        await until(partial_reply_posted, 30, "the first piece of the reply, its id stored")
+        pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP, "-", "+", 10)
+        holder = pending[0]["consumer"]
+        os.kill(int(holder.split("-")[-2]), signal.SIGKILL)
+        sessions = SessionStore(redis_client)
 
-            async def recorded() -> bool:
-                history = await sessions.history(inbound.session_key)
-                return any(e["role"] == "assistant" for e in history)
-
-            await until(recorded, 60, "the turn to be finished by the other worker")
-            await until(lambda: _shows(fake, REPLY), 20, "the full reply on Telegram")
+        async def recorded() -> bool:
             history = await sessions.history(inbound.session_key)
+            return any(e["role"] == "assistant" for e in history)
+
+        await until(recorded, 60, "the turn to be finished by the other worker")
+        await until(lambda: _shows(fake_telegram, REPLY), 20, "the full reply on Telegram")
+        history = await sessions.history(inbound.session_key)
     assert [e["role"] for e in history] == ["user", "assistant"]
     assert history[1]["text"] == REPLY
-    sends = [c for c in fake.calls_to("sendMessage") if c.params.get("chat_id") == 42]
+    sends = [c for c in fake_telegram.calls_to("sendMessage") if c.params.get("chat_id") == 42]
     assert len(sends) == 1, "the replacement worker posted a second reply"
-    assert len(fake.messages_in(42)) == 1
+    assert len(fake_telegram.messages_in(42)) == 1
     assert len(llm.requests) == 2  # the killed turn's call and the re-run
 
 
-async def _shows(fake: FakeTelegram, text: str) -> bool:
-    return any(m.text == text for m in fake.messages_in(42))
+async def _shows(fake_telegram: FakeTelegram, text: str) -> bool:
+    return any(m.text == text for m in fake_telegram.messages_in(42))
 
 
 def test_redis_restarted_mid_run_loses_no_message(tmp_path: Path) -> None:
@@ -256,27 +259,31 @@ def _alive(pid: int) -> bool:
 
 
 async def test_a_killed_workers_model_process_exits_with_it(
-    tmp_path: Path, redis_url: str, llm: FakeLLM
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
-    async with running() as fake:
-        env = environment(
-            redis_url, llm, fake, free_port(), TELEGRAM_ALLOW_ALL="1", GATEWAY_MODEL_PROCESSES="1"
-        )
-        async with gateway(tmp_path, env, "worker") as processes:
-            await until(lambda: workers_ready(processes, 1), 150, "the worker")
-            found = [
-                line
-                for line in processes.output().splitlines()
-                if "model process" in line and line.endswith(" ready")
-            ]
-            assert found, processes.output()
-            pid = int(found[0].split("model process ")[1].split()[0])
-            assert _alive(pid)
-            (worker,) = processes.running
-            worker.send_signal(signal.SIGKILL)
-            worker.wait(timeout=10)
+    env = environment(
+        redis_url,
+        llm,
+        fake_telegram,
+        free_port(),
+        TELEGRAM_ALLOW_ALL="1",
+        GATEWAY_MODEL_PROCESSES="1",
+    )
+    async with gateway(tmp_path, env, "worker") as processes:
+        await until(lambda: workers_ready(processes, 1), 150, "the worker")
+        found = [
+            line
+            for line in processes.output().splitlines()
+            if "model process" in line and line.endswith(" ready")
+        ]
+        assert found, processes.output()
+        pid = int(found[0].split("model process ")[1].split()[0])
+        assert _alive(pid)
+        (worker,) = processes.running
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
 
-            async def gone() -> bool:
-                return not _alive(pid)
+        async def gone() -> bool:
+            return not _alive(pid)
 
-            await until(gone, 30, "the model process to exit")
+        await until(gone, 30, "the model process to exit")

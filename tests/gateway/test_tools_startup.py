@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from tests.adapters.telegram_helpers import environment
 from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
 from tests.gateway.cli_runs import clean_env, gateway
 
 pytestmark = pytest.mark.timeout(180)
@@ -52,17 +51,11 @@ def stopped_at_start(args: list[str], cwd: Path, env: dict[str, str]) -> list[st
     return lines
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    async with running() as server:
-        yield server
-
-
 async def test_gateway_worker_stops_with_one_line_naming_the_server(
-    tmp_path: Path, redis_url: str, llm: FakeLLM, fake: FakeTelegram
+    tmp_path: Path, redis_url: str, llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
     config = broken_config(tmp_path)
-    env = environment(redis_url, llm, fake, free_port(), GATEWAY_MCP_CONFIG=str(config))
+    env = environment(redis_url, llm, fake_telegram, free_port(), GATEWAY_MCP_CONFIG=str(config))
     args = gateway("worker")
     lines = await asyncio.to_thread(stopped_at_start, args, tmp_path, clean_env(**env))
     assert lines[-1].startswith("gateway: MCP server 'ticket': ")
