@@ -24,8 +24,8 @@ from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
-from tests.gateway.harness import Harness, start_workers
-from tests.gateway.helpers import inbound, settings
+from tests.support.harness import Harness, start_workers
+from tests.support.helpers import inbound, settings
 
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
 SET = "Set `model` for this channel to `openai/chosen`."

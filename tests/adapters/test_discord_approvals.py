@@ -19,11 +19,11 @@ from gateway.approvals.store import Status
 from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Ingest
 from gateway.messages import Address
 from gateway.state.keys import Keys
-from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
+from tests.support.discord_helpers import CHANNEL, GUILD, Gateway
+from tests.support.helpers import inbound
+from tests.support.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
 
 SESSION = f"discord:{GUILD}:{CHANNEL}"
 ADDRESS = Address(platform="discord", workspace=GUILD, channel=CHANNEL)

@@ -17,7 +17,8 @@ from gateway.inbound.ingest import Ingest, Receipt
 from gateway.settings.env import Settings
 from gateway.state.health import Health
 from gateway.state.keys import Keys
-from tests.adapters.discord_helpers import (
+from tests.fakes.discord_api import FakeDiscord, FakeGuild
+from tests.support.discord_helpers import (
     CHANNEL,
     CHANNEL_B,
     GUILD,
@@ -25,7 +26,6 @@ from tests.adapters.discord_helpers import (
     INTENTS,
     Gateway,
 )
-from tests.fakes.discord_api import FakeDiscord, FakeGuild
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from gateway.state.keys import Keys
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_files import VOICE_MESSAGE_FLAG
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.media_files import noisy_png, png
+from tests.support.media_files import noisy_png, png
 
 # Each test starts fresh processes (and a worker's litellm import): more room than the
 # suite's default per-test timeout.

@@ -17,8 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.state.keys import Keys
-from tests.adapters.discord_helpers import CHANNEL, GUILD, Gateway
 from tests.fakes.discord_api import FakeDiscord
+from tests.support.discord_helpers import CHANNEL, GUILD, Gateway
 
 HUGE = 2**64
 

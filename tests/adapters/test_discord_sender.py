@@ -16,7 +16,7 @@ from gateway.state.jobs import Job
 from gateway.state.keys import Keys
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import start_workers
+from tests.support.harness import start_workers
 
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
 

@@ -28,7 +28,10 @@ from gateway.http.app import create_app
 from gateway.inbound.ingest import Ingest
 from gateway.settings.env import load_settings
 from gateway.state.keys import Keys
-from tests.adapters.slack_helpers import (
+from tests.fakes.fuzz import Case, slack_cases, telegram_cases
+from tests.fakes.slack_api import FakeSlack
+from tests.fakes.telegram_api import FakeTelegram
+from tests.support.slack_helpers import (
     BOT_TOKEN,
     SIGNING_SECRET,
     event_body,
@@ -36,9 +39,6 @@ from tests.adapters.slack_helpers import (
     mention,
     signed_headers,
 )
-from tests.fakes.fuzz import Case, slack_cases, telegram_cases
-from tests.fakes.slack_api import FakeSlack
-from tests.fakes.telegram_api import FakeTelegram
 
 CASES = 300
 TELEGRAM_SECRET = "fuzz_webhook-secret-0123"

@@ -21,7 +21,7 @@ from adapters.telegram.client import BotClient
 from adapters.telegram.sender import TelegramSender
 from gateway.delivery.splitting import split_markdown
 from gateway.messages import Address
-from tests.adapters.adversarial import adversarial, within_a_second
+from tests.support.adversarial import adversarial, within_a_second
 
 SIZE = 100_000
 SHAPES = (

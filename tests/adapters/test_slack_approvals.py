@@ -28,7 +28,10 @@ from gateway.messages import Address
 from gateway.settings.env import load_settings
 from gateway.state.health import Health
 from gateway.state.keys import Keys
-from tests.adapters.slack_helpers import (
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.slack_api import TEAM_ID, FakeSlack
+from tests.support.helpers import inbound
+from tests.support.slack_helpers import (
     APP_TOKEN,
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -36,10 +39,7 @@ from tests.adapters.slack_helpers import (
     interaction_bytes,
     signed_headers,
 )
-from tests.fakes.llm_server import FakeLLM
-from tests.fakes.slack_api import TEAM_ID, FakeSlack
-from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
+from tests.support.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
 
 THREAD = "1700000000.000001"
 SESSION = f"slack:{TEAM_ID}:C1:{THREAD}"

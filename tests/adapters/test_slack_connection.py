@@ -26,7 +26,8 @@ from gateway.inbound.ingest import Ingest
 from gateway.settings.env import load_settings
 from gateway.state.health import Health
 from gateway.state.keys import Keys
-from tests.adapters.slack_helpers import (
+from tests.fakes.slack_api import TEAM_ID, FakeSlack
+from tests.support.slack_helpers import (
     APP_TOKEN,
     BOT_TOKEN,
     command_bytes,
@@ -34,7 +35,6 @@ from tests.adapters.slack_helpers import (
     mention,
     message,
 )
-from tests.fakes.slack_api import TEAM_ID, FakeSlack
 
 
 @dataclass

@@ -11,7 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.slack_helpers import (
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, FakeSlack, Message
+from tests.support.redis_servers import free_port
+from tests.support.slack_helpers import (
     APP_TOKEN,
     Processes,
     command_bytes,
@@ -24,9 +27,6 @@ from tests.adapters.slack_helpers import (
     request_text,
     signed_headers,
 )
-from tests.conftest import free_port
-from tests.fakes.llm_server import FakeLLM
-from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, FakeSlack, Message
 
 # Each test starts fresh processes; a worker's first turn includes litellm's cold import.
 pytestmark = pytest.mark.timeout(150)

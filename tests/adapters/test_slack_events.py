@@ -22,7 +22,9 @@ from adapters.slack.app import CANNOT_POST, NO_SESSION
 from gateway.http.limits import MAX_BODY
 from gateway.inbound.ingest import Ingest
 from gateway.state.keys import Keys
-from tests.adapters.slack_helpers import (
+from tests.fakes.fuzz import slack_signature
+from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, TEAM_ID, FakeSlack
+from tests.support.slack_helpers import (
     SIGNING_SECRET,
     command_bytes,
     event_body,
@@ -32,8 +34,6 @@ from tests.adapters.slack_helpers import (
     message,
     signed_headers,
 )
-from tests.fakes.fuzz import slack_signature
-from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, TEAM_ID, FakeSlack
 
 # The worked example of Slack's "Verifying requests from Slack" page.
 DOC_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

@@ -15,7 +15,11 @@ from adapters.slack.files import FOREIGN, NO_ADDRESS, SlackFileSource
 from gateway.errors import DownloadFailed
 from gateway.media.documents import SIGN_IN_PAGE
 from gateway.messages import Attachment
-from tests.adapters.slack_helpers import (
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message
+from tests.support.media_files import png
+from tests.support.redis_servers import free_port
+from tests.support.slack_helpers import (
     Processes,
     environment,
     event_body,
@@ -24,10 +28,6 @@ from tests.adapters.slack_helpers import (
     mention,
     signed_headers,
 )
-from tests.conftest import free_port
-from tests.fakes.llm_server import FakeLLM
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message
-from tests.gateway.media_files import png
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -19,7 +19,8 @@ from gateway.inbound.ingest import Ingest
 from gateway.messages import Attachment
 from gateway.settings.env import load_settings
 from gateway.state.keys import Keys
-from tests.adapters.slack_helpers import (
+from tests.fakes.slack_api import TEAM_ID, FakeSlack
+from tests.support.slack_helpers import (
     BOT_TOKEN,
     SIGNING_SECRET,
     event_body,
@@ -27,9 +28,8 @@ from tests.adapters.slack_helpers import (
     json_bytes,
     signed_headers,
 )
-from tests.adapters.slack_helpers import mention as slack_mention
-from tests.adapters.slack_helpers import message as slack_message
-from tests.fakes.slack_api import TEAM_ID, FakeSlack
+from tests.support.slack_helpers import mention as slack_mention
+from tests.support.slack_helpers import message as slack_message
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
 

@@ -18,7 +18,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.state.keys import Keys
-from tests.adapters.slack_helpers import (
+from tests.fakes.slack_api import TEAM_ID, FakeSlack
+from tests.support.slack_helpers import (
     SIGNING_SECRET,
     command_bytes,
     event_body,
@@ -28,7 +29,6 @@ from tests.adapters.slack_helpers import (
     message,
     signed_headers,
 )
-from tests.fakes.slack_api import TEAM_ID, FakeSlack
 
 OURS = ("adapters", "gateway", "slack_bolt", "slack_sdk")
 

@@ -13,7 +13,8 @@ from slack_sdk.oauth.installation_store import Installation
 from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.workspaces import NotInstalled
 from gateway.state.cipher import TokenCipher, WrongSecretKey
-from tests.adapters.slack_helpers import (
+from tests.fakes.slack_api import CLIENT_ID, FakeSlack
+from tests.support.slack_helpers import (
     OTHER_SECRET_KEY,
     SECRET_KEY,
     InstallsApp,
@@ -22,7 +23,6 @@ from tests.adapters.slack_helpers import (
     message,
     team_mention,
 )
-from tests.fakes.slack_api import CLIENT_ID, FakeSlack
 
 
 @pytest.fixture

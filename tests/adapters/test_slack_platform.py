@@ -12,8 +12,8 @@ from adapters.slack import SlackPlatform
 from adapters.slack.sender import SlackSender
 from gateway.errors import ConfigError, PlatformError
 from gateway.settings.env import load_settings
-from tests.adapters.slack_helpers import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID, FakeSlack
+from tests.support.slack_helpers import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
 
 def platform(redis_client: Redis, **env: Any) -> SlackPlatform:

@@ -19,7 +19,8 @@ from adapters.slack.platform import SlackPlatform
 from adapters.slack.rotation import Rotation
 from gateway.errors import PlatformError
 from gateway.messages import Address
-from tests.adapters.slack_helpers import (
+from tests.fakes.slack_api import CLIENT_SECRET, FakeSlack, Install
+from tests.support.slack_helpers import (
     SECRET_KEY,
     InstallsApp,
     installed_event,
@@ -27,7 +28,6 @@ from tests.adapters.slack_helpers import (
     many_platform,
     team_mention,
 )
-from tests.fakes.slack_api import CLIENT_SECRET, FakeSlack, Install
 
 LIFETIME = 10  # seconds an installed bot token lives
 ROTATION = Rotation(margin=7.0, poll=0.02)  # refreshed 7 s before it expires

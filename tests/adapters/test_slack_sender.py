@@ -14,8 +14,8 @@ from gateway.state.jobs import Job
 from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import FakeSlack
-from tests.gateway.harness import start_workers
-from tests.gateway.helpers import inbound
+from tests.support.harness import start_workers
+from tests.support.helpers import inbound
 
 TOKEN = "xoxb-test-token"
 

@@ -12,8 +12,8 @@ from adapters.slack.sender import SlackSender, web_client
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, tools_then_text
 from tests.fakes.slack_api import FakeSlack
-from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import new_effects, tool_workers, write_config
+from tests.support.helpers import inbound
+from tests.support.tool_servers import new_effects, tool_workers, write_config
 
 # The test starts an MCP server process (seconds on a loaded machine).
 pytestmark = pytest.mark.timeout(180)

@@ -15,8 +15,8 @@ from gateway.errors import ConfigError, DownloadFailed, PlatformError
 from gateway.messages import Address, Attachment
 from gateway.ports import WorkspaceFiles
 from gateway.settings.env import load_settings
-from tests.adapters.slack_helpers import InstallsApp, installs_app, many_workspaces
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.support.slack_helpers import InstallsApp, installs_app, many_workspaces
 
 
 @pytest.fixture

@@ -14,8 +14,11 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests import processes
-from tests.adapters.slack_helpers import (
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.slack_api import BOT_TOKEN, CLIENT_SECRET, FakeSlack, Install, Message
+from tests.support import processes
+from tests.support.redis_servers import free_port
+from tests.support.slack_helpers import (
     OTHER_SECRET_KEY,
     SECRET_KEY,
     Processes,
@@ -27,9 +30,6 @@ from tests.adapters.slack_helpers import (
     signed_headers,
     team_mention,
 )
-from tests.conftest import free_port
-from tests.fakes.llm_server import FakeLLM
-from tests.fakes.slack_api import BOT_TOKEN, CLIENT_SECRET, FakeSlack, Install, Message
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -28,11 +28,11 @@ from gateway.messages import Address
 from gateway.settings.env import load_settings
 from gateway.state.health import Health
 from gateway.state.keys import Keys
-from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
-from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
+from tests.support.helpers import inbound
+from tests.support.redis_servers import free_port
+from tests.support.tool_servers import TIMED_OUT_RESULT, unanswered_confirmation
 
 SECRET = "s3cret_Token-1"
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}

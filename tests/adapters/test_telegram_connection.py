@@ -23,8 +23,8 @@ from gateway.settings.env import load_settings
 from gateway.state.health import Health
 from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
-from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram
+from tests.support.redis_servers import free_port
 
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}
 

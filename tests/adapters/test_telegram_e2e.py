@@ -14,7 +14,10 @@ import httpx
 import pytest
 
 from gateway.inbound.pairing import ALPHABET, CODE_LENGTH
-from tests.adapters.telegram_helpers import (
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.telegram_api import FakeTelegram, Message
+from tests.support.redis_servers import free_port
+from tests.support.telegram_helpers import (
     BOB,
     GROUP,
     SECRET,
@@ -26,9 +29,6 @@ from tests.adapters.telegram_helpers import (
     message,
     request_text,
 )
-from tests.conftest import free_port
-from tests.fakes.llm_server import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram, Message
 
 # Each test starts its own gateway processes, and a worker's first turn imports litellm
 # (about 10 s on a cold machine): more room than the suite's default per-test timeout.

@@ -18,9 +18,9 @@ from gateway.messages import Attachment
 from gateway.settings.env import load_settings
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
-from tests.gateway.harness import start_workers, texts
-from tests.gateway.helpers import inbound
-from tests.gateway.media_files import png
+from tests.support.harness import start_workers, texts
+from tests.support.helpers import inbound
+from tests.support.media_files import png
 
 
 @pytest.fixture

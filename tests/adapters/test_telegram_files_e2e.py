@@ -13,17 +13,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.telegram_helpers import (
+from tests.fakes.llm_server import FakeLLM, default_reply
+from tests.fakes.telegram_api import FakeTelegram, Message
+from tests.support.media_files import pdf, png
+from tests.support.redis_servers import free_port
+from tests.support.telegram_helpers import (
     ALICE,
     SECRET,
     Gateway,
     environment,
     gateway,
 )
-from tests.conftest import free_port
-from tests.fakes.llm_server import FakeLLM, default_reply
-from tests.fakes.telegram_api import FakeTelegram, Message
-from tests.gateway.media_files import pdf, png
 
 pytestmark = pytest.mark.timeout(150)
 

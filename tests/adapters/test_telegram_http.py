@@ -17,9 +17,9 @@ from gateway.http.limits import MAX_BODY
 from gateway.inbound.ingest import Ingest
 from gateway.settings.env import load_settings
 from gateway.state.session import SessionStore
-from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
-from tests.conftest import free_port
 from tests.fakes.telegram_api import FakeTelegram
+from tests.support.redis_servers import free_port
+from tests.support.telegram_helpers import post_update, webhook_client, webhook_platform
 
 SECRET = "s3cret_Token-1"
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}

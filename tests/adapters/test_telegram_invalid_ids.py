@@ -22,8 +22,8 @@ from adapters.telegram import TelegramPlatform
 from gateway.inbound.ingest import Ingest
 from gateway.state.health import Health
 from gateway.state.session import SessionStore
-from tests.adapters.telegram_helpers import post_update, webhook_client, webhook_platform
 from tests.fakes.telegram_api import FakeTelegram
+from tests.support.telegram_helpers import post_update, webhook_client, webhook_platform
 
 SECRET = "s3cret_Token-1"
 SESSION = "telegram:123456:42"

@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.telegram_helpers import SECRET, Gateway, environment, gateway, message
-from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, tools_then_text
 from tests.fakes.telegram_api import FakeTelegram, Message
-from tests.gateway.cli_runs import ROOT
-from tests.gateway.tool_servers import lines, new_effects, write_config
+from tests.support.cli_runs import ROOT
+from tests.support.redis_servers import free_port
+from tests.support.telegram_helpers import SECRET, Gateway, environment, gateway, message
+from tests.support.tool_servers import lines, new_effects, write_config
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -17,6 +17,7 @@ from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram, running
+from tests.support.discord_helpers import CHANNEL, GUILD
 
 # litellm would otherwise fetch its model price map from the internet at import;
 # tests only ever talk to loopback.
@@ -62,14 +63,11 @@ async def fake_telegram() -> AsyncIterator[FakeTelegram]:
         yield server
 
 
-DISCORD_GUILD, DISCORD_CHANNEL = "1200000000000000001", "1300000000000000001"
-
-
 @pytest.fixture
 def discord_guilds() -> tuple[FakeGuild, ...]:
     """The guilds `fake_discord` serves: one guild with one channel. A test module that
     needs others (more guilds, members with permissions) overrides this fixture."""
-    return (FakeGuild(DISCORD_GUILD, channels=(DISCORD_CHANNEL,)),)
+    return (FakeGuild(GUILD, channels=(CHANNEL,)),)
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from gateway.state.keys import GROUP, Keys
 from gateway.state.session import SessionStore
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import start_workers, texts
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.media_files import png
+from tests.support.harness import start_workers, texts
+from tests.support.helpers import inbound, settings
+from tests.support.media_files import png
 
 KEY = "test:W:C1"
 

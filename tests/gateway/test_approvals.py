@@ -14,7 +14,7 @@ from gateway.inbound.ingest import Ingest, Verdict
 from gateway.messages import Address, Decision
 from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
-from tests.gateway.helpers import inbound, settings
+from tests.support.helpers import inbound, settings
 
 KEY = "test:W:C1"
 ADDRESS = Address(platform="test", workspace="W", channel="C1")

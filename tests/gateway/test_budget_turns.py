@@ -13,8 +13,8 @@ from gateway.spend.budgets import spend_keys
 from gateway.spend.usage import UsageLedger
 from gateway.worker import GIVE_UP_TEXT
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import start_workers, texts
-from tests.gateway.helpers import inbound
+from tests.support.harness import start_workers, texts
+from tests.support.helpers import inbound
 
 ALICE = Charge("test:W:C1", "U1", "turn")
 USED_UP = "⚠️ Your daily budget (1,000 tokens) is used up; it resets at 00:00 UTC."

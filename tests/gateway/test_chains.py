@@ -7,7 +7,7 @@ from typing import Any
 from gateway.context.compiler import MessageCompiler, TurnContext
 from gateway.models.providers import base_model, is_stateful, to_responses_input
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.conversation import (
+from tests.support.conversation import (
     COMPRESSOR,
     STATEFUL_MAIN,
     SYSTEM,

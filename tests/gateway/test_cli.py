@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.cli_runs import ROOT, clean_env, gateway, run_console, run_gateway
+from tests.support.cli_runs import ROOT, clean_env, gateway, run_console, run_gateway
 
 # Each test starts gateway processes; a worker's start imports litellm (seconds of CPU).
 pytestmark = pytest.mark.timeout(240)
@@ -205,7 +205,7 @@ def test_ingest_and_web_never_load_litellm() -> None:
 
 
 def _free_port() -> int:
-    from tests.conftest import free_port
+    from tests.support.redis_servers import free_port
 
     return free_port()
 

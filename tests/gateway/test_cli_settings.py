@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.cli_runs import run_against
-from tests.gateway.harness import start_workers
-from tests.gateway.helpers import inbound
+from tests.support.cli_runs import run_against
+from tests.support.harness import start_workers
+from tests.support.helpers import inbound
 
 pytestmark = pytest.mark.timeout(120)
 

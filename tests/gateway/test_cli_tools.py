@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.cli_runs import ROOT, clean_env, gateway
+from tests.support.cli_runs import ROOT, clean_env, gateway
 
 EXAMPLE = str(ROOT / "docs" / "mcp.example.json")
 

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from gateway.models import Charge, ModelCall, Usage
 from gateway.spend.usage import UsageLedger
-from tests.gateway.cli_runs import run_against
+from tests.support.cli_runs import run_against
 
 pytestmark = pytest.mark.timeout(120)
 MARCH = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)

@@ -16,7 +16,7 @@ from gateway.models import Models
 from gateway.settings.scoped import ScopedSettings
 from gateway.state.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.conversation import (
+from tests.support.conversation import (
     COMPRESSOR,
     MAIN,
     SIDE,

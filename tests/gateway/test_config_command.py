@@ -7,8 +7,8 @@ import pytest
 from gateway.answers.config_command import REFUSED, USAGE, ConfigRequest, parse
 from gateway.inbound import commands
 from gateway.settings.scoped import KEYS
-from tests.gateway.harness import Harness, texts
-from tests.gateway.helpers import inbound
+from tests.support.harness import Harness, texts
+from tests.support.helpers import inbound
 
 PROMPT = "Be  brief.\nNo more."
 

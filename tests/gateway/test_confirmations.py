@@ -15,9 +15,9 @@ from gateway.messages import Address, Decision
 from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import tool_results, tools_then_text
-from tests.gateway.harness import Harness, texts
-from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import (
+from tests.support.harness import Harness, texts
+from tests.support.helpers import inbound
+from tests.support.tool_servers import (
     DELETE,
     TIMED_OUT_RESULT,
     lines,

@@ -9,7 +9,7 @@ from adapters import console
 from gateway.inbound.ingest import Ingest
 from gateway.state.console_jobs import ConsoleJobs
 from gateway.state.keys import Keys
-from tests.gateway.helpers import settings
+from tests.support.helpers import settings
 
 SESSION = console.SESSION_KEY
 

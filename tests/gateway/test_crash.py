@@ -21,13 +21,13 @@ from gateway.state import keys
 from gateway.state.keys import GROUP, Keys
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
-from tests.adapters.telegram_helpers import Gateway, environment, gateway, message
-from tests.conftest import free_port, redis_command
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
-from tests.gateway.cli_runs import clean_env
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.cli_runs import clean_env
+from tests.support.helpers import inbound, settings
+from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import free_port, redis_command
+from tests.support.telegram_helpers import Gateway, environment, gateway, message
 
 pytestmark = pytest.mark.timeout(240)
 REPLY = " ".join(f"word{i}" for i in range(40))

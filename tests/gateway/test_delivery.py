@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from gateway.delivery.stream import ReplyStream, SendPacing, deliver
 from gateway.errors import LeaseLost, PlatformError
 from gateway.messages import Address
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.recording_sender import RecordingSender
 
 ADDRESS = Address(platform="test", workspace="w", channel="c")
 

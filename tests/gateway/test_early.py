@@ -19,9 +19,9 @@ from gateway.state.session import HistoryView, SessionStore
 from gateway.turn.early_start import ENTRY_BYTES, RecentViews
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import Harness, start_workers
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.harness import Harness, start_workers
+from tests.support.helpers import inbound, settings
+from tests.support.recording_sender import RecordingSender
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from gateway.messages import Inbound, Speaker
 from gateway.state.jobs import JobQueue
 from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
-from tests.gateway.helpers import inbound, settings
+from tests.support.helpers import inbound, settings
 
 
 async def jobs(redis: aioredis.Redis, platform: str = "test") -> list[dict[str, str]]:

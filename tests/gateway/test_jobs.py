@@ -14,9 +14,9 @@ from gateway.state.jobs import JobQueue
 from gateway.state.keys import GROUP, Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import Harness, start_workers
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.harness import Harness, start_workers
+from tests.support.helpers import inbound, settings
+from tests.support.recording_sender import RecordingSender
 
 STREAM = Keys.jobs("test")
 

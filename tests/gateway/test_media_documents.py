@@ -6,7 +6,7 @@ import pytest
 
 from gateway.errors import UnreadableMedia
 from gateway.media.documents import read_document
-from tests.gateway.media_files import pdf, png
+from tests.support.media_files import pdf, png
 
 
 def test_markdown_is_inlined_and_cut_with_a_marker_saying_how_much() -> None:

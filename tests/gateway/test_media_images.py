@@ -9,7 +9,7 @@ from PIL import Image
 
 from gateway.errors import MediaTooLarge, UnreadableMedia
 from gateway.media.images import convert
-from tests.gateway.media_files import bomb_png_header, jpeg_with_exif, pdf, png, truncated_jpeg
+from tests.support.media_files import bomb_png_header, jpeg_with_exif, pdf, png, truncated_jpeg
 
 PIXELS = 50_000_000
 

@@ -22,8 +22,8 @@ from gateway.models import Models
 from gateway.models.scripted import echo
 from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
-from tests.gateway.helpers import settings
-from tests.gateway.media_files import png
+from tests.support.helpers import settings
+from tests.support.media_files import png
 
 KEY = "test:W:C1"
 NOT_FOUND = "not found (the link may have expired)"

@@ -15,9 +15,9 @@ from gateway.messages import Attachment
 from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import Harness, start_workers, texts
-from tests.gateway.helpers import inbound
-from tests.gateway.media_files import bomb_png_header, pdf, png, truncated_jpeg
+from tests.support.harness import Harness, start_workers, texts
+from tests.support.helpers import inbound
+from tests.support.media_files import bomb_png_header, pdf, png, truncated_jpeg
 
 KEY = "test:W:C1"
 

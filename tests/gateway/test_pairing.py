@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from gateway.inbound.ingest import Ingest, Receipt
 from gateway.inbound.pairing import ALPHABET, CODE_LENGTH, MAX_FAILURES, Pairing
 from gateway.state.keys import Keys
-from tests.gateway.cli_runs import clean_env, gateway
-from tests.gateway.helpers import inbound, settings
+from tests.support.cli_runs import clean_env, gateway
+from tests.support.helpers import inbound, settings
 
 
 async def test_a_stranger_asking_again_gets_the_same_code(redis_client: aioredis.Redis) -> None:

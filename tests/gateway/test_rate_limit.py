@@ -15,7 +15,7 @@ from gateway.settings.env import load_settings
 from gateway.settings.values import Rate, parse_rate
 from gateway.state.keys import Keys
 from gateway.state.scripts import BoundScript, load
-from tests.gateway.helpers import inbound
+from tests.support.helpers import inbound
 
 USER, CONVERSATION = Keys.user_rate("test:U1"), Keys.rate("test:W:C1")
 

@@ -15,8 +15,8 @@ from gateway.inbound.ingest import Ingest, Receipt
 from gateway.metrics import SnapshotCollector, snapshot
 from gateway.state.keys import Keys, connect
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import Harness, start_workers, texts
-from tests.gateway.helpers import inbound, settings
+from tests.support.harness import Harness, start_workers, texts
+from tests.support.helpers import inbound, settings
 
 BURST = 3
 NOTICE = "faster than this bot answers: 1 per minute. Try again in"

@@ -28,8 +28,8 @@ from gateway.state.lease import Lease
 from gateway.state.retention import DAY, PRUNE_EVERY, PruneResult, Retention
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.helpers import inbound, settings
+from tests.support.recording_sender import RecordingSender
 
 CHANNEL = "test:W:C1"
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from gateway.errors import ConfigError
 from gateway.settings.scoped import ENVIRONMENT, ScopedSettings, parse_scope, scopes_of, validate
 from gateway.settings.values import Budget
-from tests.gateway.helpers import settings
+from tests.support.helpers import settings
 
 THREAD = "slack:T1:C1:1710000000.000100"
 

@@ -12,8 +12,8 @@ from gateway.models import Charge, ModelCall, Usage
 from gateway.settings.scoped import ScopedSettings
 from gateway.spend.usage import UsageLedger
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import Harness, start_workers, texts
-from tests.gateway.helpers import inbound
+from tests.support.harness import Harness, start_workers, texts
+from tests.support.helpers import inbound
 
 USED_UP = "⚠️ Your daily budget (1,000 tokens) is used up; it resets at 00:00 UTC."
 

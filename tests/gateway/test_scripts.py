@@ -12,7 +12,7 @@ from gateway.state.counters import BUMP, Counters
 from gateway.state.keys import Keys
 from gateway.state.scripts import load
 from gateway.state.session import Claim, Finish, SessionStore
-from tests.gateway.helpers import inbound
+from tests.support.helpers import inbound
 
 KEY = "test:W:C1"
 

@@ -11,7 +11,7 @@ from gateway.models import Models
 from gateway.settings.env import Settings
 from gateway.state.session import HistoryView
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.conversation import MAIN, assistant_entry, make_settings, user_entry
+from tests.support.conversation import MAIN, assistant_entry, make_settings, user_entry
 
 
 def test_the_budget_comes_from_the_setting_else_the_model_window_else_a_default(

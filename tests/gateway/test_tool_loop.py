@@ -16,11 +16,11 @@ from gateway.state.session import new_entry_id
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then_text
 from tests.fakes.mcp_servers import lookup_record
-from tests.gateway.cli_runs import ROOT, clean_env, gateway
-from tests.gateway.conversation import STATEFUL_MAIN, conversation
-from tests.gateway.harness import Harness, texts
-from tests.gateway.helpers import inbound
-from tests.gateway.tool_servers import lines, new_effects, tool_workers, write_config
+from tests.support.cli_runs import ROOT, clean_env, gateway
+from tests.support.conversation import STATEFUL_MAIN, conversation
+from tests.support.harness import Harness, texts
+from tests.support.helpers import inbound
+from tests.support.tool_servers import lines, new_effects, tool_workers, write_config
 
 # Each test starts MCP server processes (seconds each on a loaded machine).
 pytestmark = pytest.mark.timeout(180)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapters.telegram_helpers import environment
-from tests.conftest import free_port
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
-from tests.gateway.cli_runs import clean_env, gateway
+from tests.support.cli_runs import clean_env, gateway
+from tests.support.redis_servers import free_port
+from tests.support.telegram_helpers import environment
 
 pytestmark = pytest.mark.timeout(180)
 SECRET = "s3cr3t-tool-key"

@@ -11,9 +11,9 @@ import redis.asyncio as aioredis
 
 from gateway.state.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import Harness, start_workers, texts
-from tests.gateway.helpers import inbound
-from tests.gateway.model_turns import (  # noqa: F401  (collected here)
+from tests.support.harness import Harness, start_workers, texts
+from tests.support.helpers import inbound
+from tests.support.model_turns import (  # noqa: F401  (collected here)
     test_a_failed_model_call_tells_the_user_once_and_records_no_half_reply,
     test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message,
     test_stop_cancels_the_running_turn,

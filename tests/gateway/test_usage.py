@@ -20,10 +20,10 @@ from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM, ReceivedRequest
 from tests.fakes.llm_shapes import count_words
-from tests.gateway.conversation import COMPRESSOR, conversation
-from tests.gateway.harness import Harness, start_workers, texts
-from tests.gateway.helpers import inbound
 from tests.gateway.test_compression import SUMMARY, talk_until_segment
+from tests.support.conversation import COMPRESSOR, conversation
+from tests.support.harness import Harness, start_workers, texts
+from tests.support.helpers import inbound
 
 PRICED = "openai/gpt-4o-mini"
 # openai/gpt-4o-mini in litellm's bundled price map: USD per input and output token

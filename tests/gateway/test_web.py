@@ -29,7 +29,7 @@ from gateway.inbound.ingest import Ingest
 from gateway.settings.env import load_settings
 from gateway.state import keys
 from gateway.state.health import REPORT_TTL, Health, read_all
-from tests.conftest import free_port, start_redis
+from tests.support.redis_servers import free_port, start_redis
 
 CHUNK = 64 * 1024
 

@@ -17,10 +17,10 @@ from adapters.telegram import TelegramPlatform
 from gateway.http.app import create_app
 from gateway.inbound.ingest import Ingest
 from gateway.settings.env import load_settings
-from tests import processes
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import request_text as request_text
+from tests.support import processes
+from tests.support.processes import request_text as request_text
 
 SECRET = "e2e_webhook-secret"
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice"}

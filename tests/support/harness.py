@@ -19,8 +19,8 @@ from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.helpers import settings
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.helpers import settings
+from tests.support.recording_sender import RecordingSender
 
 
 @dataclass

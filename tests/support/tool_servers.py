@@ -16,7 +16,7 @@ from gateway.messages import Inbound
 from gateway.ports import Sender
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import FakeToolCall, ToolResult, tool_results, tools_then_text
-from tests.gateway.harness import Harness, start_workers
+from tests.support.harness import Harness, start_workers
 
 DELETE = FakeToolCall("desk__delete_item", '{"name": "old"}')  # destructive: asks first
 TIMED_OUT_RESULT = "[not run: nobody approved this call within 1 second]"  # timeout 1 s

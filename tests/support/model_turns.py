@@ -8,8 +8,8 @@ pytest from collecting it on its own.
 
 from __future__ import annotations
 
-from tests.gateway.harness import Harness, texts
-from tests.gateway.helpers import inbound
+from tests.support.harness import Harness, texts
+from tests.support.helpers import inbound
 
 
 async def test_many_sessions_run_at_once(harness: Harness) -> None:

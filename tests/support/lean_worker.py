@@ -1,7 +1,7 @@
 """A worker with one model process, run as its own process by models/test_pool: one
 turn and one /status, then what it saw, and whether this process imported litellm.
 
-    python -m tests.gateway.lean_worker REDIS_URL API_BASE
+    python -m tests.support.lean_worker REDIS_URL API_BASE
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 from gateway.inbound.ingest import Ingest
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.helpers import inbound, settings
+from tests.support.recording_sender import RecordingSender
 
 
 async def main(redis_url: str, api_base: str) -> None:

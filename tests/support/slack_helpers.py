@@ -21,7 +21,6 @@ from adapters.slack.rotation import Rotation
 from gateway.http.app import create_app
 from gateway.inbound.ingest import Ingest
 from gateway.settings.env import load_settings
-from tests import processes
 from tests.fakes.slack_api import (
     BOT_TOKEN,
     BOT_USER_ID,
@@ -31,7 +30,8 @@ from tests.fakes.slack_api import (
     FakeSlack,
     Install,
 )
-from tests.processes import request_text as request_text
+from tests.support import processes
+from tests.support.processes import request_text as request_text
 
 SIGNING_SECRET = "test-signing-secret-0123456789"
 APP_TOKEN = "xapp-test-app-token"
