@@ -1,6 +1,6 @@
 """Worker tests that involve the model, written once and collected twice.
 
-tests/gateway/test_worker.py and test_turn.py import them to run with litellm in the
+tests/gateway/test_worker.py and turn/test_runner.py import them to run with litellm in the
 test's process; tests/gateway/models/test_pool.py imports them again, where its own
 `harness` fixture puts the model calls in a model process. This module's name keeps
 pytest from collecting it on its own.

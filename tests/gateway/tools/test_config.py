@@ -12,7 +12,7 @@ from gateway.errors import ConfigError
 from gateway.settings.env import load_settings
 from gateway.tools.config import load_tool_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = "sk-live-do-not-print-4242"
 
 

@@ -32,7 +32,7 @@ from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
 
 CHANNEL = "test:W:C1"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass

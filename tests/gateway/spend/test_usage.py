@@ -20,7 +20,7 @@ from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM, ReceivedRequest
 from tests.fakes.llm_shapes import count_words
-from tests.gateway.test_compression import SUMMARY, talk_until_segment
+from tests.gateway.context.test_compression import SUMMARY, talk_until_segment
 from tests.support.conversation import COMPRESSOR, conversation
 from tests.support.harness import Harness, start_workers, texts
 from tests.support.helpers import inbound

@@ -17,7 +17,7 @@ import redis
 
 from gateway.state.embedded_redis import EmbeddedRedis
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from gateway.tools import (
 )
 from tests.fakes.mcp_servers import lookup_record
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAST = Timing(connect_timeout=20.0, ping_interval=0.5, backoff=Backoff(first=0.05, limit=0.2))
 SECRET = "sk-live-do-not-print-4242"
 
