@@ -9,11 +9,13 @@ from datetime import timedelta
 import pytest
 
 from adapters.common import (
+    Field,
     approval_payload,
     attachment,
     first_invalid,
     integer,
     invalid,
+    is_text,
     one_of,
     optional,
     parse_approval_payload,
@@ -54,7 +56,11 @@ def test_a_snowflake_is_an_unsigned_64_bit_id(value: object, ok: bool) -> None:
 
 
 def test_the_first_failing_field_is_named_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
-    fields = [("chat", 5, integer(0, 9)), ("user", "x", integer(0, 9)), ("text", 1, str)]
+    fields: list[Field] = [
+        ("chat", 5, integer(0, 9)),
+        ("user", "x", integer(0, 9)),
+        ("text", 1, is_text),
+    ]
     assert first_invalid(fields) == "user"
     assert invalid("telegram", fields)
     assert caplog.messages == [

@@ -8,8 +8,7 @@ import redis.asyncio as aioredis
 from adapters.slack.client import web_client
 from adapters.slack.names import NAME_TTL, UNKNOWN_TTL, UserNames, display_name
 from gateway.state.keys import Keys
-from tests.fakes.slack_api import FakeSlack
-from tests.support.slack_helpers import BOT_TOKEN
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 
 
 def names(slack: FakeSlack, redis: aioredis.Redis) -> UserNames:

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from gateway.errors import LeaseLost
 from gateway.state.jobs import Job
 from gateway.state.keys import Keys
-from gateway.state.session import SessionStore, assistant_entry
+from gateway.state.session import Entry, SessionStore, assistant_entry
 from gateway.turn.claims import Turn, last_user
 from gateway.turn.generation import RunningTurn
 from gateway.turn.runner import TurnRunner
@@ -106,7 +106,7 @@ async def test_giving_up_marks_the_message_answered_and_says_where_to_tell_the_u
 
 
 def test_last_user_is_the_newest_user_entry_with_a_reply_address() -> None:
-    entries = [
+    entries: list[Entry] = [
         {"role": "user", "text": "a", "reply": {"channel": "C1"}},
         {"role": "assistant", "text": "b"},
         {"role": "user", "text": "c", "reply": {"channel": "C1"}},
