@@ -118,3 +118,8 @@ async def test_a_turns_call_streams_the_models_answer_into_its_reply(
     assert chain is None  # the chat completions API keeps no chain
     [request] = llm.requests
     assert request["model"] == "main-model"
+    # The call's usage is counted (beside the reply, once the stream has ended).
+    counted = Keys.usage("model", "openai/main-model")
+    async with asyncio.timeout(5):
+        while not await turns.sessions.redis.exists(counted):
+            await asyncio.sleep(0.02)
