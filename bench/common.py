@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E4
 
 from gateway.messages import Address, Inbound, Speaker  # noqa: E402
 from gateway.ports import Limits  # noqa: E402
-from tests.conftest import free_port, start_redis  # noqa: E402, F401  (the benchmarks' too)
+from tests.support.redis_servers import free_port, start_redis  # noqa: E402, F401  (the benchmarks' too)
 
 PLATFORM = "console"  # open to everyone, so no allow-list is needed
 

@@ -39,7 +39,7 @@ from gateway.state.embedded_redis import EmbeddedRedis
 from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_shapes import JSON, last_user_text
-from tests.gateway.cli_runs import as_in_a_terminal, clean_env, gateway
+from tests.support.cli_runs import as_in_a_terminal, clean_env, gateway
 
 MODEL = "console-model"
 SESSION = "console:local:console"

@@ -36,13 +36,13 @@ from aiohttp import web
 
 from gateway.state.embedded_redis import find_redis_server
 from gateway.state.keys import GROUP, Keys
-from tests.adapters.slack_helpers import BOT_TOKEN, SIGNING_SECRET
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_shapes import JSON, error_body, last_user_text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram, Message
-from tests.processes import environment
+from tests.support.processes import environment
+from tests.support.slack_helpers import BOT_TOKEN, SIGNING_SECRET
 
 TELEGRAM_SECRET = "drill_webhook-secret"
 ALICE = 42

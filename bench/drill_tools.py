@@ -37,7 +37,7 @@ from drill_traffic import Row, Sent, Tally, Telegram, tag, wait_finished
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_shapes import JSON, last_user_text
 from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results
-from tests.processes import request_text
+from tests.support.processes import request_text
 
 TOOL_SECONDS = 3.0  # long enough to kill the worker mid-call, short enough for the rerun
 SPARE = 1  # workers beyond the two a trial needs, so that a trial rarely waits for one

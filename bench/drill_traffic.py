@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 from drill_stack import ALICE, FAILURE_TEXT, TELEGRAM_SECRET, Stack, done_marker, poll
 
-from tests.adapters.slack_helpers import event_body, mention, signed_headers
 from tests.fakes.slack_api import TEAM_ID
 from tests.fakes.telegram_api import Message
+from tests.support.slack_helpers import event_body, mention, signed_headers
 
 _update_ids = itertools.count(10_000)
 _message_ids = itertools.count(100)

@@ -72,10 +72,10 @@ from drill_traffic import (
     wait_finished,
 )
 
-from tests.adapters.slack_helpers import SIGNING_SECRET
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM
-from tests.processes import request_text
+from tests.support.processes import request_text
+from tests.support.slack_helpers import SIGNING_SECRET
 
 try:  # the shared generator, once it lands; the drill's own until then
     from tests.fakes.fuzz import slack_cases, telegram_cases  # type: ignore[import-not-found]

@@ -43,7 +43,7 @@ from gateway.settings.env import Settings
 from gateway.state.keys import Keys
 from gateway.state.session import SessionStore, assistant_entry, user_entry
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.conversation import MAIN, STATEFUL_MAIN, conversation, make_settings
+from tests.support.conversation import MAIN, STATEFUL_MAIN, conversation, make_settings
 
 SENTENCES = [
     "Can you check why the deploy of version 2.{n} failed on the staging cluster?",

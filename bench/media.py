@@ -68,7 +68,7 @@ def make_files(folder: str, sessions: int, megabytes: int) -> None:
     worker's."""
     side = int((megabytes * 1_000_000 / 3) ** 0.5)
     script = (
-        "import sys; from pathlib import Path; from tests.gateway.media_files import noisy_png; "
+        "import sys; from pathlib import Path; from tests.support.media_files import noisy_png; "
         f"data = noisy_png({side}, {side}); "
         f"[Path(sys.argv[1], f'{{n}}.png').write_bytes(data) for n in range({sessions})]"
     )

@@ -2,7 +2,7 @@
 
 A streamed reply is rendered and split on every flush, on the worker's event
 loop: a converter or splitter that is quadratic on some input stalls every turn
-of that worker. For each platform and each shape of `tests/adapters/adversarial.py`
+of that worker. For each platform and each shape of `tests/support/adversarial.py`
 this times one render plus one `split_markdown` (the platform's real limit and
 the sender's own measure) at each size, and prints the ratio of the largest size
 to the smallest (linear: the size ratio, 4 for 25k -> 100k; quadratic: 16) and
@@ -35,7 +35,7 @@ from adapters.telegram.client import BotClient, prepare_process  # noqa: E402
 from adapters.telegram.sender import TelegramSender  # noqa: E402
 from gateway.delivery.splitting import split_markdown  # noqa: E402
 from gateway.messages import Address  # noqa: E402
-from tests.adapters.adversarial import SHAPES, adversarial  # noqa: E402
+from tests.support.adversarial import SHAPES, adversarial  # noqa: E402
 
 ADDRESS = Address(platform="bench", workspace="w", channel="1")
 ORDINARY = (

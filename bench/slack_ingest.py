@@ -32,7 +32,9 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.adapters.slack_helpers import (  # noqa: E402
+from tests.fakes.slack_api import FakeSlack  # noqa: E402
+from tests.support.redis_servers import free_port, start_redis  # noqa: E402
+from tests.support.slack_helpers import (  # noqa: E402
     BOT_TOKEN,
     SIGNING_SECRET,
     event_body,
@@ -40,8 +42,6 @@ from tests.adapters.slack_helpers import (  # noqa: E402
     mention,
     signed_headers,
 )
-from tests.conftest import free_port, start_redis  # noqa: E402
-from tests.fakes.slack_api import FakeSlack  # noqa: E402
 
 USERS = [f"U{n:04d}" for n in range(20)]
 

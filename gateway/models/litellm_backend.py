@@ -3,10 +3,11 @@
 litellm is imported on first use only (it costs seconds and hundreds of MB),
 so processes that never call a model never load it; and it is told to use its
 bundled model map instead of fetching one at import. This is the one module
-that imports it; its exceptions are mapped to the error tree here. That is
-why it is a little over 400 lines: every call shape litellm serves here (chat
-completions, the Responses API, their streams, counts, transcription) and the
-mapping of its errors stay behind that one import.
+that imports it; its exceptions are mapped to the error tree here.
+
+Long because: every call shape litellm serves here (chat completions, the
+Responses API, their streams, counts, transcription, all on `LitellmBackend`)
+and the mapping of its errors stay behind that one import.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ the `answered` mark; finishing the turn appends the assistant entry and moves
 the mark, all fenced by the lease token and the session's reset epoch, so a
 turn is recorded once even when a slow worker and its replacement both finish.
 
-Every script a session's state goes through has its one method here (claim,
-finish, the tool loop's steps, enqueues, progress, reset), so the module is a
-little over 400 lines: splitting it would part the methods from the keys and
-fences they share.
+Long because: every script a session's state goes through has its one method
+on `SessionStore` (claim, finish, the tool loop's steps, enqueues, progress,
+reset); splitting it would part the methods from the keys and fences they share.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ runs again, any other gets a result saying it was interrupted and may or may
 not have taken effect. While the loop is open the claim leaves new messages in
 the inbox: they are the next turn's, after this one's answer.
 
-The module is a little over 400 lines: the steps, their recording and the
-resume all read and write one `LoopState` under the same fences, and parted
-they would pass it back and forth; the entry and message builders at the end
-are its only free-standing helpers.
+Long because: the steps, their recording and the resume all read and write
+one `LoopState` under the same fences, and parted they would pass it back and
+forth; the entry and message builders at the end are its only free-standing
+helpers.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from gateway.approvals.store import Status
 from gateway.inbound.ingest import Ingest
 from gateway.messages import Address
 from gateway.state.keys import Keys
-from tests.gateway.cli_runs import run_console
-from tests.gateway.helpers import settings
+from tests.support.cli_runs import run_console
+from tests.support.helpers import settings
 
 ADDRESS = Address(platform="console", workspace="local", channel="console")
 

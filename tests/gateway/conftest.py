@@ -1,4 +1,4 @@
-"""Fixtures of the core's tests: one worker or two, in process (tests/gateway/harness.py)."""
+"""Fixtures of the core's tests: one worker or two, in process (tests/support/harness.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import Harness, start_workers
+from tests.support.harness import Harness, start_workers
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import redis
 from gateway.state.embedded_redis import ServerRecord
 from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.cli_runs import as_in_a_terminal, clean_env, gateway, run_console
+from tests.support.cli_runs import as_in_a_terminal, clean_env, gateway, run_console
 
 pytestmark = pytest.mark.timeout(240)
 

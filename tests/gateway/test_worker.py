@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 
-from tests.gateway.harness import Harness, texts
-from tests.gateway.helpers import inbound
-from tests.gateway.model_turns import test_many_sessions_run_at_once  # noqa: F401  (collected here)
+from tests.support.harness import Harness, texts
+from tests.support.helpers import inbound
+from tests.support.model_turns import test_many_sessions_run_at_once  # noqa: F401  (collected here)
 
 
 async def test_a_message_gets_a_streamed_reply_recorded_once(harness: Harness) -> None:

@@ -6,7 +6,7 @@ from gateway.models import ModelCall, Models, Usage
 from gateway.models.litellm_backend import LitellmBackend
 from gateway.models.pool import ModelPool
 from gateway.models.scripted import ECHO_LABEL, ScriptedBackend
-from tests.gateway.helpers import settings
+from tests.support.helpers import settings
 
 UNUSED_REDIS = "redis://127.0.0.1:1"  # Models never touches Redis
 

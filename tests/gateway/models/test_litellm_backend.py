@@ -22,8 +22,8 @@ import pytest
 from gateway.errors import ModelStalled, ModelTimeout
 from gateway.models import ModelCall, Models, ResponseChain, Usage
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.harness import start_workers, texts
-from tests.gateway.helpers import inbound, settings
+from tests.support.harness import start_workers, texts
+from tests.support.helpers import inbound, settings
 
 IDLE = 0.5
 # Far above the idle timeout: a test that waits for it would fail its time bound.

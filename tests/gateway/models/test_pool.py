@@ -22,10 +22,10 @@ from gateway.models import Models
 from gateway.models.pool import ModelPool, ModelProcess
 from gateway.state.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
-from tests.gateway.conversation import STATEFUL_MAIN, conversation
-from tests.gateway.harness import Harness, start_workers, texts
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.model_turns import (  # noqa: F401  (collected again, with a model process)
+from tests.support.conversation import STATEFUL_MAIN, conversation
+from tests.support.harness import Harness, start_workers, texts
+from tests.support.helpers import inbound, settings
+from tests.support.model_turns import (  # noqa: F401  (collected again, with a model process)
     test_a_failed_model_call_tells_the_user_once_and_records_no_half_reply,
     test_a_turn_that_loses_its_lease_is_run_again_into_the_same_message,
     test_many_sessions_run_at_once,
@@ -164,7 +164,7 @@ async def test_a_worker_with_model_processes_never_imports_litellm(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.gateway.lean_worker",
+        "tests.support.lean_worker",
         redis_url,
         llm.api_base,
         stdout=asyncio.subprocess.PIPE,

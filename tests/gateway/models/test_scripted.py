@@ -16,8 +16,8 @@ from gateway.models import ModelCall, Models, Usage
 from gateway.models.scripted import ScriptedBackend
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
-from tests.gateway.helpers import inbound, settings
-from tests.gateway.recording_sender import RecordingSender
+from tests.support.helpers import inbound, settings
+from tests.support.recording_sender import RecordingSender
 
 MAIN, SIDE = "scripted/main", "scripted/side"
 CUT_NOTE = "_(the answer was cut off: the model stopped responding)_"

@@ -24,7 +24,7 @@ from gateway.models.scripted import ScriptedAnswer, ScriptedBackend
 from gateway.models.tool_calls import ToolCallParts
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import Answer, FakeToolCall, tools_then_text
-from tests.gateway.helpers import settings
+from tests.support.helpers import settings
 
 TOTAL = 20.0
 IDLE = 0.5
