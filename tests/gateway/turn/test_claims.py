@@ -81,7 +81,7 @@ async def test_a_stop_reaches_the_turn_held_here_and_its_end_lets_the_lease_go(
     lease = claims.lease(job.session_key)
     await claims.claim(job, lease)
     with pytest.raises(RuntimeError):
-        async with claims.holding(job.session_key, lease) as running:
+        async with claims.turn_running(job.session_key, lease) as running:
             claims.stop(job.session_key)
             assert running.stop.is_set() and running.reason == "stopped by user"
             raise RuntimeError("the turn failed")
