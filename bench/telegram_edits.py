@@ -22,7 +22,8 @@ import common  # noqa: F401  first: it puts the project and the fakes on sys.pat
 
 from adapters.telegram.client import BotClient, prepare_process
 from adapters.telegram.sender import TelegramSender
-from gateway.delivery.stream import ReplyStream, SendPacing
+from gateway.delivery.pacing import SendPacing
+from gateway.delivery.stream import ReplyStream
 from gateway.messages import Address
 from gateway.state import embedded_redis, keys
 from tests.fakes.telegram_api import FakeTelegram, running

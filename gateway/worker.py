@@ -27,7 +27,7 @@ from gateway import tools
 from gateway.answers.side_jobs import Answers, TurnParts
 from gateway.approvals.store import ApprovalStore
 from gateway.approvals.waiting import Confirmations
-from gateway.delivery.stream import SendPacing
+from gateway.delivery.pacing import SendPacing
 from gateway.errors import LeaseLost
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address

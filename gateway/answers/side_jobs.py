@@ -21,7 +21,8 @@ from gateway.answers.config_command import ConfigAsk
 from gateway.context.compiler import split_view
 from gateway.context.compression import Compressor
 from gateway.context.transcript import render_transcript
-from gateway.delivery.stream import SendPacing, deliver, finder
+from gateway.delivery.pacing import SendPacing
+from gateway.delivery.stream import deliver, finder
 from gateway.errors import ModelError, PlatformError
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.delivery.stream import ReplyStream, SendPacing, finder
+from gateway.delivery.pacing import SendPacing
+from gateway.delivery.stream import ReplyStream, finder
 from gateway.errors import BudgetExceeded, ModelError, ModelStalled, PlatformError
 from gateway.messages import Address
 from gateway.metrics import Metrics

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from gateway.approvals.waiting import Asker, Confirmations
 from gateway.context.compiler import TurnContext
 from gateway.context.compression import Compressor
-from gateway.delivery.stream import ReplyStream, SendPacing, deliver, finder
+from gateway.delivery.pacing import SendPacing
+from gateway.delivery.stream import ReplyStream, deliver, finder
 from gateway.errors import LeaseLost, ModelError, PlatformError
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address

@@ -1,16 +1,16 @@
-"""Streamed edits, continuations, rate limits and the shared send pacing."""
+"""Streamed edits, continuations, a rate limit mid-stream, whole texts delivered."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.delivery.stream import ReplyStream, SendPacing, deliver
+from gateway.delivery.pacing import SendPacing
+from gateway.delivery.stream import ReplyStream, deliver
 from gateway.errors import LeaseLost, PlatformError
 from gateway.messages import Address
 from tests.support.recording_sender import RecordingSender
@@ -118,29 +118,6 @@ async def test_deliver_names_each_piece_and_a_rerun_skips_those_found() -> None:
     assert asked == keys
     assert [c.key for c in sender.calls[len(first) :]] == ["s:job-1:0", "s:job-1:1"]
     assert again[2:] == first[2:]
-
-
-async def test_send_pacing_is_shared_between_workers(redis_client: aioredis.Redis) -> None:
-    one, two = SendPacing(redis_client), SendPacing(redis_client)
-    assert await one.acquire("tg:chat", 1.0) == 0
-    wait = await two.acquire("tg:chat", 1.0)
-    assert 0.5 < wait <= 1.0
-    await two.ban("tg:other", 5.0)
-    assert await one.acquire("tg:other", 1.0) > 4.0
-
-
-async def test_pacing_paces_final_sends_across_streams(redis_client: aioredis.Redis) -> None:
-    sender = RecordingSender(chat_interval=0.2)
-    pacing = SendPacing(redis_client)
-    started = time.monotonic()
-    await asyncio.gather(
-        deliver(sender, ADDRESS, "one", pacing),
-        deliver(sender, ADDRESS, "two", pacing),
-        deliver(sender, ADDRESS, "three", pacing),
-    )
-    times = sorted(c.at for c in sender.calls)
-    assert times[2] - started >= 0.39
-    assert all(b - a >= 0.19 for a, b in itertools.pairwise(times))
 
 
 async def test_a_run_that_lost_its_turn_posts_no_new_message() -> None:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from PIL import Image
 
-from gateway.delivery.stream import SendPacing
+from gateway.delivery.pacing import SendPacing
 from gateway.messages import Attachment
 from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
