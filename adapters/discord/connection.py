@@ -185,7 +185,7 @@ class GatewayClient(discord.AutoShardedClient):
         return (
             self.auto_thread
             and inbound.mentions_bot
-            and self.ingest.allowed(inbound)
+            and self.ingest.access.allowed(inbound)
             and isinstance(message.channel, discord.TextChannel)
             and not inbound.text.startswith(("/", "!"))
         )

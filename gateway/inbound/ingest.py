@@ -117,10 +117,6 @@ class Ingest:
         """The most recently active session in a channel (Slack's `/btw` applies to it)."""
         return await self.sessions.latest_in_channel(channel_key)
 
-    def allowed(self, inbound: Inbound) -> bool:
-        """Whether the access rules let the speaker in, pairing aside (`Access.allowed`)."""
-        return self.access.allowed(inbound)
-
     async def _addressed(self, inbound: Inbound) -> bool:
         if inbound.is_dm or inbound.mentions_bot or inbound.replies_to_bot:
             return True
