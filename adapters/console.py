@@ -69,13 +69,27 @@ class ConsoleSender:
         return len(markdown)
 
     async def send(
-        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+        self,
+        address: Address,
+        markdown: str,
+        *,
+        final: bool,
+        key: str | None = None,
+        feedback: bool = False,
     ) -> str:
         if final:
             self._print(address, markdown)
         return str(next(self._ids))
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+    async def edit(
+        self,
+        address: Address,
+        message_id: str,
+        markdown: str,
+        *,
+        final: bool,
+        feedback: bool = False,
+    ) -> None:
         if final:
             self._print(address, markdown)
 

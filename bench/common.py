@@ -44,12 +44,26 @@ class BenchSender:
         return len(markdown)
 
     async def send(
-        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+        self,
+        address: Address,
+        markdown: str,
+        *,
+        final: bool,
+        key: str | None = None,
+        feedback: bool = False,
     ) -> str:
         self.record(address, markdown, final)
         return str(next(self._ids))
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+    async def edit(
+        self,
+        address: Address,
+        message_id: str,
+        markdown: str,
+        *,
+        final: bool,
+        feedback: bool = False,
+    ) -> None:
         self.record(address, markdown, final)
 
     async def thinking(self, address: Address, on: bool) -> None:

@@ -14,7 +14,8 @@
      │    └── UnreadableMedia     not what it claims to be (a truncated image, not a PDF)
      ├── PlatformError            a platform API refused or failed a call
      │    ├── RateLimited         the platform asked us to wait (retry_after seconds)
-     │    └── MessageRejected     the platform refused the content (formatting, length)
+     │    ├── MessageRejected     the platform refused the content (formatting, length)
+     │    └── StreamRefused       the platform refused its streaming surface: edit in place
      └── ModelError               the model call failed for good
           ├── ModelTimeout
           │    └── ModelStalled   the stream went silent for the idle timeout
@@ -98,6 +99,18 @@ class RateLimited(PlatformError):
 
 class MessageRejected(PlatformError):
     """The platform refused the message's content (for example its formatting)."""
+
+
+class StreamRefused(PlatformError):
+    """The platform refused its own streaming surface for this reply (a method the channel,
+    the workspace or the client does not allow, a stream that expired): the reply goes on
+    edited in place. `for_channel` says the refusal holds for the whole channel for a
+    while (a channel type, a missing scope, a policy), so the next reply there starts
+    edited in place without asking again; `code` is the platform's error code."""
+
+    def __init__(self, code: str, *, for_channel: bool) -> None:
+        self.code, self.for_channel = code, for_channel
+        super().__init__(f"streaming refused: {code}")
 
 
 class ModelError(GatewayError):

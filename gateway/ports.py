@@ -8,7 +8,7 @@ declared here as data the core reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -51,9 +51,17 @@ class Sender(Protocol):
         ...
 
     async def send(
-        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+        self,
+        address: Address,
+        markdown: str,
+        *,
+        final: bool,
+        key: str | None = None,
+        feedback: bool = False,
     ) -> str:
-        """Post a new message; returns its platform id.
+        """Post a new message; returns its platform id. `feedback` (a reply's last
+        message, final) asks for the thumbs up and down buttons under it, where the
+        platform has them.
 
         `key` names the message the same way on every run of the same turn, so a run
         that died (or lost the answer) after the platform took its post does not leave
@@ -65,7 +73,13 @@ class Sender(Protocol):
         ...
 
     async def edit(
-        self, address: Address, message_id: str, markdown: str, *, final: bool
+        self,
+        address: Address,
+        message_id: str,
+        markdown: str,
+        *,
+        final: bool,
+        feedback: bool = False,
     ) -> None: ...
 
     async def thinking(self, address: Address, on: bool) -> None:
@@ -83,6 +97,69 @@ class Sender(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+STEP_STATES = ("pending", "in_progress", "complete", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One tool call on a reply's timeline: its call id, what it is (the tool's name and
+    a short, safe summary of its arguments) and its state, one of STEP_STATES."""
+
+    id: str
+    title: str
+    state: str
+    details: str = ""
+
+
+class LiveMessage(Protocol):
+    """One message of a reply written through the platform's own streaming surface
+    (Slack's chat.startStream/appendStream/stopStream, Telegram's sendMessageDraft).
+
+    Every call raises `RateLimited` when the platform asks to wait, `StreamRefused` when
+    it will not stream here (the reply goes on edited in place), `PlatformError`
+    otherwise. `message_id` is the platform message the live message already is (Slack's
+    stream ts, after its first `show`), None while it is none (a Telegram draft).
+    `interval` is the least time between two calls; `refresh`, when set, the most time
+    the message may go without one before it lapses (a draft's life).
+    """
+
+    message_id: str | None
+    interval: float
+    refresh: float | None
+
+    async def show(self, markdown: str, steps: Sequence[Step]) -> None:
+        """The message shows `markdown` (the text so far, which only grows while it
+        streams) and the timeline `steps`."""
+        ...
+
+    async def close(self, markdown: str, steps: Sequence[Step], *, feedback: bool) -> str:
+        """The message ends showing exactly `markdown`, as a real message of the
+        conversation, with feedback buttons when `feedback`; returns its id."""
+        ...
+
+
+@runtime_checkable
+class NativeStreams(Protocol):
+    """A Sender with the platform's own streaming surface, optional: the core checks for
+    it. Which mechanism a reply uses is decided here, per call."""
+
+    def native_mechanism(self, address: Address) -> str | None:
+        """The name of the streaming surface a reply at `address` uses ("stream",
+        "draft"), or None where only edit-in-place applies."""
+        ...
+
+    def open_live(self, address: Address, *, recipient: str) -> LiveMessage:
+        """A live message for a reply to `recipient` (the asker's user id), not shown yet:
+        no call is made before its first `show`."""
+        ...
+
+    async def close_live(self, address: Address, message_id: str) -> None:
+        """End a live message a run that died left streaming, so that it can be edited
+        (a re-run, or a fallback). Not an error when it is not streaming any more;
+        raises `PlatformError` when the platform cannot be reached."""
+        ...
 
 
 @runtime_checkable

@@ -77,7 +77,13 @@ class DiscordSender:
         return len(render(markdown))
 
     async def send(
-        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+        self,
+        address: Address,
+        markdown: str,
+        *,
+        final: bool,
+        key: str | None = None,
+        feedback: bool = False,
     ) -> str:
         """Post a message (or the interaction's follow-up); returns its id.
 
@@ -101,7 +107,15 @@ class DiscordSender:
         message: dict[str, Any] = await _call(http.send_message(address.channel, params=params))
         return str(message["id"])
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+    async def edit(
+        self,
+        address: Address,
+        message_id: str,
+        markdown: str,
+        *,
+        final: bool,
+        feedback: bool = False,
+    ) -> None:
         content = render(markdown)
         if address.token:
             webhook = await self._webhook(address.token)

@@ -125,7 +125,13 @@ class SlackSender:
         return len(to_mrkdwn(markdown))
 
     async def send(
-        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+        self,
+        address: Address,
+        markdown: str,
+        *,
+        final: bool,
+        key: str | None = None,
+        feedback: bool = False,
     ) -> str:
         """chat.postMessage has no idempotency key: `key` goes with the message as its
         metadata instead, where `find_post` looks for it."""
@@ -181,7 +187,15 @@ class SlackSender:
                 return None
         return None
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+    async def edit(
+        self,
+        address: Address,
+        message_id: str,
+        markdown: str,
+        *,
+        final: bool,
+        feedback: bool = False,
+    ) -> None:
         await self._call(
             "chat.update",
             address,

@@ -76,6 +76,7 @@ class TelegramSender:
         *,
         final: bool,
         key: str | None = None,
+        feedback: bool = False,
         keyboard: InlineKeyboardMarkup | None = None,
     ) -> str:
         """`key` is not used: the Bot API has no idempotent send (nor a way to list the
@@ -101,7 +102,15 @@ class TelegramSender:
 
         return await self._with_fallback(markdown, post)
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+    async def edit(
+        self,
+        address: Address,
+        message_id: str,
+        markdown: str,
+        *,
+        final: bool,
+        feedback: bool = False,
+    ) -> None:
         async def change(text: str, parse_mode: str | None) -> None:
             await self.bot.edit_message_text(
                 text=text,

@@ -1,31 +1,43 @@
 """Getting text onto a platform: streamed edits and continuations, within the chat's pacing
-(`pacing.py`).
+(`pacing.py`), or the platform's own streaming surface (`LiveMessage`).
 
 A reply streams as one message edited in place, no more often than the
 platform allows, and continues in further messages past the platform's
-length limit. When the platform says "wait" (RateLimited), intermediate edits
-are dropped and the latest text goes out after the wait: the final text is
-always delivered. Platforms that ban per chat get a pace shared by every
-worker through Redis, so two workers cannot together exceed it.
+length limit. Where the platform has a streaming surface of its own and the
+mechanism chosen for the reply (`mechanism.py`) is it, the same text goes
+through that surface instead, under the same pacing, and a refusal of it at
+any point carries the reply on edited in place, the text complete.
+
+When the platform says "wait" (RateLimited), intermediate edits are dropped
+and the latest text goes out after the wait: the final text is always
+delivered. Platforms that ban per chat get a pace shared by every worker
+through Redis, so two workers cannot together exceed it.
+
+Long because: `ReplyStream` writes one reply by either mechanism, and a refusal
+moves it from the live message to edits midway, on the same ids, sent pieces,
+pacing and flush lock: the two halves only make sense read together.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
+from gateway.delivery.mechanism import EDIT
 from gateway.delivery.pacing import PacedChat, SendPacing
-from gateway.errors import LeaseLost, PlatformError
+from gateway.errors import LeaseLost, PlatformError, StreamRefused
 from gateway.messages import Address
-from gateway.ports import PostFinder, Sender
+from gateway.ports import LiveMessage, NativeStreams, PostFinder, Sender, Step
 
 log = logging.getLogger(__name__)
 Find = Callable[[Address, str], Awaitable[str | None]]  # a post's id from its key, or None
+Refused = Callable[[str, StreamRefused], Awaitable[None]]  # a mechanism, and its refusal
 
 
 async def deliver(
@@ -83,11 +95,13 @@ async def earlier_post(find: Find | None, address: Address, key: str | None) -> 
 
 
 class ReplyStream:
-    """A main reply, streamed into one message edited in place (and continuations).
+    """A main reply, streamed into one message edited in place (and continuations), or
+    through the platform's own streaming surface (`mechanism`, not EDIT).
 
     `known_ids` are the messages an earlier run of the same turn already posted:
-    they are edited, never posted again. `on_ids` is called whenever a new
-    message is posted, so a re-run after a crash finds them; ids it could not
+    they are edited, never posted again (the last one first closed, where the
+    platform streams: its run may have died while it streamed). `on_ids` is called
+    whenever a new message is posted, so a re-run after a crash finds them; ids it could not
     store (Redis away) are stored again at the next flush. `may_post`, asked
     before each new message, says whether this run still holds its turn: a run
     that lost it posts nothing new, since the run that took over could not know
@@ -97,6 +111,12 @@ class ReplyStream:
     network, is not posted twice. `find` (a re-run's, where the sender can find its
     posts) is asked for each message before it is posted: one its predecessor posted
     but could not record is edited instead of posted again.
+
+    Natively, `recipient` is the asker, whom the platform streams to; `on_refused` is
+    told of a refusal of the surface (`Mechanisms.refused`), after which the reply goes
+    on edited in place: what the live message showed is completed by edits (Slack's
+    stream, closed first), or posted (a Telegram draft, which is no message). `feedback`
+    asks for the feedback buttons under the reply's last message.
     """
 
     def __init__(
@@ -111,6 +131,10 @@ class ReplyStream:
         may_post: Callable[[], Awaitable[bool]] | None = None,
         post_key: str | None = None,
         find: Find | None = None,
+        mechanism: str = EDIT,
+        recipient: str = "",
+        on_refused: Refused | None = None,
+        feedback: bool = False,
     ) -> None:
         self.chat = PacedChat(sender, address, pacing)
         self.post_key, self._find = post_key, find
@@ -119,13 +143,29 @@ class ReplyStream:
         self.sent: list[str | None] = [None] * len(self.ids)
         self.text = ""
         self.status = ""
+        self.steps: dict[str, Step] = {}
+        self.feedback = feedback
         self._on_ids, self._on_flush, self._may_post = on_ids, on_flush, may_post
+        self._on_refused = on_refused
         self._ids_unsaved = False
         self._dirty = asyncio.Event()
         self._closing = asyncio.Event()
         self._last_flush = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._flushing = asyncio.Lock()  # the pump, `posted` and `finish` never overlap
+        self._recipient = recipient
+        self._live: LiveMessage | None = None
+        self._live_index = 0  # the piece of the text the live message holds
+        self._live_sent: tuple[str, tuple[Step, ...]] | None = None  # what it shows
+        self._refresh_due = False
+        self._unclosed: str | None = None  # a message to close before it is edited
+        native = sender if isinstance(sender, NativeStreams) else None
+        if native is not None and self.ids:
+            self._unclosed = self.ids[-1]  # its run may have died while it streamed
+        self.mechanism = EDIT
+        if native is not None and mechanism != EDIT and not self.ids:
+            self.mechanism = mechanism
+            self._live = native.open_live(address, recipient=recipient)
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._keep_thinking()))
@@ -138,15 +178,26 @@ class ReplyStream:
             self._dirty.set()
 
     def set_status(self, status: str) -> None:
-        """A line shown under the text until it changes (a tool running); "" clears it."""
+        """A line shown under the text until it changes (a tool running); "" clears it.
+        A live message shows the steps instead."""
         if status != self.status:
             self.status = status
-            self._dirty.set()
+            if self._live is None:
+                self._dirty.set()
+
+    def set_step(self, step: Step) -> None:
+        """A tool call's place on the reply's timeline, where the platform draws one
+        (a live message); edited in place, the status line says what runs."""
+        if self.steps.get(step.id) != step:
+            self.steps[step.id] = step
+            if self._live is not None:
+                self._dirty.set()
 
     @property
     def shown(self) -> str:
-        """What the message shows now: the text, and the status line under it."""
-        if not self.status:
+        """What the message shows now: the text, and (edited in place) the status line
+        under it."""
+        if not self.status or self._live is not None:
             return self.text
         return f"{self.text.rstrip()}\n\n{self.status}" if self.text.strip() else self.status
 
@@ -164,7 +215,7 @@ class ReplyStream:
         Called before something a crash can cut off (a tool call): a run that takes
         the turn over then edits that message instead of posting a second one.
         """
-        if self.ids or not self.shown.strip():
+        if self.ids or not (self.shown.strip() or (self._live is not None and self.steps)):
             return
         try:
             await self._flush(final=False)
@@ -188,12 +239,27 @@ class ReplyStream:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), max(seconds, 0.0))
 
-    async def _pump(self) -> None:
-        interval = self.chat.limits.edit_interval
-        while not self._closing.is_set():
+    def _interval(self) -> float:
+        return self._live.interval if self._live is not None else self.chat.limits.edit_interval
+
+    async def _changed(self) -> None:
+        """Until there is something to show, or a live message must be shown again to
+        stay (`LiveMessage.refresh`)."""
+        live = self._live
+        if live is None or live.refresh is None or self._live_sent is None:
             await self._dirty.wait()
-            delay = max(self._last_flush + interval, self.chat.not_before) - time.monotonic()
-            await self._pause(delay)
+            return
+        try:
+            await asyncio.wait_for(self._dirty.wait(), live.refresh)
+        except TimeoutError:
+            self._refresh_due = True  # shown again as it is: it keeps the message alive
+            self._dirty.set()
+
+    async def _pump(self) -> None:
+        while not self._closing.is_set():
+            await self._changed()
+            delay = max(self._last_flush + self._interval(), self.chat.not_before)
+            await self._pause(delay - time.monotonic())
             if self._closing.is_set():
                 return
             self._dirty.clear()
@@ -215,22 +281,36 @@ class ReplyStream:
     async def _flush_now(self, *, final: bool) -> None:
         if self._ids_unsaved:
             await self._save_ids()
+        if self._live is not None:
+            try:
+                if await self._flush_live(final=final) and self._on_flush and not final:
+                    await self._on_flush(self.text)
+                return
+            except StreamRefused as exc:
+                await self._fall_back(exc)
+        await self._close_unclosed()
+        if await self._flush_edits(final=final) and self._on_flush is not None and not final:
+            await self._on_flush(self.text)
+
+    async def _flush_edits(self, *, final: bool) -> bool:
+        """Edit in place: each piece posted once, then edited; False when a call was
+        skipped (a rate-limit wait), to be tried at the next flush."""
         pieces = self.chat.split(self.shown)
         for index, piece in enumerate(pieces):
+            last = final and index == len(pieces) - 1
             if index >= len(self.ids):
-                if self._may_post is not None and not await self._may_post():
-                    raise LeaseLost(f"not posting to {self.address.chat_key}: the turn moved on")
+                await self._may_post_now()
                 key = None if self.post_key is None else f"{self.post_key}:{index}"
                 if not await self._found(key):
                     posted = await self.chat.call(
-                        lambda p=piece, k=key: self.sender.send(  # type: ignore[misc]
-                            self.address, p, final=final, key=k
+                        lambda p=piece, k=key, f=last: self.sender.send(  # type: ignore[misc]
+                            self.address, p, final=final, key=k, feedback=f and self.feedback
                         ),
                         final=final,
                     )
                     if not posted.ok or posted.value is None:
                         self._dirty.set()
-                        return
+                        return False
                     self.ids.append(posted.value)
                     self.sent.append(piece)
                     self._ids_unsaved = True
@@ -239,20 +319,104 @@ class ReplyStream:
                 self.sent.append(None)  # found: stored, then edited to what it should show
                 self._ids_unsaved = True
                 await self._save_ids()
-            if self.sent[index] == piece:
-                continue
+            if self.sent[index] == piece and not (last and self.feedback):
+                continue  # (the last message gets its feedback buttons with its final edit)
             attempt = await self.chat.call(
-                lambda i=index, p=piece: self.sender.edit(  # type: ignore[misc]
-                    self.address, self.ids[i], p, final=final
+                lambda i=index, p=piece, f=last: self.sender.edit(  # type: ignore[misc]
+                    self.address, self.ids[i], p, final=final, feedback=f and self.feedback
                 ),
                 final=final,
             )
             if not attempt.ok:
                 self._dirty.set()
-                return
+                return False
             self.sent[index] = piece
-        if self._on_flush is not None and not final:
-            await self._on_flush(self.text)
+        return True
+
+    async def _flush_live(self, *, final: bool) -> bool:
+        """Through the live message: each piece past the length limit closes it and opens
+        the next; the last piece shown, or (final) closed with the feedback buttons.
+        False when a call was skipped."""
+        live = self._live
+        assert live is not None
+        pieces = self.chat.split(self.text) or [""]
+        steps = tuple(self.steps.values())
+        for index in range(self._live_index, len(pieces)):
+            piece = pieces[index]
+            if index < len(pieces) - 1 or final:
+                last = index == len(pieces) - 1
+                if not live.message_id and not (self._live_sent or piece.strip()):
+                    break  # nothing was ever shown, nor is there anything to close with
+                if self._live_sent is None:
+                    await self._may_post_now()
+                shown = steps if last else ()
+                closed = await self.chat.call(
+                    functools.partial(live.close, piece, shown, feedback=last and self.feedback),
+                    final=final,
+                )
+                if not closed.ok or closed.value is None:
+                    self._dirty.set()
+                    return False
+                await self._record(index, closed.value, piece)
+                if last:
+                    return True
+                live = self._next_live()
+                continue
+            if not (piece.strip() or steps):
+                return True
+            if self._live_sent == (piece, steps) and not self._refresh_due:
+                return True
+            if self._live_sent is None:
+                await self._may_post_now()
+            attempt = await self.chat.call(functools.partial(live.show, piece, steps), final=False)
+            if not attempt.ok:
+                self._dirty.set()
+                return False
+            self._live_sent, self._refresh_due = (piece, steps), False
+            if live.message_id is not None and len(self.ids) == index:
+                await self._record(index, live.message_id, None)  # re-run closes, then edits
+        return True
+
+    def _next_live(self) -> LiveMessage:
+        assert isinstance(self.sender, NativeStreams)
+        self._live = self.sender.open_live(self.address, recipient=self._recipient)
+        self._live_index += 1
+        self._live_sent, self._refresh_due = None, False
+        return self._live
+
+    async def _record(self, index: int, message_id: str, sent: str | None) -> None:
+        if index < len(self.ids):
+            self.ids[index], self.sent[index] = message_id, sent
+        else:
+            self.ids.append(message_id)
+            self.sent.append(sent)
+        self._ids_unsaved = True
+        await self._save_ids()
+
+    async def _fall_back(self, error: StreamRefused) -> None:
+        """The platform refused its surface: the reply goes on edited in place. A live
+        message that is a message (Slack's stream) is closed, then edited to the text."""
+        live, mechanism = self._live, self.mechanism
+        self._live, self._live_sent, self.mechanism = None, None, EDIT
+        if live is not None and live.message_id is not None:
+            self._unclosed = live.message_id
+        if self._on_refused is not None:
+            await self._on_refused(mechanism, error)
+
+    async def _close_unclosed(self) -> None:
+        """Close the live message a refusal, or a run that died, left streaming: best
+        effort, since one that no longer streams is edited all the same."""
+        message_id, self._unclosed = self._unclosed, None
+        if message_id is None or not isinstance(self.sender, NativeStreams):
+            return
+        try:
+            await self.sender.close_live(self.address, message_id)
+        except PlatformError as exc:
+            log.warning("%s: could not close stream %s: %s", self.address.chat_key, message_id, exc)
+
+    async def _may_post_now(self) -> None:
+        if self._may_post is not None and not await self._may_post():
+            raise LeaseLost(f"not posting to {self.address.chat_key}: the turn moved on")
 
     async def _found(self, key: str | None) -> bool:
         """Whether the platform holds the message `key` names (a re-run only): its id
@@ -268,7 +432,7 @@ class ReplyStream:
 
     async def _keep_thinking(self) -> None:
         interval = self.chat.limits.typing_interval
-        while not self.ids and not self._closing.is_set():
+        while not self.ids and self._live_sent is None and not self._closing.is_set():
             await self._thinking(True)
             if interval is None:
                 return

@@ -135,6 +135,8 @@ class Settings(BaseSettings):
     discord_command_guilds: str | None = Field(default=None, alias="DISCORD_COMMAND_GUILDS")
 
     allowed_users: str = Field(default="", alias="GATEWAY_ALLOWED_USERS")
+    # Platforms besides Slack's native streams whose replies carry feedback buttons.
+    feedback_text: str = Field(default="", alias="GATEWAY_FEEDBACK")
     # Strangers on Telegram and Discord get a pairing code the operator can approve.
     pairing: bool = Field(default=False, alias="GATEWAY_PAIRING")
     # Messages (and `/btw`) per user and per conversation, "N/min"; unset: no limit.
@@ -278,6 +280,12 @@ class Settings(BaseSettings):
     @property
     def allowed_user_set(self) -> frozenset[str]:
         return frozenset(u.strip() for u in self.allowed_users.split(",") if u.strip())
+
+    @property
+    def feedback_platforms(self) -> frozenset[str]:
+        """GATEWAY_FEEDBACK's platforms (`telegram,discord`): their replies carry feedback
+        buttons (Slack's native streams always do)."""
+        return frozenset(p.strip().lower() for p in self.feedback_text.split(",") if p.strip())
 
     @property
     def slack_many_workspaces(self) -> bool:

@@ -141,6 +141,14 @@ class SessionSettings:
     def system_prompt(self) -> str:
         return self.values.get("system_prompt") or self.env.system_prompt
 
+    def feedback(self, platform: str) -> bool:
+        """Whether replies on `platform` carry feedback buttons: the scope's `feedback`
+        (on or off), else GATEWAY_FEEDBACK (Slack's native streams carry them either way)."""
+        found = self.values.get("feedback")
+        if found:
+            return found == "on"
+        return platform in self.env.feedback_platforms
+
     @property
     def token_budget(self) -> int | None:
         """The scope's budget of history tokens; None: the environment's own rule."""

@@ -200,6 +200,12 @@ class Keys:
         return f"{PREFIX}:budget:{chat_key}"
 
     @staticmethod
+    def native_refused(chat_key: str) -> str:
+        """A chat whose platform refused its streaming surface (the error code, with a
+        TTL): its replies are edited in place until the key expires."""
+        return f"{PREFIX}:native_refused:{chat_key}"
+
+    @staticmethod
     def refused(user_key: str) -> str:
         return f"{PREFIX}:refused:{user_key}"
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from gateway.delivery.mechanism import FEEDBACK_ALWAYS, Mechanisms
 from gateway.delivery.pacing import SendPacing
 from gateway.delivery.stream import ReplyStream, finder
-from gateway.errors import BudgetExceeded, ModelError, ModelStalled, PlatformError
+from gateway.errors import (
+    BudgetExceeded,
+    ModelError,
+    ModelStalled,
+    PlatformError,
+    StreamRefused,
+)
 from gateway.messages import Address
 from gateway.metrics import Metrics
 from gateway.ports import Sender
@@ -25,8 +32,9 @@ class Replies:
 
     def __init__(self, sessions: SessionStore, pacing: SendPacing, metrics: Metrics) -> None:
         self.sessions, self.pacing, self.metrics = sessions, pacing, metrics
+        self.mechanisms = Mechanisms(sessions.redis, metrics)
 
-    def open(
+    async def open(
         self,
         key: str,
         token: str,
@@ -34,11 +42,21 @@ class Replies:
         sender: Sender,
         address: Address,
         user_entry_id: str,
+        *,
+        recipient: str,
+        feedback: bool,
         may_post: Callable[[], Awaitable[bool]] | None = None,
     ) -> ReplyStream:
         """A started stream that stores its message ids (and the user entry they answer)
         and its live text under the lease; each post is named by the session and the
-        user entry it answers, the same on every run of the turn."""
+        user entry it answers, the same on every run of the turn. Its mechanism is the
+        one `Mechanisms` chooses for this reply; `recipient` is the asker; `feedback`
+        whether the settings ask for feedback buttons (mechanisms in FEEDBACK_ALWAYS
+        carry them regardless)."""
+        mechanism = await self.mechanisms.choose(sender, address, rerun=claim.rerun)
+
+        async def refused(mechanism: str, error: StreamRefused) -> None:
+            await self.mechanisms.refused(address, mechanism, error)
 
         async def store_ids(ids: list[str]) -> None:
             await self.sessions.show_progress(key, token, claim, ids=ids, reply_to=user_entry_id)
@@ -57,6 +75,10 @@ class Replies:
             post_key=f"{key}:{user_entry_id}",
             # A re-run looks for what its predecessor posted but could not record.
             find=finder(sender, claim.rerun),
+            mechanism=mechanism,
+            recipient=recipient,
+            on_refused=refused,
+            feedback=feedback or mechanism in FEEDBACK_ALWAYS,
         )
         stream.start()
         return stream
@@ -87,7 +109,9 @@ class Replies:
 
     async def _finish(self, stream: ReplyStream, text: str) -> list[str]:
         try:
-            return await stream.finish(text)
+            ids = await stream.finish(text)
+            await self.mechanisms.delivered(stream.address, stream.mechanism)
+            return ids
         except PlatformError as exc:
             log.error("could not deliver the reply in %s: %s", stream.address.chat_key, exc)
             await self.metrics.count("errors", "delivery")

@@ -153,13 +153,15 @@ class TurnRunner:
         context, notices = await self.preparer.with_media(context, unanswered)
         told = f"{key}:{user.get('id') or ''}:notice"  # the same on a re-run, found there
         await _tell(sender, address, notices, self.replies.pacing, told, claim.rerun)
-        stream = self.replies.open(
+        stream = await self.replies.open(
             key,
             turn.lease.token,
             claim,
             sender,
             address,
             str(user.get("id") or ""),
+            recipient=str((user.get("speaker") or {}).get("id") or ""),
+            feedback=settings.feedback(address.platform),
             # A new message only while the lease is held, asked of Redis each time: a post
             # made while Redis is away could not be recorded, and its re-run would post it
             # again (the redis-restart drill showed it when this was answered locally).

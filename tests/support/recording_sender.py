@@ -52,14 +52,28 @@ class RecordingSender:
         return len(markdown)
 
     async def send(
-        self, address: Address, markdown: str, *, final: bool, key: str | None = None
+        self,
+        address: Address,
+        markdown: str,
+        *,
+        final: bool,
+        key: str | None = None,
+        feedback: bool = False,
     ) -> str:
         self._maybe_limit()
         message_id = str(next(self._ids))
         self._record("send", message_id, markdown, final, address, key)
         return message_id
 
-    async def edit(self, address: Address, message_id: str, markdown: str, *, final: bool) -> None:
+    async def edit(
+        self,
+        address: Address,
+        message_id: str,
+        markdown: str,
+        *,
+        final: bool,
+        feedback: bool = False,
+    ) -> None:
         self._maybe_limit()
         self._record("edit", message_id, markdown, final, address)
 

@@ -20,7 +20,16 @@ async def opened(turns: TurnRunner, sender: RecordingSender) -> tuple[ReplyStrea
     claim = await turns.sessions.claim(message.session_key, "token", 5.0)
     assert claim.view is not None
     user_id = claim.view.entries[-1]["id"]
-    stream = turns.replies.open(message.session_key, "token", claim, sender, message.reply, user_id)
+    stream = await turns.replies.open(
+        message.session_key,
+        "token",
+        claim,
+        sender,
+        message.reply,
+        user_id,
+        recipient=message.speaker.id,
+        feedback=False,
+    )
     return stream, claim, message.session_key
 
 
