@@ -39,3 +39,26 @@ def parse_approval_payload(value: object) -> tuple[str, bool] | None:
 def refusal_text(verdict: Verdict) -> str | None:
     """What the clicker is told, briefly and to them alone; None when the click counted."""
     return {Verdict.NOT_YOURS: NOT_YOURS_TEXT, Verdict.CLOSED: CLOSED_TEXT}.get(verdict)
+
+
+# Feedback buttons under a reply's last message: `f:up` / `f:down` (Telegram's callback_data,
+# Discord's custom_id); Slack's feedback_buttons element carries the value alone, in the
+# `context_actions` block FEEDBACK_BLOCK, action FEEDBACK_ACTION. The reply they are under
+# is the message the click comes from: the payload needs nothing else.
+FEEDBACK_UP, FEEDBACK_DOWN = "up", "down"
+FEEDBACK_VALUES = (FEEDBACK_UP, FEEDBACK_DOWN)
+FEEDBACK_UP_LABEL, FEEDBACK_DOWN_LABEL = "👍", "👎"
+FEEDBACK_BLOCK, FEEDBACK_ACTION = "gw_feedback", "gw_feedback"
+
+
+def feedback_payload(value: str) -> str:
+    """What a feedback button carries back when clicked (`value` one of FEEDBACK_VALUES)."""
+    assert value in FEEDBACK_VALUES
+    return f"f:{value}"
+
+
+def parse_feedback_payload(value: object) -> str | None:
+    """The feedback value of a button's payload; None when it is not of our form."""
+    if isinstance(value, str) and value.startswith("f:") and value[2:] in FEEDBACK_VALUES:
+        return value[2:]
+    return None
