@@ -26,6 +26,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.fields import SHAPE_ERRORS, invalid
+from adapters.slack.assistant import AssistantThreads
 from adapters.slack.clicks import Ack, Clicks
 from adapters.slack.errors import core_error
 from adapters.slack.inbound import (
@@ -72,11 +73,13 @@ class Listeners:
         names: UserNames,
         identity: Identity,
         workspaces: Workspaces | None = None,
+        assistant: AssistantThreads | None = None,
     ) -> None:
         self.ingest = ingest
         self.names = names
         self.identity = identity
         self.workspaces = workspaces
+        self.assistant = assistant
         self.clicks = Clicks(ingest)
 
     async def on_message(
@@ -95,6 +98,8 @@ class Listeners:
         inbound = inbound.model_copy(update={"speaker": speaker})
         outcome = await self.ingest.receive(inbound)
         log.debug("slack event %s -> %s", inbound.event_id, outcome)
+        if self.assistant is not None:
+            self.assistant.first_message(inbound, client)
 
     async def on_btw(self, ack: Ack, command: dict[str, Any], client: AsyncWebClient) -> None:
         """The native `/btw`: a side question about the channel's latest session."""
@@ -184,6 +189,9 @@ def build_app(
     app.event("app_mention")(listeners.on_message)
     app.event("message")(listeners.on_message)
     app.command("/btw")(listeners.on_btw)
+    if listeners.assistant is not None:
+        app.event("assistant_thread_started")(listeners.assistant.on_started)
+        app.event("assistant_thread_context_changed")(listeners.assistant.on_context_changed)
     app.action(APPROVE_ACTION)(listeners.clicks.handle)
     app.action(DECLINE_ACTION)(listeners.clicks.handle)
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.
