@@ -10,11 +10,14 @@ found"). setSuggestedPrompts takes `channel_id`, `prompts` (one to four, each wi
 (the list's heading); setTitle takes `channel_id`, `thread_ts` and a `title`. A
 `channel_id` that is not a channel answers `channel_not_found`. The latest answered
 call of each thread is kept (`suggested`, `titles`); every call is in `calls`.
+`assistant_gate`, while not set, holds both methods' answers (a slow Slack; it holds
+the fake's whole loop, so set it before anything else is asked of the fake).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +36,7 @@ class AssistantThreadsApi:
         self.assistant_threads: set[Thread] = set()
         self.suggested: dict[Thread, dict[str, Any]] = {}  # prompts and heading
         self.titles: dict[Thread, str] = {}
+        self.assistant_gate: threading.Event | None = None
 
     def open_assistant_thread(self, channel: str, thread_ts: str) -> None:
         """Slack opening a new assistant thread (before it sends assistant_thread_started)."""
@@ -48,10 +52,12 @@ class AssistantThreadsApi:
 
     def _assistant_thread(self, args: dict[str, Any]) -> Thread | str:
         """The call's thread, or the error Slack answers for it."""
+        if self.assistant_gate is not None:
+            self.assistant_gate.wait(10)
         if not self.assistant_enabled:
             return "missing_scope"
         channel = args.get("channel_id")
-        if not isinstance(channel, str) or not channel[:1] in ("C", "D", "G"):
+        if not isinstance(channel, str) or channel[:1] not in ("C", "D", "G"):
             return "channel_not_found"
         thread = (channel, str(args.get("thread_ts")))
         return thread if thread in self.assistant_threads else "invalid_thread_ts"
