@@ -192,6 +192,7 @@ def build_app(
     if listeners.assistant is not None:
         app.event("assistant_thread_started")(listeners.assistant.on_started)
         app.event("assistant_thread_context_changed")(listeners.assistant.on_context_changed)
+        app.event("app_home_opened")(listeners.assistant.on_home_opened)
     app.action(APPROVE_ACTION)(listeners.clicks.handle)
     app.action(DECLINE_ACTION)(listeners.clicks.handle)
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.

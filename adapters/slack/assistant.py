@@ -11,6 +11,14 @@ only the delivery whose DEL removed it calls assistant.threads.setTitle with tha
 message (one line, without mentions, at most TITLE_CHARS): a re-delivered event, a
 second web process and the thread's second message all find no note.
 
+Slack's newer agent messaging experience (an app whose manifest has `agent_view`
+instead of `assistant_view`, https://docs.slack.dev/ai/migrating-to-agent-messaging/)
+sends no `assistant_thread_started`: someone opening the app's DM is an
+`app_home_opened` event on its `messages` tab, and the prompts are set for the DM
+itself, without a `thread_ts` (with one, Slack drops the call for an agent app). Those
+are the DM's scope's prompts (`slack:<team>:<DM>`), offered at each opening; Slack
+sends that event only to an app subscribed to it, which the agent experience asks for.
+
 Every call here runs after the event is acknowledged, as a task of this process
 bounded by CALL_TIMEOUT (Slack wants the acknowledgement within 3 s), and a failure
 (Slack down, `missing_scope` for `assistant:write`, a 429) is one log line and
@@ -85,6 +93,14 @@ class AssistantThreads:
         if thread is not None:
             self._spawn(self._context_changed(thread, client))
 
+    async def on_home_opened(
+        self, body: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+    ) -> None:
+        """`app_home_opened` on the Messages tab (the agent experience): the DM's prompts."""
+        dm = _messages_tab(body, context)
+        if dm is not None:
+            self._spawn(self._offer(dm, client))
+
     def first_message(self, inbound: Inbound, client: AsyncWebClient) -> None:
         """After a message is taken in: when it opens an untitled assistant thread, the
         thread is titled with it."""
@@ -134,7 +150,7 @@ class AssistantThreads:
             "assistant.threads.setSuggestedPrompts",
             client.assistant_threads_setSuggestedPrompts(
                 channel_id=thread.channel,
-                thread_ts=thread.ts,
+                thread_ts=thread.ts,  # None (left out) for the agent experience's DM
                 title=PROMPTS_HEADING,
                 prompts=shown,
             ),
@@ -156,14 +172,15 @@ class AssistantThreads:
 
 
 class Thread:
-    """An assistant thread an event names: the DM `channel` and its `ts`, its session
-    key, and the scope its prompts come from."""
+    """An assistant thread an event names: the DM `channel` and its `ts` (None: the DM
+    itself, in the agent experience), its session key, and the scope its prompts come
+    from."""
 
     __slots__ = ("channel", "key", "scope", "ts")
 
-    def __init__(self, workspace: str, channel: str, ts: str, viewed: str | None) -> None:
+    def __init__(self, workspace: str, channel: str, ts: str | None, viewed: str | None) -> None:
         self.channel, self.ts = channel, ts
-        self.key = f"{PLATFORM}:{workspace}:{channel}:{ts}"
+        self.key = ":".join([PLATFORM, workspace, channel, *([ts] if ts else [])])
         self.scope = f"{PLATFORM}:{workspace}:{viewed}" if viewed else self.key
 
 
@@ -191,6 +208,22 @@ def _thread(body: Mapping[str, Any], context: AsyncBoltContext) -> Thread | None
         str(thread["thread_ts"]),
         viewed.get("channel_id"),
     )
+
+
+def _messages_tab(body: Mapping[str, Any], context: AsyncBoltContext) -> Thread | None:
+    """The DM of an `app_home_opened` on the Messages tab; None for another tab (or a
+    malformed event, with one log line)."""
+    event = body.get("event") or {}
+    if not is_mapping(event) or event.get("tab") != "messages":
+        return None
+    workspace = context.team_id or body.get("team_id")
+    fields: list[Field] = [
+        ("team_id", workspace, TEAM_ID),
+        ("event.channel", event.get("channel"), CHANNEL_ID),
+    ]
+    if invalid(PLATFORM, fields):
+        return None
+    return Thread(str(workspace), str(event["channel"]), None, None)
 
 
 def thread_title(text: str) -> str:

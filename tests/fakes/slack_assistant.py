@@ -7,11 +7,13 @@ https://docs.slack.dev/reference/methods/assistant.threads.setTitle), both need 
 thread Slack opened (`open_assistant_thread`; else `invalid_thread_ts`, "thread not
 found"). setSuggestedPrompts takes `channel_id`, `prompts` (one to four, each with a
 `title` and a `message`; else `invalid_arguments`), `thread_ts` and an optional `title`
-(the list's heading); setTitle takes `channel_id`, `thread_ts` and a `title`. A
-`channel_id` that is not a channel answers `channel_not_found`. The latest answered
-call of each thread is kept (`suggested`, `titles`); every call is in `calls`.
-`assistant_gate`, while not set, holds both methods' answers (a slow Slack; it holds
-the fake's whole loop, so set it before anything else is asked of the fake).
+(the list's heading); without `thread_ts` (an agent app's DM, Slack's agent messaging
+experience) the prompts are the DM's own, kept under the thread ts "". setTitle takes
+`channel_id`, `thread_ts` and a `title`. A `channel_id` that is not a channel answers
+`channel_not_found`. The latest answered call of each thread is kept (`suggested`,
+`titles`); every call is in `calls`. `assistant_gate`, while not set, holds both
+methods' answers (a slow Slack; it holds the fake's whole loop, so set it before
+anything else is asked of the fake).
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ class AssistantThreadsApi:
                 raise AssertionError(f"condition not met in {within}s")
             await asyncio.sleep(0.01)
 
-    def _assistant_thread(self, args: dict[str, Any]) -> Thread | str:
-        """The call's thread, or the error Slack answers for it."""
+    def _assistant_thread(self, args: dict[str, Any], dm: bool = False) -> Thread | str:
+        """The call's thread, or the error Slack answers for it; `dm`: a call without a
+        thread_ts names the DM itself."""
         if self.assistant_gate is not None:
             self.assistant_gate.wait(10)
         if not self.assistant_enabled:
@@ -59,13 +62,15 @@ class AssistantThreadsApi:
         channel = args.get("channel_id")
         if not isinstance(channel, str) or channel[:1] not in ("C", "D", "G"):
             return "channel_not_found"
+        if dm and args.get("thread_ts") is None:
+            return (channel, "")
         thread = (channel, str(args.get("thread_ts")))
         return thread if thread in self.assistant_threads else "invalid_thread_ts"
 
     def _assistant_threads_setSuggestedPrompts(
         self, args: dict[str, Any], token: str
     ) -> dict[str, Any] | str:
-        thread = self._assistant_thread(args)
+        thread = self._assistant_thread(args, dm=True)
         if isinstance(thread, str):
             return thread
         prompts = args.get("prompts")

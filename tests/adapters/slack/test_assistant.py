@@ -334,3 +334,20 @@ async def test_a_malformed_thread_event_is_acknowledged_and_dropped(
     await web.event({"type": "assistant_thread_started", "assistant_thread": "nope"})
     await web.settled()
     assert slack.calls_to(SETTINGS_SET) == []
+
+
+def home_opened(tab: str, channel: str = DM) -> dict[str, Any]:
+    """Someone opening the app's DM (the agent experience's entry)."""
+    return {"type": "app_home_opened", "user": "U1", "channel": channel, "tab": tab}
+
+
+async def test_the_agent_experience_s_dm_gets_its_scope_s_prompts_without_a_thread(
+    web: Web, slack: FakeSlack
+) -> None:
+    await web.scoped.set(f"slack:{TEAM_ID}:{DM}", "suggested_prompts", "Mine|My own prompt")
+    await web.event(home_opened("messages"))
+    await web.event(home_opened("home"))  # the Home tab: nothing to suggest
+    await web.settled()
+    (call,) = slack.calls_to(SETTINGS_SET)
+    assert "thread_ts" not in call.args  # with one, Slack drops an agent app's call
+    assert slack.suggested[(DM, "")]["prompts"] == [{"title": "Mine", "message": "My own prompt"}]
