@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from redis.asyncio import Redis
 
 from adapters.slack import SlackPlatform
@@ -26,6 +27,7 @@ from gateway.settings.env import Settings, load_settings
 from gateway.settings.prompts import DEFAULT_PROMPTS
 from gateway.settings.scoped import ScopedSettings
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, TEAM_ID, FakeSlack
+from tests.support.cli_runs import ROOT
 from tests.support.slack_helpers import (
     SIGNING_SECRET,
     event_body,
@@ -351,3 +353,13 @@ async def test_the_agent_experience_s_dm_gets_its_scope_s_prompts_without_a_thre
     (call,) = slack.calls_to(SETTINGS_SET)
     assert "thread_ts" not in call.args  # with one, Slack drops an agent app's call
     assert slack.suggested[(DM, "")]["prompts"] == [{"title": "Mine", "message": "My own prompt"}]
+
+
+def test_the_manifest_asks_for_what_assistant_threads_need() -> None:
+    manifest = yaml.safe_load((ROOT / "docs" / "slack-manifest.yaml").read_text())
+    events = manifest["settings"]["event_subscriptions"]["bot_events"]
+    assert {"assistant_thread_started", "assistant_thread_context_changed", "message.im"} <= set(
+        events
+    )
+    assert {"assistant:write", "im:history"} <= set(manifest["oauth_config"]["scopes"]["bot"])
+    assert "assistant_view" in manifest["features"]
