@@ -118,7 +118,13 @@ class AssistantThreads:
         # The task is held until it ends: the loop itself keeps only a weak reference.
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Not one of the failures a call expects (those are logged where they happen).
+            log.error("slack: an assistant thread call failed", exc_info=task.exception())
 
     async def _started(self, thread: Thread, client: AsyncWebClient) -> None:
         try:
