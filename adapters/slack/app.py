@@ -7,7 +7,8 @@ installation-store authorize when the app is installed in many workspaces.
 Listeners run before the acknowledgement is sent (`process_before_response`):
 ingest is a few Redis round trips, so Slack still gets its answer well within
 3 s, and an event Redis could not take gets a 5xx, which makes Slack deliver it
-again instead of losing it.
+again instead of losing it. Assistant threads' events and first messages
+(`assistant.py`) make their Slack calls after the acknowledgement.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Settings by scope: a platform's, a workspace's, a channel's or a conversation's own
-model, side model, system prompt, token budget, allowed tools and budgets.
+model, side model, system prompt, token budget, allowed tools, budgets and suggested
+prompts (`prompts.py`).
 
 A scope is a prefix of a session key (`platform:workspace:channel[:thread]`):
 `slack`, `slack:T1`, `slack:T1:C1`, `slack:T1:C1:1710000000.000100`. A session
