@@ -7,7 +7,8 @@ installation-store authorize when the app is installed in many workspaces.
 Listeners run before the acknowledgement is sent (`process_before_response`):
 ingest is a few Redis round trips, so Slack still gets its answer well within
 3 s, and an event Redis could not take gets a 5xx, which makes Slack deliver it
-again instead of losing it.
+again instead of losing it. Assistant threads' events and first messages
+(`assistant.py`) make their Slack calls after the acknowledgement.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.fields import SHAPE_ERRORS, invalid
+from adapters.slack.assistant import AssistantThreads
 from adapters.slack.clicks import Ack, Clicks
 from adapters.slack.errors import core_error
 from adapters.slack.inbound import (
@@ -72,11 +74,13 @@ class Listeners:
         names: UserNames,
         identity: Identity,
         workspaces: Workspaces | None = None,
+        assistant: AssistantThreads | None = None,
     ) -> None:
         self.ingest = ingest
         self.names = names
         self.identity = identity
         self.workspaces = workspaces
+        self.assistant = assistant
         self.clicks = Clicks(ingest)
 
     async def on_message(
@@ -95,6 +99,8 @@ class Listeners:
         inbound = inbound.model_copy(update={"speaker": speaker})
         outcome = await self.ingest.receive(inbound)
         log.debug("slack event %s -> %s", inbound.event_id, outcome)
+        if self.assistant is not None:
+            self.assistant.first_message(inbound, client)
 
     async def on_btw(self, ack: Ack, command: dict[str, Any], client: AsyncWebClient) -> None:
         """The native `/btw`: a side question about the channel's latest session."""
@@ -184,6 +190,10 @@ def build_app(
     app.event("app_mention")(listeners.on_message)
     app.event("message")(listeners.on_message)
     app.command("/btw")(listeners.on_btw)
+    if listeners.assistant is not None:
+        app.event("assistant_thread_started")(listeners.assistant.on_started)
+        app.event("assistant_thread_context_changed")(listeners.assistant.on_context_changed)
+        app.event("app_home_opened")(listeners.assistant.on_home_opened)
     app.action(APPROVE_ACTION)(listeners.clicks.handle)
     app.action(DECLINE_ACTION)(listeners.clicks.handle)
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.

@@ -31,6 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from starlette.routing import BaseRoute
 
 from adapters.slack.app import Listeners, build_app, request_identity
+from adapters.slack.assistant import AssistantThreads
 from adapters.slack.client import web_client
 from adapters.slack.connection import SOCKET_BACKOFF, SocketSupervisor, Timing
 from adapters.slack.errors import core_error
@@ -45,6 +46,7 @@ from adapters.slack.sender import SlackSender
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import ConfigError, PlatformError
 from gateway.platform import Mode, Platform
+from gateway.settings.scoped import ScopedSettings
 from gateway.state.cipher import TokenCipher
 
 if TYPE_CHECKING:
@@ -83,6 +85,7 @@ class SlackPlatform(Platform):
         self._client: AsyncWebClient | None = None
         self._identity_lock: asyncio.Lock | None = None
         self._workspaces: Workspaces | None = None
+        self._assistant: AssistantThreads | None = None
 
     def validate(self, mode: Mode) -> None:
         settings = self.settings
@@ -214,11 +217,21 @@ class SlackPlatform(Platform):
             user_id=str(auth["user_id"]), bot_id=auth.get("bot_id"), team_id=auth.get("team_id")
         )
 
+    @property
+    def assistant_threads(self) -> AssistantThreads:
+        """Assistant threads' prompts and titles, set from the process that takes events."""
+        if self._assistant is None:
+            scoped = ScopedSettings(self.redis, self.settings)
+            self._assistant = AssistantThreads(self.redis, scoped)
+        return self._assistant
+
     def listeners(self, ingest: Ingest) -> Listeners:
         names = UserNames(self.redis, self.client)
         if self.settings.slack_many_workspaces:
-            return Listeners(ingest, names, request_identity, self.workspaces)
-        return Listeners(ingest, names, self._own_identity)
+            return Listeners(
+                ingest, names, request_identity, self.workspaces, self.assistant_threads
+            )
+        return Listeners(ingest, names, self._own_identity, assistant=self.assistant_threads)
 
     async def _own_identity(self, context: AsyncBoltContext) -> BotIdentity:
         return await self.identity()

@@ -1,5 +1,6 @@
 """Settings by scope: a platform's, a workspace's, a channel's or a conversation's own
-model, side model, system prompt, token budget, allowed tools and budgets.
+model, side model, system prompt, token budget, allowed tools, budgets and suggested
+prompts (`prompts.py`).
 
 A scope is a prefix of a session key (`platform:workspace:channel[:thread]`):
 `slack`, `slack:T1`, `slack:T1:C1`, `slack:T1:C1:1710000000.000100`. A session
@@ -26,13 +27,22 @@ from redis.asyncio import Redis
 
 from gateway.errors import ConfigError
 from gateway.settings.env import Settings
+from gateway.settings.prompts import Prompt, parse_prompts, stored_prompts
 from gateway.settings.values import SLOTS, Budget, budget_amount
 from gateway.state.keys import Keys
 
 log = logging.getLogger(__name__)
 
 BUDGET_KEYS = tuple(f"budget_{scope}_{period}" for scope, period in SLOTS)
-KEYS = ("model", "side_model", "system_prompt", "token_budget", "tools", *BUDGET_KEYS)
+KEYS = (
+    "model",
+    "side_model",
+    "system_prompt",
+    "token_budget",
+    "tools",
+    *BUDGET_KEYS,
+    "suggested_prompts",
+)
 ENVIRONMENT = "environment"
 NO_TOOLS = "none"
 MAX_PROMPT_CHARS = 20_000
@@ -111,6 +121,7 @@ _CHECKS: dict[str, Callable[[str], str]] = {
     "token_budget": _token_budget,
     "tools": _tools,
     **dict.fromkeys(BUDGET_KEYS, _budget),
+    "suggested_prompts": parse_prompts,
 }
 
 
@@ -170,6 +181,12 @@ class SessionSettings:
             Budget.parse(self.values.get(key) or getattr(self.env, key)) for key in BUDGET_KEYS
         )
 
+    @property
+    def suggested_prompts(self) -> tuple[Prompt, ...]:
+        """What a new conversation offers (Slack's assistant threads): the scope's, else the
+        built-in set; empty for `none`."""
+        return stored_prompts(self.values.get("suggested_prompts"))
+
     def source(self, key: str) -> str:
         return self.sources.get(key, ENVIRONMENT)
 
@@ -185,6 +202,8 @@ class SessionSettings:
             return "all" if self.env.mcp_config else "none configured"
         if key in BUDGET_KEYS:
             return str(getattr(self.env, key) or "none")
+        if key == "suggested_prompts":
+            return "the built-in set"
         return str(getattr(self, key))
 
 

@@ -206,6 +206,12 @@ class Keys:
         return f"{PREFIX}:native_refused:{chat_key}"
 
     @staticmethod
+    def untitled(thread_key: str) -> str:
+        """An assistant thread opened and not yet titled (EX a week): its first message
+        deletes it, and only the one whose DEL removed it sets the thread's title."""
+        return f"{PREFIX}:untitled:{thread_key}"
+
+    @staticmethod
     def refused(user_key: str) -> str:
         return f"{PREFIX}:refused:{user_key}"
 

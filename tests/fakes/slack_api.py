@@ -3,7 +3,8 @@
 `SLACK_API_URL` (slack-sdk's `base_url`) points at `http://127.0.0.1:<port>/api/`.
 It answers the methods the gateway uses (auth.test, chat.postMessage,
 chat.update, chat.postEphemeral, users.info, reactions.add / reactions.remove,
-assistant.threads.setStatus, apps.connections.open) the way Slack does where
+assistant.threads.setStatus, apps.connections.open; assistant.threads.setSuggestedPrompts
+and .setTitle in tests/fakes/slack_assistant.py) the way Slack does where
 the gateway depends on it: `ok: false` with Slack's error codes, a 429 with
 `Retry-After` when rate limiting, messages kept so an edit can be checked
 against the final text. Every call is recorded (answered or refused).
@@ -51,6 +52,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tests.fakes.server import CallLog, LoopbackServer
+from tests.fakes.slack_assistant import AssistantThreadsApi
 from tests.fakes.slack_files import SlackFileHost
 
 BOT_USER_ID = "UBOT"
@@ -135,7 +137,7 @@ class _Failure:
     times: int
 
 
-class FakeSlack(LoopbackServer):
+class FakeSlack(AssistantThreadsApi, LoopbackServer):
     """The fake server; use as a context manager or `start()` / `stop()`."""
 
     thread_name = "fake-slack"

@@ -163,3 +163,25 @@ async def test_btw_over_the_socket_acks_with_the_ephemeral_text(
     ack = next(a for a in slack.acks if a.get("envelope_id") == envelope)
     assert ack["payload"] == {"text": NO_SESSION, "response_type": "ephemeral"}
     assert payload["team_id"] == TEAM_ID
+
+
+async def test_a_new_assistant_thread_over_the_socket_is_acked_and_offered_prompts(
+    socket: Socket, slack: FakeSlack
+) -> None:
+    await socket.until(socket.is_up)
+    slack.assistant_enabled = True
+    slack.open_assistant_thread("D0SOCK", "1710000000.000900")
+    started = {
+        "type": "assistant_thread_started",
+        "assistant_thread": {
+            "user_id": "U1",
+            "context": {},
+            "channel_id": "D0SOCK",
+            "thread_ts": "1710000000.000900",
+        },
+        "event_ts": "1710000000.000901",
+    }
+    envelope = slack.push(event_body(started))
+    await socket.until(lambda: any(a.get("envelope_id") == envelope for a in slack.acks))
+    await socket.until(lambda: ("D0SOCK", "1710000000.000900") in slack.suggested)
+    assert len(slack.calls_to("assistant.threads.setSuggestedPrompts")) == 1

@@ -53,6 +53,14 @@ async def test_set_get_show_and_unset_through_the_scopes(redis_url: str, tmp_pat
         (("set", "slack:T1", "colour", "red"), "gateway: unknown setting 'colour'"),
         (("get", "slack::C1", "model"), "gateway: scope must be platform"),
         (("set", "slack", "budget_user_daily", "5 euros"), "gateway: budget_user_daily: must be"),
+        (
+            ("set", "slack:T1", "suggested_prompts", "Plan my week"),
+            "gateway: suggested_prompts: must be `Title|Message;Title|Message`, a JSON list",
+        ),
+        (
+            ("set", "slack:T1", "suggested_prompts", "a|1;b|2;c|3;d|4;e|5"),
+            "gateway: suggested_prompts: must be",
+        ),
     ],
 )
 async def test_a_wrong_setting_exits_non_zero_with_one_line(
