@@ -1,5 +1,6 @@
 """Settings by scope: a platform's, a workspace's, a channel's or a conversation's own
-model, side model, system prompt, token budget, allowed tools and budgets.
+model, side model, system prompt, token budget, allowed tools, feedback buttons
+(`feedback`: on or off) and budgets.
 
 A scope is a prefix of a session key (`platform:workspace:channel[:thread]`):
 `slack`, `slack:T1`, `slack:T1:C1`, `slack:T1:C1:1710000000.000100`. A session
@@ -32,7 +33,16 @@ from gateway.state.keys import Keys
 log = logging.getLogger(__name__)
 
 BUDGET_KEYS = tuple(f"budget_{scope}_{period}" for scope, period in SLOTS)
-KEYS = ("model", "side_model", "system_prompt", "token_budget", "tools", *BUDGET_KEYS)
+KEYS = (
+    "model",
+    "side_model",
+    "system_prompt",
+    "token_budget",
+    "tools",
+    "feedback",
+    *BUDGET_KEYS,
+)
+FEEDBACK_SWITCH = ("on", "off")
 ENVIRONMENT = "environment"
 NO_TOOLS = "none"
 MAX_PROMPT_CHARS = 20_000
@@ -97,6 +107,12 @@ def _tools(value: str) -> str:
     return ",".join(names)
 
 
+def _feedback(value: str) -> str:
+    if value.lower() not in FEEDBACK_SWITCH:
+        raise ValueError(f"must be on or off (got {value!r})")
+    return value.lower()
+
+
 def _budget(value: str) -> str:
     amount = budget_amount(value)
     if amount is None:
@@ -110,6 +126,7 @@ _CHECKS: dict[str, Callable[[str], str]] = {
     "system_prompt": _prompt,
     "token_budget": _token_budget,
     "tools": _tools,
+    "feedback": _feedback,
     **dict.fromkeys(BUDGET_KEYS, _budget),
 }
 
@@ -183,6 +200,8 @@ class SessionSettings:
             return str(self.env.token_budget or "from the model's context window")
         if key == "tools":
             return "all" if self.env.mcp_config else "none configured"
+        if key == "feedback":
+            return ", ".join(sorted(self.env.feedback_platforms)) or "Slack's streams only"
         if key in BUDGET_KEYS:
             return str(getattr(self.env, key) or "none")
         return str(getattr(self, key))
