@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from adapters.fields import pattern
+from gateway.feedback.store import DOWN, UP
 from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Verdict
 
 APPROVE_LABEL, DECLINE_LABEL = "Approve", "Decline"
@@ -45,7 +46,7 @@ def refusal_text(verdict: Verdict) -> str | None:
 # Discord's custom_id); Slack's feedback_buttons element carries the value alone, in the
 # `context_actions` block FEEDBACK_BLOCK, action FEEDBACK_ACTION. The reply they are under
 # is the message the click comes from: the payload needs nothing else.
-FEEDBACK_UP, FEEDBACK_DOWN = "up", "down"
+FEEDBACK_UP, FEEDBACK_DOWN = UP, DOWN
 FEEDBACK_VALUES = (FEEDBACK_UP, FEEDBACK_DOWN)
 FEEDBACK_UP_LABEL, FEEDBACK_DOWN_LABEL = "👍", "👎"
 FEEDBACK_BLOCK, FEEDBACK_ACTION = "gw_feedback", "gw_feedback"

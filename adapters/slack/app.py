@@ -1,7 +1,7 @@
 """The bolt app: what it does with each kind of Slack request, and how it is wired.
 
 `Listeners` turns events and the `/btw` command into ingest calls, and holds the
-approval clicks' handler (`clicks.py`); `build_app` wires them into one bolt
+clicks' handler (`clicks.py`: approvals and feedback); `build_app` wires them into one bolt
 AsyncApp for HTTP and Socket Mode alike, with bolt's OAuth flow and
 installation-store authorize when the app is installed in many workspaces.
 Listeners run before the acknowledgement is sent (`process_before_response`):
@@ -25,6 +25,7 @@ from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.buttons import FEEDBACK_ACTION
 from adapters.fields import SHAPE_ERRORS, invalid
 from adapters.slack.clicks import Ack, Clicks
 from adapters.slack.errors import core_error
@@ -186,6 +187,7 @@ def build_app(
     app.command("/btw")(listeners.on_btw)
     app.action(APPROVE_ACTION)(listeners.clicks.handle)
     app.action(DECLINE_ACTION)(listeners.clicks.handle)
+    app.action(FEEDBACK_ACTION)(listeners.clicks.feedback)
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.
     app.event(re.compile(".*"))(_ignore)
     app.action(re.compile(".*"))(_ack_only)
