@@ -47,7 +47,6 @@ class Clicks:
         if refusal is not None:
             await _tell(client, decision.user_id, decision.address, refusal)
 
-
     async def feedback(self, ack: Ack, body: dict[str, Any], client: AsyncWebClient) -> None:
         """Acknowledged first, as `handle` is; a thumbs up or down on a reply."""
         await ack()
