@@ -37,6 +37,11 @@ def parse_approval_payload(value: object) -> tuple[str, bool] | None:
     return (found[1], found[2] == "y") if found else None
 
 
+def valid_approval_payload(value: object) -> bool:
+    """Whether `value` is an approval button's payload (a field check)."""
+    return parse_approval_payload(value) is not None
+
+
 def refusal_text(verdict: Verdict) -> str | None:
     """What the clicker is told, briefly and to them alone; None when the click counted."""
     return {Verdict.NOT_YOURS: NOT_YOURS_TEXT, Verdict.CLOSED: CLOSED_TEXT}.get(verdict)
@@ -63,3 +68,8 @@ def parse_feedback_payload(value: object) -> str | None:
     if isinstance(value, str) and value.startswith("f:") and value[2:] in FEEDBACK_VALUES:
         return value[2:]
     return None
+
+
+def valid_feedback_payload(value: object) -> bool:
+    """Whether `value` is a feedback button's payload (a field check)."""
+    return parse_feedback_payload(value) is not None

@@ -40,7 +40,12 @@ from typing import Any
 from telegram import CallbackQuery, Message, MessageEntity, PhotoSize, Update
 
 from adapters.attachments import attachment
-from adapters.buttons import parse_approval_payload, parse_feedback_payload
+from adapters.buttons import (
+    parse_approval_payload,
+    parse_feedback_payload,
+    valid_approval_payload,
+    valid_feedback_payload,
+)
 from adapters.fields import (
     INT64_MAX,
     INT64_MIN,
@@ -253,7 +258,7 @@ def _file_fields(message: Message) -> list[Field]:
 
 def to_decision(update: Update, bot_id: int) -> Decision | None:
     """A click on an approval button; None when malformed or a bot's (one log line)."""
-    query = _a_persons_click(update, lambda v: parse_approval_payload(v) is not None)
+    query = _a_persons_click(update, valid_approval_payload)
     if query is None:
         return None
     parsed = parse_approval_payload(query.data)
@@ -270,7 +275,7 @@ def to_decision(update: Update, bot_id: int) -> Decision | None:
 
 def to_feedback(update: Update, bot_id: int) -> FeedbackClick | None:
     """A click on a reply's feedback button; None when malformed or a bot's."""
-    query = _a_persons_click(update, lambda v: parse_feedback_payload(v) is not None)
+    query = _a_persons_click(update, valid_feedback_payload)
     if query is None:
         return None
     message = query.message
@@ -293,7 +298,7 @@ def to_feedback(update: Update, bot_id: int) -> FeedbackClick | None:
 def is_feedback(update: Update) -> bool:
     """Whether a callback query is a click on a feedback button (by its data's form)."""
     query = update.callback_query
-    return query is not None and parse_feedback_payload(query.data) is not None
+    return query is not None and valid_feedback_payload(query.data)
 
 
 def _a_persons_click(update: Update, data: Check) -> CallbackQuery | None:
