@@ -1,4 +1,5 @@
-"""The one door every adapter calls: dedupe, commands, rate limits, append and enqueue.
+"""The one door every adapter calls: dedupe, commands, rate limits, append and enqueue;
+the clicks on approval buttons (`decide`) and on a reply's feedback buttons (`feedback`).
 
 Who may use the bot, and what a refused user is told, is `access.py`'s; ingest
 answers a refused speaker with its notice job.
