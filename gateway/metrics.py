@@ -128,6 +128,16 @@ class SnapshotCollector(Collector):
             "Messages refused over a rate limit",
             labels=["platform"],
         )
+        replies = CounterMetricFamily(
+            "gateway_replies",
+            "Replies delivered, by the mechanism they ended with (edit, stream, draft)",
+            labels=["platform", "mechanism"],
+        )
+        fallbacks = CounterMetricFamily(
+            "gateway_stream_fallbacks",
+            "Replies moved from the platform's streaming surface to edit-in-place",
+            labels=["platform", "code"],
+        )
         # A gauge: a changed vote moves from one value to the other, so a value's count
         # may go down. Never by user (the CLI's log names the clicker).
         feedback = GaugeMetricFamily(
@@ -153,6 +163,11 @@ class SnapshotCollector(Collector):
                 downloads.add_metric([rest], float(raw))
             elif name == "rate_limited":
                 rate_limited.add_metric([rest], float(raw))
+            elif name in ("replies", "stream_fallbacks"):
+                platform, _, what = rest.partition("|")
+                (replies if name == "replies" else fallbacks).add_metric(
+                    [platform, what], float(raw)
+                )
             elif name == "tools":
                 tool, _, outcome = rest.rpartition("|")
                 tools.add_metric([tool, outcome], float(raw))
@@ -162,8 +177,7 @@ class SnapshotCollector(Collector):
             elif name.startswith("usage_"):
                 usage.add(name, rest, float(raw))
         yield from (turns, errors, tokens, side, early, tools, downloads, download_bytes)
-        yield rate_limited
-        yield feedback
+        yield from (rate_limited, replies, fallbacks, feedback)
         yield from (usage.tokens, usage.cost, usage.unpriced)
         yield self._histogram("", LATENCY_BUCKETS, "gateway_turn_latency_seconds", "Main turn")
         yield self._histogram(

@@ -38,6 +38,7 @@ from gateway.ports import Sender, StatusSender
 from gateway.state.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
 from gateway.tools.spec import openai_tool
+from gateway.turn import timeline
 from gateway.turn.generation import LEASE_LOST, Generation
 from gateway.turn.types import AnsweringTurn, RunningTurn, TurnResult
 
@@ -75,6 +76,7 @@ class LoopState:
     allows: ToolFilter
     steps: int = 0
     system: list[Message] = field(default_factory=list)
+    stream: ReplyStream | None = None  # where the calls show as steps
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ class ToolLoop:
             answering.stream.sender,
             answering.settings.allows_tool,
             system=system,
+            stream=answering.stream,
         )
 
     def _offered(self, state: LoopState) -> list[dict[str, Any]] | None:
@@ -197,6 +200,9 @@ class ToolLoop:
         gate; in a resumed run, a call without a result that may have had an effect
         is not run again; a call this conversation does not allow is answered so, unrun.
         Returns the results and whether an approval is awaited."""
+        for call in calls:
+            if call.id not in stream.steps:
+                stream.set_step(timeline.pending(call))
         results = await self._refuse_disallowed(state, calls)
         gated = [c for c in calls if c.id not in results and self._needs_confirmation(c.name)]
         free = [c for c in calls if c.id not in results and c not in gated]
@@ -232,7 +238,7 @@ class ToolLoop:
         for call in calls:
             if not self._allowed(state, call.name):
                 results[call.id] = ToolResult(NOT_ALLOWED.format(name=call.name), "unknown")
-                await self._record(state, [_result_entry(state, call, results[call.id])])
+                await self._record_result(state, call, results[call.id])
         return results
 
     async def _settle(
@@ -240,7 +246,7 @@ class ToolLoop:
     ) -> None:
         """A result the call did not produce itself (refused, interrupted): recorded."""
         results[call.id] = result
-        await self._record(state, [_result_entry(state, call, result)])
+        await self._record_result(state, call, result)
         if self.confirmations is not None and self._needs_confirmation(call.name):
             await self.confirmations.settle(
                 state.session_key, state.claim.turn_id, call, result, state.sender
@@ -263,13 +269,15 @@ class ToolLoop:
             await asyncio.sleep(0)  # the status line is set
             await stream.posted()  # on screen, its id stored, before any call takes effect
             await _platform_status(stream, f"is running {names}…")  # a post may clear it
+            for call in calls:
+                stream.set_step(timeline.running(call))
             tasks = {asyncio.create_task(self.servers.call(c.name, c.arguments)): c for c in calls}
             pending = set(tasks)
             while pending:
                 done, pending = await _next_done(pending, running)
                 for task in done:
                     results[tasks[task].id] = task.result()
-                    await self._record(state, [_result_entry(state, tasks[task], task.result())])
+                    await self._record_result(state, tasks[task], task.result())
                 if running.stop.is_set() and pending:
                     await _cancel(pending)
                     if running.reason == LEASE_LOST:
@@ -287,7 +295,7 @@ class ToolLoop:
     ) -> None:
         for call in calls:
             results[call.id] = ToolResult(STOPPED_RESULT, "cancelled")
-            await self._record(state, [_result_entry(state, call, results[call.id])])
+            await self._record_result(state, call, results[call.id])
 
     def _answer(
         self, state: LoopState, calls: Sequence[ToolCall], results: dict[str, ToolResult]
@@ -339,6 +347,12 @@ class ToolLoop:
     def _needs_confirmation(self, name: str) -> bool:
         spec = self.servers.spec(name)
         return self.confirmations is not None and spec is not None and spec.needs_confirmation
+
+    async def _record_result(self, state: LoopState, call: ToolCall, result: ToolResult) -> None:
+        """A call's result recorded, and its step on the reply's timeline finished."""
+        await self._record(state, [_result_entry(state, call, result)])
+        if state.stream is not None:
+            state.stream.set_step(timeline.finished(call, result))
 
     async def _record(self, state: LoopState, entries: list[Entry]) -> None:
         length = await self.sessions.record_steps(

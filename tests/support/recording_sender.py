@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway.errors import RateLimited
+from gateway.errors import RateLimited, StreamRefused
 from gateway.messages import Address
-from gateway.ports import Limits
+from gateway.ports import Limits, Step
 
 
 @dataclass
@@ -120,3 +121,87 @@ class RecordingSender:
             while not predicate():  # type: ignore[operator]
                 self.changed.clear()
                 await self.changed.wait()
+
+
+@dataclass
+class LiveCall:
+    op: str  # "show" or "close"
+    live: int  # which live message (0, 1, ... in the order opened)
+    text: str
+    steps: tuple[Step, ...]
+    at: float
+    feedback: bool = False
+
+
+class RecordingLive:
+    """A LiveMessage of RecordingNativeSender: what it was shown, as the platform would show it."""
+
+    def __init__(self, owner: RecordingNativeSender, number: int, recipient: str) -> None:
+        self.owner, self.number, self.recipient = owner, number, recipient
+        self.message_id: str | None = None
+        self.interval, self.refresh = owner.live_interval, owner.live_refresh
+        self.closed = False
+
+    async def show(self, markdown: str, steps: Sequence[Step]) -> None:
+        self.owner.before_live_call("show")
+        assert not self.closed, "shown after it was closed"
+        assert len(markdown) <= self.owner.max_length, "more than the platform allows"
+        if self.owner.live_has_id:
+            self.message_id = self.message_id or str(next(self.owner._ids))
+            self.owner.messages[self.message_id] = markdown
+        self.owner.live_calls.append(
+            LiveCall("show", self.number, markdown, tuple(steps), time.monotonic())
+        )
+        self.owner.changed.set()
+
+    async def close(self, markdown: str, steps: Sequence[Step], *, feedback: bool) -> str:
+        self.owner.before_live_call("close")
+        assert not self.closed, "closed twice"
+        self.closed = True
+        message_id = self.message_id or str(next(self.owner._ids))
+        self.message_id = message_id
+        self.owner.messages[message_id] = markdown
+        self.owner.live_calls.append(
+            LiveCall("close", self.number, markdown, tuple(steps), time.monotonic(), feedback)
+        )
+        self.owner.changed.set()
+        return message_id
+
+
+@dataclass
+class RecordingNativeSender(RecordingSender):
+    """A RecordingSender with a streaming surface of its own ("live"): like Slack's stream
+    when `live_has_id` (the live message is a message from its first show), like Telegram's
+    draft otherwise. `refuse_at` names the live calls (by their number, counted from 1
+    across every live message) answered with StreamRefused."""
+
+    live_has_id: bool = True
+    live_interval: float = 0.0
+    live_refresh: float | None = None
+    refuse_at: set[int] = field(default_factory=set)
+    refuse_for_channel: bool = True
+    live_calls: list[LiveCall] = field(default_factory=list)
+    lives: list[RecordingLive] = field(default_factory=list)
+    closed_streams: list[str] = field(default_factory=list)
+    _live_count: int = 0
+
+    def native_mechanism(self, address: Address) -> str | None:
+        return "live"
+
+    def open_live(self, address: Address, *, recipient: str) -> RecordingLive:
+        live = RecordingLive(self, len(self.lives), recipient)
+        self.lives.append(live)
+        return live
+
+    async def close_live(self, address: Address, message_id: str) -> None:
+        self.closed_streams.append(message_id)
+        for live in self.lives:
+            if live.message_id == message_id:
+                live.closed = True
+
+    def before_live_call(self, op: str) -> None:
+        self._maybe_limit()
+        self._live_count += 1
+        if self._live_count in self.refuse_at:
+            self.calls.append(Call(f"refused {op}", "", "", False, time.monotonic()))
+            raise StreamRefused("not_here", for_channel=self.refuse_for_channel)

@@ -18,9 +18,16 @@ from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then
 from tests.fakes.mcp_servers import lookup_record
 from tests.support.cli_runs import ROOT, clean_env, gateway
 from tests.support.conversation import STATEFUL_MAIN, conversation
-from tests.support.harness import Harness, texts
+from tests.support.harness import Harness, start_workers, texts
 from tests.support.helpers import inbound
-from tests.support.tool_servers import lines, new_effects, tool_workers, write_config
+from tests.support.recording_sender import RecordingNativeSender
+from tests.support.tool_servers import (
+    STEADY_LEASE_TTL,
+    lines,
+    new_effects,
+    tool_workers,
+    write_config,
+)
 
 # Each test starts MCP server processes (seconds each on a loaded machine).
 pytestmark = pytest.mark.timeout(180)
@@ -279,3 +286,33 @@ async def test_a_channel_offers_only_the_tools_its_settings_allow_and_runs_no_ot
     await tooled.ingest.receive(other)
     await tooled.idle(other.session_key)
     assert "tools" not in tooled.llm.requests[-1]
+
+
+async def test_on_a_streaming_surface_each_call_is_a_step_from_pending_to_complete(
+    redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
+) -> None:
+    native = RecordingNativeSender()
+    config = write_config(tmp_path, effects, confirm="never")
+    found = FakeToolCall("desk__lookup_ticket", '{"id": "T-17"}')
+    failed = FakeToolCall("desk__no_such_tool", '{"id": "T-18"}')
+    llm.reply = tools_then_text([found, failed])
+    message = inbound("what is the state of T-17?")
+    values = {"GATEWAY_LEASE_TTL": STEADY_LEASE_TTL, "GATEWAY_MCP_CONFIG": str(config)}
+    async for h in start_workers(redis_url, llm, 1, senders={"test": native}, **values):
+        await h.ingest.receive(message)
+        await h.idle(message.session_key)
+    states: dict[str, list[str]] = {}
+    for call in native.live_calls:
+        for step in call.steps:
+            if states.setdefault(step.id, [])[-1:] != [step.state]:
+                states[step.id].append(step.state)
+    assert states[found.id][-2:] == ["in_progress", "complete"]
+    assert states[failed.id][-1] == "error"
+    final = native.live_calls[-1]
+    assert final.op == "close" and final.text.startswith("results: ")
+    assert f"{found.id}={lookup_record('T-17')}" in final.text
+    assert {s.title for s in final.steps} == {
+        'desk__lookup_ticket (id: "T-17")',
+        'desk__no_such_tool (id: "T-18")',
+    }
+    assert not [c for c in native.calls if c.op in ("send", "edit")]
