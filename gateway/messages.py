@@ -142,8 +142,9 @@ class FeedbackClick(_Frozen):
 
     The reply is the message clicked (`platform`, `channel`, `message_id`: a message
     id is unique within its channel on every platform); `value` is the button's
-    (`up` or `down`), `user_id` the clicker's platform id. `address` is where a
-    refusal goes (the platform's ephemeral form where it has one).
+    (`up` or `down`), `user_id` the clicker's platform id, `external` whether they
+    are of another organisation (a Slack Connect guest), as `Speaker.external`.
+    `address` is where a refusal goes (the platform's ephemeral form where it has one).
     """
 
     platform: str
@@ -152,3 +153,4 @@ class FeedbackClick(_Frozen):
     user_id: str
     value: str
     address: Address
+    external: bool = False

@@ -210,7 +210,17 @@ def to_feedback(body: Mapping[str, Any]) -> FeedbackClick | None:
         user_id=str(body["user"]["id"]),
         value=str(body["actions"][0]["value"]),
         address=_click_address(body),
+        external=_clicker_external(body),
     )
+
+
+def _clicker_external(body: Mapping[str, Any]) -> bool:
+    """Whether the clicker is of another organisation: in a Slack Connect channel the
+    payload's `team` is the installation's workspace and `user.team_id` the clicker's.
+    In an Enterprise Grid organisation (`enterprise` set) a member of another of its
+    workspaces is no outsider, and the payload cannot tell them from one: not external."""
+    own, theirs = (body.get("team") or {}).get("id"), body["user"].get("team_id")
+    return bool(own and theirs and own != theirs and not body.get("enterprise"))
 
 
 def _a_persons_click(body: Mapping[str, Any], value: Check) -> bool:
@@ -250,6 +260,7 @@ def _click_fields(body: Mapping[str, Any], value: Check) -> list[Field]:
         ("user.id", body["user"].get("id"), USER_ID),
         ("channel.id", body["channel"].get("id"), CHANNEL_ID),
         ("team.id", (body.get("team") or {}).get("id"), optional(TEAM_ID)),
+        ("user.team_id", body["user"].get("team_id"), optional(TEAM_ID)),
         ("container.thread_ts", container.get("thread_ts"), optional(TS)),
         ("actions.value", action.get("value"), value),
         ("actions.action_ts", action.get("action_ts"), TS),

@@ -119,7 +119,9 @@ class Ingest:
     async def feedback(self, click: FeedbackClick) -> FeedbackVerdict:
         """A click on a reply's thumbs up or down: recorded when its clicker may use the
         bot (a stranger's changes nothing), once per clicker and reply."""
-        if not await self.access.admits_user(click.platform, click.user_id):
+        if not await self.access.admits_user(
+            click.platform, click.user_id, external=click.external
+        ):
             log.info("feedback click by a stranger refused: %s", click.message_id)
             return FeedbackVerdict.REFUSED
         verdict = await self.feedback_store.record(

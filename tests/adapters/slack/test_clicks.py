@@ -21,7 +21,7 @@ from adapters.buttons import FEEDBACK_ACTION, FEEDBACK_BLOCK
 from adapters.slack import SlackPlatform
 from adapters.slack.connection import Timing
 from gateway.backoff import Backoff
-from gateway.feedback.store import UNKNOWN_TEXT, Reply, Vote
+from gateway.feedback.store import REFUSED_TEXT, UNKNOWN_TEXT, Reply, Vote
 from gateway.inbound.ingest import Ingest
 from gateway.settings.env import load_settings
 from gateway.state.health import Health
@@ -129,6 +129,26 @@ async def test_a_click_on_a_message_that_takes_no_feedback_is_told_so_and_change
     assert [(e["user"], e["channel"], e["thread_ts"], e["text"]) for e in slack.ephemeral] == [
         ("U1", "C1", THREAD, UNKNOWN_TEXT)
     ]
+
+
+async def test_an_outsiders_click_in_a_slack_connect_channel_is_refused(
+    web: EventsApp, slack: FakeSlack
+) -> None:
+    payload = feedback_actions("down", user="U9")
+    payload["user"]["team_id"] = "T0OTHER"  # a member of another organisation
+    assert (await _click(web, payload)).status_code == 200
+    assert await _votes(web.ingest) == []
+    assert [(e["user"], e["text"]) for e in slack.ephemeral] == [("U9", REFUSED_TEXT)]
+
+
+async def test_a_member_of_another_workspace_of_the_grid_organisation_is_no_outsider(
+    web: EventsApp,
+) -> None:
+    payload = feedback_actions("up", user="U9")
+    payload["user"]["team_id"] = "T0SISTER"
+    payload["enterprise"] = {"id": "E0001", "name": "Org"}
+    assert (await _click(web, payload)).status_code == 200
+    assert await _votes(web.ingest) == [("U9", "up", "openai/m")]
 
 
 @pytest.mark.parametrize(
