@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from adapters.fields import pattern
+from gateway.feedback.store import DOWN, UP
 from gateway.inbound.ingest import CLOSED_TEXT, NOT_YOURS_TEXT, Verdict
 
 APPROVE_LABEL, DECLINE_LABEL = "Approve", "Decline"
@@ -36,6 +37,11 @@ def parse_approval_payload(value: object) -> tuple[str, bool] | None:
     return (found[1], found[2] == "y") if found else None
 
 
+def valid_approval_payload(value: object) -> bool:
+    """Whether `value` is an approval button's payload (a field check)."""
+    return parse_approval_payload(value) is not None
+
+
 def refusal_text(verdict: Verdict) -> str | None:
     """What the clicker is told, briefly and to them alone; None when the click counted."""
     return {Verdict.NOT_YOURS: NOT_YOURS_TEXT, Verdict.CLOSED: CLOSED_TEXT}.get(verdict)
@@ -45,7 +51,7 @@ def refusal_text(verdict: Verdict) -> str | None:
 # Discord's custom_id); Slack's feedback_buttons element carries the value alone, in the
 # `context_actions` block FEEDBACK_BLOCK, action FEEDBACK_ACTION. The reply they are under
 # is the message the click comes from: the payload needs nothing else.
-FEEDBACK_UP, FEEDBACK_DOWN = "up", "down"
+FEEDBACK_UP, FEEDBACK_DOWN = UP, DOWN
 FEEDBACK_VALUES = (FEEDBACK_UP, FEEDBACK_DOWN)
 FEEDBACK_UP_LABEL, FEEDBACK_DOWN_LABEL = "👍", "👎"
 FEEDBACK_BLOCK, FEEDBACK_ACTION = "gw_feedback", "gw_feedback"
@@ -62,3 +68,8 @@ def parse_feedback_payload(value: object) -> str | None:
     if isinstance(value, str) and value.startswith("f:") and value[2:] in FEEDBACK_VALUES:
         return value[2:]
     return None
+
+
+def valid_feedback_payload(value: object) -> bool:
+    """Whether `value` is a feedback button's payload (a field check)."""
+    return parse_feedback_payload(value) is not None

@@ -135,3 +135,22 @@ class Decision(_Frozen):
     approve: bool
     event_id: str
     address: Address
+
+
+class FeedbackClick(_Frozen):
+    """A click on a reply's thumbs up or down, as every adapter reports it.
+
+    The reply is the message clicked (`platform`, `channel`, `message_id`: a message
+    id is unique within its channel on every platform); `value` is the button's
+    (`up` or `down`), `user_id` the clicker's platform id, `external` whether they
+    are of another organisation (a Slack Connect guest), as `Speaker.external`.
+    `address` is where a refusal goes (the platform's ephemeral form where it has one).
+    """
+
+    platform: str
+    channel: str
+    message_id: str
+    user_id: str
+    value: str
+    address: Address
+    external: bool = False

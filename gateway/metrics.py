@@ -138,6 +138,13 @@ class SnapshotCollector(Collector):
             "Replies moved from the platform's streaming surface to edit-in-place",
             labels=["platform", "code"],
         )
+        # A gauge: a changed vote moves from one value to the other, so a value's count
+        # may go down. Never by user (the CLI's log names the clicker).
+        feedback = GaugeMetricFamily(
+            "gateway_feedback_total",
+            "Standing thumbs up and down on replies",
+            labels=["platform", "workspace", "model", "value"],
+        )
         usage = _UsageFamilies()
         for field, raw in self.values.items():
             name, _, rest = field.partition("|")
@@ -164,10 +171,13 @@ class SnapshotCollector(Collector):
             elif name == "tools":
                 tool, _, outcome = rest.rpartition("|")
                 tools.add_metric([tool, outcome], float(raw))
+            elif name == "feedback":
+                platform, workspace, value, model = rest.split("|", 3)
+                feedback.add_metric([platform, workspace, model, value], float(raw))
             elif name.startswith("usage_"):
                 usage.add(name, rest, float(raw))
         yield from (turns, errors, tokens, side, early, tools, downloads, download_bytes)
-        yield from (rate_limited, replies, fallbacks)
+        yield from (rate_limited, replies, fallbacks, feedback)
         yield from (usage.tokens, usage.cost, usage.unpriced)
         yield self._histogram("", LATENCY_BUCKETS, "gateway_turn_latency_seconds", "Main turn")
         yield self._histogram(

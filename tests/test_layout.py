@@ -39,6 +39,7 @@ ORDER = (
     "context",
     "delivery",
     "approvals",
+    "feedback",
     "inbound",
     "platform",
     "http",

@@ -25,10 +25,24 @@ from typing import Any
 import discord
 
 from adapters.attachments import attachment
-from adapters.buttons import parse_approval_payload
-from adapters.fields import Field, first_invalid, invalid, is_mapping, is_text, optional, snowflake
+from adapters.buttons import (
+    parse_approval_payload,
+    parse_feedback_payload,
+    valid_approval_payload,
+    valid_feedback_payload,
+)
+from adapters.fields import (
+    Check,
+    Field,
+    first_invalid,
+    invalid,
+    is_mapping,
+    is_text,
+    optional,
+    snowflake,
+)
 from adapters.mentions import strip_mentions
-from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
+from gateway.messages import Address, Attachment, Decision, FeedbackClick, Inbound, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -224,29 +238,76 @@ def to_decision(
 ) -> Decision | None:
     """A click on an approval button (custom_id `a:<id>:y|n`); None when its ids or
     payload are malformed, or a bot clicked (one log line either way)."""
-    fields: list[Field] = [
-        ("id", interaction_id, snowflake),
-        ("channel_id", channel_id, snowflake),
-        ("guild_id", guild_id, optional(snowflake)),
-        ("user.id", user.get("id"), snowflake),
-        ("data.custom_id", custom_id, lambda v: parse_approval_payload(v) is not None),
-    ]
-    if invalid(PLATFORM, fields):
-        return None
-    if user.get("bot"):
-        log.info("discord: an approval click by a bot dropped")
+    click = (interaction_id, custom_id, valid_approval_payload, channel_id, guild_id, user)
+    if not _a_persons_click(*click):
         return None
     parsed = parse_approval_payload(custom_id)
     assert parsed is not None
-    workspace = guild_id or DM_WORKSPACE
     return Decision(
         platform=PLATFORM,
         approval_id=parsed[0],
         user_id=str(user["id"]),
         approve=parsed[1],
         event_id=f"interaction:{interaction_id}",
-        address=Address(platform=PLATFORM, workspace=workspace, channel=channel_id),
+        address=_click_address(channel_id, guild_id),
     )
+
+
+def to_feedback(
+    *,
+    interaction_id: str,
+    custom_id: object,
+    message_id: str,
+    channel_id: str,
+    guild_id: str | None,
+    user: Mapping[str, Any],
+) -> FeedbackClick | None:
+    """A click on a reply's feedback button (custom_id `f:up|down`) under `message_id`;
+    None when its ids or payload are malformed, or a bot clicked."""
+    click = (interaction_id, custom_id, valid_feedback_payload, channel_id, guild_id, user)
+    if not _a_persons_click(*click):
+        return None
+    if invalid(PLATFORM, [("message.id", message_id, snowflake)]):
+        return None
+    value = parse_feedback_payload(custom_id)
+    assert value is not None
+    return FeedbackClick(
+        platform=PLATFORM,
+        channel=channel_id,
+        message_id=message_id,
+        user_id=str(user["id"]),
+        value=value,
+        address=_click_address(channel_id, guild_id),
+    )
+
+
+def _a_persons_click(
+    interaction_id: str,
+    custom_id: object,
+    payload: Check,
+    channel_id: str,
+    guild_id: str | None,
+    user: Mapping[str, Any],
+) -> bool:
+    """Whether a component interaction's ids are well formed, its custom_id passes
+    `payload`, and a person clicked (a bot's click is dropped, with one log line)."""
+    fields: list[Field] = [
+        ("id", interaction_id, snowflake),
+        ("channel_id", channel_id, snowflake),
+        ("guild_id", guild_id, optional(snowflake)),
+        ("user.id", user.get("id"), snowflake),
+        ("data.custom_id", custom_id, payload),
+    ]
+    if invalid(PLATFORM, fields):
+        return False
+    if user.get("bot"):
+        log.info("discord: a click by a bot dropped")
+        return False
+    return True
+
+
+def _click_address(channel_id: str, guild_id: str | None) -> Address:
+    return Address(platform=PLATFORM, workspace=guild_id or DM_WORKSPACE, channel=channel_id)
 
 
 def strip_mention(text: str, bot_id: str, bot_role_id: str | None = None) -> str:

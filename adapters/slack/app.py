@@ -1,7 +1,7 @@
 """The bolt app: what it does with each kind of Slack request, and how it is wired.
 
 `Listeners` turns events and the `/btw` command into ingest calls, and holds the
-approval clicks' handler (`clicks.py`); `build_app` wires them into one bolt
+clicks' handler (`clicks.py`: approvals and feedback); `build_app` wires them into one bolt
 AsyncApp for HTTP and Socket Mode alike, with bolt's OAuth flow and
 installation-store authorize when the app is installed in many workspaces.
 Listeners run before the acknowledgement is sent (`process_before_response`):
@@ -26,6 +26,7 @@ from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.buttons import FEEDBACK_ACTION
 from adapters.fields import SHAPE_ERRORS, invalid
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.clicks import Ack, Clicks
@@ -196,6 +197,7 @@ def build_app(
         app.event("app_home_opened")(listeners.assistant.on_home_opened)
     app.action(APPROVE_ACTION)(listeners.clicks.handle)
     app.action(DECLINE_ACTION)(listeners.clicks.handle)
+    app.action(FEEDBACK_ACTION)(listeners.clicks.feedback)
     # Anything else (other events, interactivity) is acknowledged so Slack does not retry it.
     app.event(re.compile(".*"))(_ignore)
     app.action(re.compile(".*"))(_ack_only)

@@ -1,9 +1,11 @@
-"""Clicks on approval buttons (`block_actions`): acknowledged, decided by the core, answered.
+"""Clicks on our buttons (`block_actions`): acknowledged, taken by the core, answered.
 
-bolt calls `Clicks.handle` for both buttons' action ids, over HTTP and Socket Mode
-alike (`app.py` wires it). A click that does not count (someone else's, or on a
-request no longer open) is answered with an ephemeral message, which only the
-clicker sees.
+bolt calls `Clicks.handle` for both approval buttons' action ids and
+`Clicks.feedback` for a reply's feedback buttons, over HTTP and Socket Mode alike
+(`app.py` wires them). A click that does not count (someone else's, on a request no
+longer open, a stranger's feedback or on a reply that takes none) is answered with
+an ephemeral message, which only the clicker sees; one that counts with nothing
+(Slack's feedback buttons show what was chosen).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.buttons import refusal_text
 from adapters.slack.errors import core_error
-from adapters.slack.inbound import to_decision
+from adapters.slack.inbound import to_decision, to_feedback
 from gateway.messages import Address
 
 if TYPE_CHECKING:
@@ -44,6 +46,16 @@ class Clicks:
         refusal = refusal_text(await self.ingest.decide(decision))
         if refusal is not None:
             await _tell(client, decision.user_id, decision.address, refusal)
+
+    async def feedback(self, ack: Ack, body: dict[str, Any], client: AsyncWebClient) -> None:
+        """Acknowledged first, as `handle` is; a thumbs up or down on a reply."""
+        await ack()
+        click = to_feedback(body)
+        if click is None:
+            return
+        verdict = await self.ingest.feedback(click)
+        if not verdict.counted:
+            await _tell(client, click.user_id, click.address, verdict.text)
 
 
 async def _tell(client: AsyncWebClient, user: str, address: Address, text: str) -> None:

@@ -17,7 +17,10 @@ org) and the bot's own team from auth.test. Sharing any id with it means the
 same workspace or the same Grid organisation.
 
 A click on an approval request's button (a `block_actions` payload) becomes a
-`Decision`; its value is the approval id, its `action_ts` names the click.
+`Decision`; its value is the approval id, its `action_ts` names the click. A click
+on a reply's feedback buttons (the `feedback_buttons` element) becomes a
+`FeedbackClick`: its value is up or down, the reply is the message it is under
+(`container.message_ts`, else `message.ts`).
 
 Before anything else, the ids and texts of a message event are checked against
 the forms Slack gives them (`1710000000.000100` timestamps, `C…`/`D…`/`G…`
@@ -34,10 +37,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.attachments import attachment
-from adapters.buttons import APPROVAL_ID
-from adapters.fields import Field, first_invalid, invalid, is_mapping, is_text, optional, pattern
+from adapters.buttons import APPROVAL_ID, FEEDBACK_VALUES
+from adapters.fields import (
+    Check,
+    Field,
+    first_invalid,
+    invalid,
+    is_mapping,
+    is_text,
+    one_of,
+    optional,
+    pattern,
+)
 from adapters.mentions import strip_mentions
-from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
+from gateway.messages import Address, Attachment, Decision, FeedbackClick, Inbound, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -169,23 +182,63 @@ def event_fields(body: Mapping[str, Any]) -> list[Field]:
 
 def to_decision(body: Mapping[str, Any]) -> Decision | None:
     """A click on an approval button (`block_actions`); None when malformed or a bot's."""
-    if invalid(PLATFORM, _click_shape(body)) or invalid(PLATFORM, _click_fields(body)):
+    if not _a_persons_click(body, APPROVAL_ID):
         return None
     user, action = str(body["user"]["id"]), body["actions"][0]
-    if user.startswith("B"):
-        log.info("slack: an approval click by a bot dropped")
-        return None
-    channel = str(body["channel"]["id"])
-    container = body.get("container") or {}
-    team = (body.get("team") or {}).get("id") or ""
     return Decision(
         platform=PLATFORM,
         approval_id=str(action["value"]),
         user_id=user,
         approve=action.get("action_id") == APPROVE_ACTION,
         event_id=f"{user}:{action['action_ts']}",
-        address=_address(str(team), channel, container.get("thread_ts")),
+        address=_click_address(body),
     )
+
+
+def to_feedback(body: Mapping[str, Any]) -> FeedbackClick | None:
+    """A click on a reply's feedback buttons; None when malformed or a bot's."""
+    if not _a_persons_click(body, one_of(*FEEDBACK_VALUES)):
+        return None
+    container, message = body.get("container") or {}, body.get("message") or {}
+    message_ts = container.get("message_ts") or message.get("ts")
+    if invalid(PLATFORM, [("container.message_ts", message_ts, TS)]):
+        return None
+    return FeedbackClick(
+        platform=PLATFORM,
+        channel=str(body["channel"]["id"]),
+        message_id=str(message_ts),
+        user_id=str(body["user"]["id"]),
+        value=str(body["actions"][0]["value"]),
+        address=_click_address(body),
+        external=_clicker_external(body),
+    )
+
+
+def _clicker_external(body: Mapping[str, Any]) -> bool:
+    """Whether the clicker is of another organisation: in a Slack Connect channel the
+    payload's `team` is the installation's workspace and `user.team_id` the clicker's.
+    In an Enterprise Grid organisation (`enterprise` set) a member of another of its
+    workspaces is no outsider, and the payload cannot tell them from one: not external."""
+    own, theirs = (body.get("team") or {}).get("id"), body["user"].get("team_id")
+    return bool(own and theirs and own != theirs and not body.get("enterprise"))
+
+
+def _a_persons_click(body: Mapping[str, Any], value: Check) -> bool:
+    """Whether a `block_actions` payload is well formed, its action's value passing
+    `value`, and a person's (a bot's click is dropped, with one log line)."""
+    if invalid(PLATFORM, _click_shape(body)) or invalid(PLATFORM, _click_fields(body, value)):
+        return False
+    if str(body["user"]["id"]).startswith("B"):
+        log.info("slack: a click by a bot dropped")
+        return False
+    return True
+
+
+def _click_address(body: Mapping[str, Any]) -> Address:
+    """Where a refusal of the click goes: the clicker's channel and thread."""
+    container = body.get("container") or {}
+    team = (body.get("team") or {}).get("id") or ""
+    return _address(str(team), str(body["channel"]["id"]), container.get("thread_ts"))
 
 
 def _click_shape(body: Mapping[str, Any]) -> list[Field]:
@@ -195,19 +248,21 @@ def _click_shape(body: Mapping[str, Any]) -> list[Field]:
         ("channel", body.get("channel"), is_mapping),
         ("team", body.get("team"), optional(is_mapping)),
         ("container", body.get("container"), optional(is_mapping)),
+        ("message", body.get("message"), optional(is_mapping)),
         ("actions", actions, lambda v: isinstance(v, list) and len(v) == 1),
         ("actions[0]", actions[0] if isinstance(actions, list) and actions else None, is_mapping),
     ]
 
 
-def _click_fields(body: Mapping[str, Any]) -> list[Field]:
+def _click_fields(body: Mapping[str, Any], value: Check) -> list[Field]:
     action, container = body["actions"][0], body.get("container") or {}
     return [
         ("user.id", body["user"].get("id"), USER_ID),
         ("channel.id", body["channel"].get("id"), CHANNEL_ID),
         ("team.id", (body.get("team") or {}).get("id"), optional(TEAM_ID)),
+        ("user.team_id", body["user"].get("team_id"), optional(TEAM_ID)),
         ("container.thread_ts", container.get("thread_ts"), optional(TS)),
-        ("actions.value", action.get("value"), APPROVAL_ID),
+        ("actions.value", action.get("value"), value),
         ("actions.action_ts", action.get("action_ts"), TS),
     ]
 

@@ -12,7 +12,8 @@ dropped too, with one log line (`adapters.fields`).
 
 A click on an approval request's button arrives as a callback query whose data
 is `a:<approval id>:y|n`; `to_decision` makes it a `Decision`, after the same
-checks of its ids.
+checks of its ids. A click on a reply's feedback buttons (`f:up`, `f:down`) is one
+too; `to_feedback` makes it a `FeedbackClick` on the message it is under.
 
 Sessions: one per chat, one per forum topic (`thread` = `message_thread_id`
 when the message is a topic message). The session's workspace is the bot's id:
@@ -39,10 +40,16 @@ from typing import Any
 from telegram import CallbackQuery, Message, MessageEntity, PhotoSize, Update
 
 from adapters.attachments import attachment
-from adapters.buttons import parse_approval_payload
+from adapters.buttons import (
+    parse_approval_payload,
+    parse_feedback_payload,
+    valid_approval_payload,
+    valid_feedback_payload,
+)
 from adapters.fields import (
     INT64_MAX,
     INT64_MIN,
+    Check,
     Field,
     integer,
     invalid,
@@ -52,7 +59,7 @@ from adapters.fields import (
     pattern,
 )
 from gateway.inbound import commands
-from gateway.messages import Address, Attachment, Decision, Inbound, Speaker
+from gateway.messages import Address, Attachment, Decision, FeedbackClick, Inbound, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -251,38 +258,80 @@ def _file_fields(message: Message) -> list[Field]:
 
 def to_decision(update: Update, bot_id: int) -> Decision | None:
     """A click on an approval button; None when malformed or a bot's (one log line)."""
-    query = update.callback_query
-    if query is None or invalid(PLATFORM, _click_fields(update, query)):
-        return None
-    if query.from_user.is_bot:
-        log.info("telegram: an approval click by a bot dropped")
+    query = _a_persons_click(update, valid_approval_payload)
+    if query is None:
         return None
     parsed = parse_approval_payload(query.data)
-    message = query.message
-    assert parsed is not None and message is not None  # checked by _click_fields
-    thread = getattr(message, "message_thread_id", None)
+    assert parsed is not None  # checked by _click_fields
     return Decision(
         platform=PLATFORM,
         approval_id=parsed[0],
         user_id=str(query.from_user.id),
         approve=parsed[1],
         event_id=f"callback:{query.id}",
-        address=Address(
-            platform=PLATFORM,
-            workspace=str(bot_id),
-            channel=str(message.chat.id),
-            thread=str(thread) if thread else None,
-        ),
+        address=_click_address(query, bot_id),
     )
 
 
-def _click_fields(update: Update, query: CallbackQuery) -> list[Field]:
+def to_feedback(update: Update, bot_id: int) -> FeedbackClick | None:
+    """A click on a reply's feedback button; None when malformed or a bot's."""
+    query = _a_persons_click(update, valid_feedback_payload)
+    if query is None:
+        return None
+    message = query.message
+    assert message is not None  # checked by _click_fields
+    message_id = getattr(message, "message_id", None)
+    if invalid(PLATFORM, [("callback_query.message.message_id", message_id, _POSITIVE_ID)]):
+        return None
+    value = parse_feedback_payload(query.data)
+    assert value is not None
+    return FeedbackClick(
+        platform=PLATFORM,
+        channel=str(message.chat.id),
+        message_id=str(message_id),
+        user_id=str(query.from_user.id),
+        value=value,
+        address=_click_address(query, bot_id),
+    )
+
+
+def is_feedback(update: Update) -> bool:
+    """Whether a callback query is a click on a feedback button (by its data's form)."""
+    query = update.callback_query
+    return query is not None and valid_feedback_payload(query.data)
+
+
+def _a_persons_click(update: Update, data: Check) -> CallbackQuery | None:
+    """The callback query when its ids are well formed, its data passes `data`, and a
+    person clicked (a bot's click is dropped, with one log line)."""
+    query = update.callback_query
+    if query is None or invalid(PLATFORM, _click_fields(update, query, data)):
+        return None
+    if query.from_user.is_bot:
+        log.info("telegram: a click by a bot dropped")
+        return None
+    return query
+
+
+def _click_address(query: CallbackQuery, bot_id: int) -> Address:
+    message = query.message
+    assert message is not None
+    thread = getattr(message, "message_thread_id", None)
+    return Address(
+        platform=PLATFORM,
+        workspace=str(bot_id),
+        channel=str(message.chat.id),
+        thread=str(thread) if thread else None,
+    )
+
+
+def _click_fields(update: Update, query: CallbackQuery, data: Check) -> list[Field]:
     message = query.message
     return [
         ("update_id", update.update_id, _UPDATE_ID),
         ("callback_query.id", query.id, _QUERY_ID),
         ("callback_query.from.id", getattr(query.from_user, "id", None), _POSITIVE_ID),
-        ("callback_query.data", query.data, lambda v: parse_approval_payload(v) is not None),
+        ("callback_query.data", query.data, data),
         ("callback_query.message.chat.id", getattr(getattr(message, "chat", None), "id", None),
          _CHAT_ID),
         ("callback_query.message.message_thread_id",

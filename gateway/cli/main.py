@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway import logs, shutdown
+from gateway.cli import feedback as cli_feedback
 from gateway.cli import settings as cli_settings
 from gateway.cli import usage as cli_usage
 from gateway.cli.sessions import cmd_sessions, positive_days
@@ -103,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     users.set_defaults(handler=cmd_users)
     cli_settings.add_parser(commands)
     cli_usage.add_parser(commands)
+    cli_feedback.add_parser(commands)
     return parser
 
 

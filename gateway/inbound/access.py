@@ -33,11 +33,13 @@ class Access:
         """Whether the speaker may use the bot: the rules, then a paired user."""
         return self.allowed(inbound) or await self.paired(inbound.platform, inbound.user_key)
 
-    async def admits_user(self, platform: str, user_id: str) -> bool:
-        """The same for someone known only by platform and id (an approval click)."""
-        return self.may_use(platform, user_id) or await self.paired(
-            platform, f"{platform}:{user_id}"
-        )
+    async def admits_user(self, platform: str, user_id: str, *, external: bool = False) -> bool:
+        """The same for someone known only by platform and id (a click), and whether they
+        are of another organisation."""
+        user_key = f"{platform}:{user_id}"
+        if external and user_key not in self.settings.allowed_user_set:
+            return self._external_allowed(platform)
+        return self.may_use(platform, user_id) or await self.paired(platform, user_key)
 
     def allowed(self, inbound: Inbound) -> bool:
         """Whether the rules let the speaker in, pairing aside.

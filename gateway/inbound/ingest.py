@@ -1,4 +1,5 @@
-"""The one door every adapter calls: dedupe, commands, rate limits, append and enqueue.
+"""The one door every adapter calls: dedupe, commands, rate limits, append and enqueue;
+the clicks on approval buttons (`decide`) and on a reply's feedback buttons (`feedback`).
 
 Who may use the bot, and what a refused user is told, is `access.py`'s; ingest
 answers a refused speaker with its notice job.
@@ -19,11 +20,12 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.approvals.store import ApprovalStore
+from gateway.feedback.store import FeedbackStore, FeedbackVerdict
 from gateway.inbound import commands
 from gateway.inbound.access import Access
 from gateway.inbound.commands import Command
 from gateway.inbound.rate_limit import RateLimiter
-from gateway.messages import Address, Decision, Inbound
+from gateway.messages import Address, Decision, FeedbackClick, Inbound
 from gateway.metrics import Metrics
 from gateway.settings.env import Settings
 from gateway.state.keys import Keys
@@ -75,6 +77,7 @@ class Ingest:
         self.redis = redis
         self.sessions = SessionStore(redis, streams)
         self.approvals = ApprovalStore(redis, self.sessions)
+        self.feedback_store = FeedbackStore(redis)
         self.rate_limits = RateLimiter(redis, settings.rate_user, settings.rate_conversation)
         self.metrics = Metrics(redis)
         self.access = Access(settings, redis)
@@ -111,6 +114,20 @@ class Ingest:
             return Verdict.CLOSED
         verdict = Verdict(await self.approvals.decide(decision, session_key))
         log.info("approval %s in %s: %s", decision.approval_id, session_key, verdict)
+        return verdict
+
+    async def feedback(self, click: FeedbackClick) -> FeedbackVerdict:
+        """A click on a reply's thumbs up or down: recorded when its clicker may use the
+        bot (a stranger's changes nothing), once per clicker and reply."""
+        if not await self.access.admits_user(
+            click.platform, click.user_id, external=click.external
+        ):
+            log.info("feedback click by a stranger refused: %s", click.message_id)
+            return FeedbackVerdict.REFUSED
+        verdict = await self.feedback_store.record(
+            click.platform, click.channel, click.message_id, click.user_id, click.value
+        )
+        log.info("feedback on %s:%s: %s", click.channel, click.message_id, verdict)
         return verdict
 
     async def latest_session(self, channel_key: str) -> str | None:

@@ -39,6 +39,8 @@ DEFAULT_SLACK_SCOPES = (
     "users:read",
     "assistant:write",
 )
+# The platforms whose replies can carry feedback buttons (GATEWAY_FEEDBACK).
+FEEDBACK_PLATFORMS = ("telegram", "discord", "slack")
 _TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
 
@@ -201,6 +203,18 @@ class Settings(BaseSettings):
         if value is not None and not _TELEGRAM_SECRET.match(value.get_secret_value()):
             raise ValueError("must be 1 to 256 characters of A-Z a-z 0-9 _ -")
         return value
+
+    @field_validator("feedback_text")
+    @classmethod
+    def _feedback(cls, value: str) -> str:
+        named = [p.strip().lower() for p in value.split(",") if p.strip()]
+        unknown = [p for p in named if p not in FEEDBACK_PLATFORMS]
+        if unknown:
+            raise ValueError(
+                f"must be platforms among {', '.join(FEEDBACK_PLATFORMS)}, comma-separated "
+                f"(got {unknown[0]!r})"
+            )
+        return ",".join(named)
 
     @field_validator("secret_key")
     @classmethod

@@ -1,6 +1,9 @@
 """Settings by scope: a platform's, a workspace's, a channel's or a conversation's own
-model, side model, system prompt, token budget, allowed tools, budgets and suggested
-prompts (`prompts.py`).
+    "feedback",
+    *BUDGET_KEYS,
+    "suggested_prompts",
+)
+FEEDBACK_SWITCH = ("on", "off")
 
 A scope is a prefix of a session key (`platform:workspace:channel[:thread]`):
 `slack`, `slack:T1`, `slack:T1:C1`, `slack:T1:C1:1710000000.000100`. A session
@@ -40,9 +43,11 @@ KEYS = (
     "system_prompt",
     "token_budget",
     "tools",
+    "feedback",
     *BUDGET_KEYS,
     "suggested_prompts",
 )
+FEEDBACK_SWITCH = ("on", "off")
 ENVIRONMENT = "environment"
 NO_TOOLS = "none"
 MAX_PROMPT_CHARS = 20_000
@@ -107,6 +112,12 @@ def _tools(value: str) -> str:
     return ",".join(names)
 
 
+def _feedback(value: str) -> str:
+    if value.lower() not in FEEDBACK_SWITCH:
+        raise ValueError(f"must be on or off (got {value!r})")
+    return value.lower()
+
+
 def _budget(value: str) -> str:
     amount = budget_amount(value)
     if amount is None:
@@ -120,6 +131,7 @@ _CHECKS: dict[str, Callable[[str], str]] = {
     "system_prompt": _prompt,
     "token_budget": _token_budget,
     "tools": _tools,
+    "feedback": _feedback,
     **dict.fromkeys(BUDGET_KEYS, _budget),
     "suggested_prompts": parse_prompts,
 }
@@ -200,6 +212,8 @@ class SessionSettings:
             return str(self.env.token_budget or "from the model's context window")
         if key == "tools":
             return "all" if self.env.mcp_config else "none configured"
+        if key == "feedback":
+            return ", ".join(sorted(self.env.feedback_platforms)) or "Slack's streams only"
         if key in BUDGET_KEYS:
             return str(getattr(self.env, key) or "none")
         if key == "suggested_prompts":

@@ -177,6 +177,17 @@ class Keys:
         the approval's deadline."""
         return f"{PREFIX}:approval_session:{approval_id}"
 
+    # Feedback on replies (gateway/feedback/store.py): every click, newest last, scored by
+    # its time (ms); each member the click as JSON, replaced when its clicker changes it.
+    FEEDBACK_LOG = f"{PREFIX}:feedback:log"
+
+    @staticmethod
+    def feedback_reply(platform: str, channel: str, message_id: str) -> str:
+        """A reply that takes feedback, by the message its buttons are under: its
+        session, turn, model, platform and workspace, and each clicker's vote. The
+        click names the message only, so the key is outside the session's hash tag."""
+        return f"{PREFIX}:feedback:reply:{platform}:{channel}:{message_id}"
+
     @staticmethod
     def channel_sessions(channel_key: str) -> str:
         return f"{PREFIX}:channel:{channel_key}"

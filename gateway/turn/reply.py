@@ -15,6 +15,7 @@ from gateway.errors import (
     PlatformError,
     StreamRefused,
 )
+from gateway.feedback.store import FeedbackStore, Reply
 from gateway.messages import Address
 from gateway.metrics import Metrics
 from gateway.ports import Sender
@@ -33,6 +34,7 @@ class Replies:
     def __init__(self, sessions: SessionStore, pacing: SendPacing, metrics: Metrics) -> None:
         self.sessions, self.pacing, self.metrics = sessions, pacing, metrics
         self.mechanisms = Mechanisms(sessions.redis, metrics)
+        self.feedback = FeedbackStore(sessions.redis)
 
     async def open(
         self,
@@ -84,38 +86,50 @@ class Replies:
         return stream
 
     async def deliver(
-        self, stream: ReplyStream, result: TurnResult, turn_id: str, key: str
+        self, stream: ReplyStream, result: TurnResult, turn_id: str, key: str, *, model: str
     ) -> Entry | None:
         """Post the final text; the assistant entry to record, or None for a failed call.
 
         A stream that stalled after some text keeps that text on screen with a note
         that it was cut off, and it is recorded as the answer (as after a /stop): the
         history holds what the user saw, so a "go on" has something to go on from.
+        A reply delivered with feedback buttons is registered under its last message,
+        with the turn's `model`, so that their clicks find it.
         """
+        turn = (key, turn_id, model)
         if result.error is not None:
             log.warning("model failed in %s: %s", key, result.error)
             await self.metrics.count("errors", type(result.error).__name__)
             if isinstance(result.error, ModelStalled) and result.text.strip():
                 text = result.text.strip()
                 note = f"\n\n_(the answer was cut off: {result.error.user_text})_"
-                ids = await self._finish(stream, f"{text}{note}")
+                ids = await self._finish(stream, f"{text}{note}", turn)
                 return assistant_entry(text, turn_id, ids)
-            await self._finish(stream, failure_text(result.error))
+            await self._finish(stream, failure_text(result.error), turn)
             return None
         text = result.text.strip() or ("" if result.stopped else EMPTY_REPLY)
         shown = f"{text}{STOPPED_NOTE}" if result.stopped else text
-        ids = await self._finish(stream, shown.strip())
+        ids = await self._finish(stream, shown.strip(), turn)
         return assistant_entry(text, turn_id, ids) if text else None
 
-    async def _finish(self, stream: ReplyStream, text: str) -> list[str]:
+    async def _finish(
+        self, stream: ReplyStream, text: str, turn: tuple[str, str, str]
+    ) -> list[str]:
         try:
             ids = await stream.finish(text)
             await self.mechanisms.delivered(stream.address, stream.mechanism)
-            return ids
         except PlatformError as exc:
             log.error("could not deliver the reply in %s: %s", stream.address.chat_key, exc)
             await self.metrics.count("errors", "delivery")
             return stream.ids
+        if stream.feedback and ids:
+            key, turn_id, model = turn
+            address = stream.address
+            reply = Reply(
+                address.platform, address.workspace, address.channel, ids[-1], key, turn_id, model
+            )
+            await self.feedback.register(reply)
+        return ids
 
 
 def failure_text(error: ModelError) -> str:

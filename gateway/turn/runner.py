@@ -193,7 +193,9 @@ class TurnRunner:
             if turn.running.reason == LEASE_LOST:
                 # Another run of this turn will edit the same message; say nothing here.
                 raise LeaseLost(f"lease of {key} expired during turn {claim.turn_id}")
-            entry = await self.replies.deliver(stream, result, claim.turn_id, key)
+            entry = await self.replies.deliver(
+                stream, result, claim.turn_id, key, model=settings.model
+            )
         except BaseException:
             await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
             raise

@@ -111,6 +111,8 @@ async def test_tools_allow_names_or_servers_or_none(scoped: ScopedSettings) -> N
         ("budget_user_daily", "2 euros"),
         ("budget_workspace_monthly", "0usd"),
         ("system_prompt", " "),
+        ("feedback", "yes"),
+        ("feedback", ""),
     ],
 )
 async def test_a_bad_value_is_refused_in_one_line_naming_its_key(
@@ -120,6 +122,22 @@ async def test_a_bad_value_is_refused_in_one_line_naming_its_key(
         await scoped.set("slack:T1", key, value)
     assert "\n" not in str(refused.value)
     assert scoped.at("slack:T1") == {}
+
+
+async def test_feedback_is_on_or_off_by_scope_over_gateway_feedback(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    scoped = ScopedSettings(redis_client, settings(redis_url, GATEWAY_FEEDBACK="Telegram"))
+    await scoped.load()
+    telegram, discord = "telegram:1:42", "discord:9:7"
+    assert scoped.resolve(telegram).feedback("telegram")
+    assert not scoped.resolve(discord).feedback("discord")
+    assert scoped.resolve(discord).shown("feedback") == "telegram"
+    await scoped.set("telegram:1", "feedback", "OFF")
+    await scoped.set("discord:9:7", "feedback", "on")
+    assert not scoped.resolve(telegram).feedback("telegram")
+    assert scoped.resolve(discord).feedback("discord")
+    assert scoped.resolve(discord).shown("feedback") == "on"
 
 
 def test_budgets_take_the_environment_syntax() -> None:
