@@ -17,8 +17,8 @@ what `TelegramSender` makes of it.
 from __future__ import annotations
 
 import secrets
-from html import escape
 from collections.abc import Sequence
+from html import escape
 from typing import TYPE_CHECKING
 
 from telegram.error import BadRequest, InvalidToken, TelegramError
@@ -120,4 +120,3 @@ class TelegramDraft:
     async def close(self, markdown: str, steps: Sequence[Step], *, feedback: bool) -> str:
         # The steps end with the draft: the message shows exactly the reply's text.
         return await self.sender.send(self.address, markdown, final=True, feedback=feedback)
-

@@ -1,29 +1,28 @@
 """A loopback fake of the Telegram Bot API, driven by the real python-telegram-bot client.
 
 It serves `POST /bot<token>/<method>` on 127.0.0.1 for the methods the gateway
-uses (getMe, sendMessage, sendMessageDraft, editMessageText, sendChatAction, setMyCommands,
-setWebhook, deleteWebhook, getUpdates, answerCallbackQuery), records every call (answered or
-refused) with its time, and behaves like Telegram where the gateway depends on
-it: HTML is validated the way Telegram's parser refuses it ("can't parse
-entities"), the rendered length is counted in UTF-16 code units, editing to the
-same content is "message is not modified", getUpdates long-polls, confirms
-updates by offset, delivers only the kinds of update `allowed_updates` names
-and refuses to run while a webhook is set. A draft (sendMessageDraft, `drafts`) is shown
-in private chats only (a group's is "TEXTDRAFT_PEER_INVALID", as is a chat
-`refuse_drafts` names), needs a non-zero `draft_id`, takes 0 to 4,096 characters after
-entity parsing (Bot API 10.0: an empty text is the "Thinking…" placeholder), lapses
-`draft_lifetime` seconds after its last update (counted in `Draft.lapses` when an
-update comes after that) and ends when the bot sends a message into the chat. An edit
-that changes neither the text nor the inline keyboard is "message is not modified". A message keeps its inline keyboard
-(`reply_markup`) until an edit without one removes it; the answers to callback
-queries are kept in `callback_answers`. Files users sent are added with
-`add_file` (its `file_id` goes into an update): getFile answers with the
-file's path, or "file is too big" past the Bot API's 20 MB, and
-`GET /file/bot<token>/<file_path>` serves the bytes (401 with another token,
-404 for an unknown path); each download is kept in `downloads`. Failures are
-scripted: `fail_next` answers a method with an error (a 429 carries
-`parameters.retry_after`), `ban` refuses every call into a chat until a
-deadline, the way a flood ban does.
+uses (getMe, sendMessage, sendMessageDraft, editMessageText, sendChatAction,
+setMyCommands, setWebhook, deleteWebhook, getUpdates, answerCallbackQuery), records
+every call (answered or refused) with its time, and behaves like Telegram where the
+gateway depends on it: HTML is validated the way Telegram's parser refuses it ("can't
+parse entities"), the rendered length is counted in UTF-16 code units, an edit that
+changes neither the text nor the inline keyboard is "message is not modified",
+getUpdates long-polls, confirms updates by offset, delivers only the kinds of update
+`allowed_updates` names and refuses to run while a webhook is set. A draft
+(sendMessageDraft, kept in `drafts`) is shown in private chats only (a group's is
+"TEXTDRAFT_PEER_INVALID", as is one into a chat `refuse_drafts` names), needs a
+non-zero `draft_id`, takes 0 to 4,096 characters after entity parsing (Bot API 10.0,
+python-telegram-bot 22.8's: an empty text is the "Thinking…" placeholder), lapses
+`draft_lifetime` seconds after its last update (an update after that is counted in
+`Draft.lapses`: the user saw it vanish) and ends when the bot sends a message into the
+chat. A message keeps its inline keyboard (`reply_markup`) until an edit without one
+removes it; the answers to callback queries are kept in `callback_answers`. Files users
+sent are added with `add_file` (its `file_id` goes into an update): getFile answers
+with the file's path, or "file is too big" past the Bot API's 20 MB, and
+`GET /file/bot<token>/<file_path>` serves the bytes (401 with another token, 404 for
+an unknown path); each download is kept in `downloads`. Failures are scripted:
+`fail_next` answers a method with an error (a 429 carries `parameters.retry_after`),
+`ban` refuses every call into a chat until a deadline, the way a flood ban does.
 """
 
 from __future__ import annotations
