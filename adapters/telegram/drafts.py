@@ -19,18 +19,16 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from html import escape
-from typing import TYPE_CHECKING
 
+from telegram import Bot
 from telegram.error import BadRequest, InvalidToken, TelegramError
 
 from adapters.telegram.errors import core_error
+from adapters.telegram.formatting import MAX_LENGTH, with_fallback
 from adapters.telegram.render import utf16_length, visible_length
 from gateway.errors import PlatformError, StreamRefused
 from gateway.messages import Address
-from gateway.ports import Step
-
-if TYPE_CHECKING:
-    from adapters.telegram.sender import TelegramSender
+from gateway.ports import Sender, Step
 
 # The descriptions of Telegram's refusals of drafts, matched in its error text.
 REFUSALS = ("TEXTDRAFT_PEER_INVALID", "method not found")
@@ -40,7 +38,6 @@ STEP_WORDS = {
     "complete": ("✅", "done"),
     "error": ("⚠️", "failed"),
 }
-MAX_LENGTH = 4096  # UTF-16 code units after entity parsing, as a message's
 DRAFT_ID_LIMIT = 2**31 - 1  # a positive 32-bit id: every client library takes it
 
 
@@ -86,7 +83,8 @@ def draft_error(exc: TelegramError) -> PlatformError:
 
 
 class TelegramDraft:
-    """One draft of a reply in a private chat, and the message that ends it.
+    """One draft of a reply in a private chat, and the message that ends it (`sender`'s,
+    as every other message of the reply).
 
     `interval` is the private chat's pacing (`Limits.chat_interval`): the core already
     grants every call into the chat, drafts and the final message alike, at most once
@@ -99,23 +97,23 @@ class TelegramDraft:
     message_id: str | None = None  # a draft is no message
 
     def __init__(
-        self, sender: TelegramSender, address: Address, *, interval: float, refresh: float
+        self, bot: Bot, sender: Sender, address: Address, *, interval: float, refresh: float
     ) -> None:
-        self.sender, self.address = sender, address
+        self.bot, self.sender, self.address = bot, sender, address
         self.interval = interval
         self.refresh: float | None = refresh
         self.draft_id = new_draft_id()
 
     async def show(self, markdown: str, steps: Sequence[Step]) -> None:
         async def draft(text: str, parse_mode: str | None) -> None:
-            await self.sender.bot.send_message_draft(
+            await self.bot.send_message_draft(
                 chat_id=int(self.address.channel),
                 draft_id=self.draft_id,
                 text=with_steps(text, steps, html=parse_mode is not None),
                 parse_mode=parse_mode,
             )
 
-        await self.sender.with_fallback(markdown, draft, errors=draft_error, empty="")
+        await with_fallback(markdown, draft, errors=draft_error, empty="")
 
     async def close(self, markdown: str, steps: Sequence[Step], *, feedback: bool) -> str:
         # The steps end with the draft: the message shows exactly the reply's text.

@@ -13,13 +13,9 @@ after the wait.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
-from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, TelegramError
+from telegram.constants import ChatAction
+from telegram.error import TelegramError
 
 from adapters.buttons import (
     APPROVE_LABEL,
@@ -34,15 +30,12 @@ from adapters.buttons import (
 from adapters.telegram.client import BotClient
 from adapters.telegram.drafts import TelegramDraft
 from adapters.telegram.errors import core_error
-from adapters.telegram.render import render, utf16_length, visible_length, visible_text
-from gateway.errors import MessageRejected, PlatformError
+from adapters.telegram.formatting import MAX_LENGTH, with_fallback
+from adapters.telegram.render import render, visible_length
+from gateway.errors import MessageRejected
 from gateway.messages import Address
 from gateway.ports import Limits, LiveMessage
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-MAX_LENGTH = 4096  # UTF-16 code units of the text after entity parsing
 TYPING_INTERVAL = 4.5  # a chat action shows for 5 s
 DRAFT = "draft"  # the mechanism's name: sendMessageDraft
 DRAFT_REFRESH = 20.0  # seconds: a draft lapses about 30 s after its last update
@@ -131,7 +124,7 @@ class TelegramSender:
             )
             return str(message.message_id)
 
-        return await self.with_fallback(markdown, post)
+        return await with_fallback(markdown, post)
 
     async def edit(
         self,
@@ -153,7 +146,7 @@ class TelegramSender:
             )
 
         try:
-            await self.with_fallback(markdown, change)
+            await with_fallback(markdown, change)
         except MessageRejected as exc:
             if "message is not modified" not in str(exc).lower():
                 raise
@@ -164,6 +157,7 @@ class TelegramSender:
 
     def open_live(self, address: Address, *, recipient: str) -> LiveMessage:
         return TelegramDraft(
+            self.bot,
             self,
             address,
             interval=self._private.chat_interval or self._private.edit_interval,
@@ -210,30 +204,6 @@ class TelegramSender:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def with_fallback(
-        self,
-        markdown: str,
-        call: Callable[[str, str | None], Awaitable[T]],
-        *,
-        errors: Callable[[TelegramError], PlatformError] = core_error,
-        empty: str = "…",
-    ) -> T:
-        """Send as HTML; when Telegram cannot parse it, send the same text as plain text.
-        `errors` makes the core's error of a failure; `empty` is sent for a blank text."""
-        rendered = render(markdown) if markdown.strip() else empty
-        try:
-            return await call(rendered, ParseMode.HTML)
-        except BadRequest as exc:
-            if "can't parse entities" not in exc.message.lower():
-                raise errors(exc) from None
-            log.warning("Telegram refused the formatting (%s); sending plain text", exc.message)
-        except TelegramError as exc:
-            raise errors(exc) from None
-        try:
-            return await call(_plain(markdown, rendered), None)
-        except TelegramError as exc:
-            raise errors(exc) from None
-
 
 def approval_keyboard(approval_id: str) -> InlineKeyboardMarkup:
     """Approve and Decline side by side; their callback_data fits the 64 bytes allowed."""
@@ -251,10 +221,3 @@ def feedback_keyboard() -> InlineKeyboardMarkup:
         InlineKeyboardButton(FEEDBACK_DOWN_LABEL, callback_data=feedback_payload(FEEDBACK_DOWN)),
     ]
     return InlineKeyboardMarkup([buttons])
-
-
-def _plain(markdown: str, rendered: str) -> str:
-    """The Markdown source when it fits (nothing lost), else the visible text (it always fits)."""
-    if markdown.strip() and utf16_length(markdown) <= MAX_LENGTH:
-        return markdown
-    return visible_text(rendered)
