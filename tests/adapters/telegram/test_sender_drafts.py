@@ -321,3 +321,40 @@ async def test_draft_failures_become_the_cores_errors(
     with pytest.raises(StreamRefused):
         await sender.open_live(GROUP, recipient="42").show("in a group", ())
     assert draft.message_id is None and draft.refresh is not None and draft.refresh < 30
+
+
+async def test_a_reply_past_the_limit_ends_each_draft_as_a_message_of_its_own(
+    fake_telegram: FakeTelegram,
+    sender: TelegramSender,
+    mechanisms: Mechanisms,
+    redis_client: aioredis.Redis,
+) -> None:
+    paragraphs = [f"Paragraph {i}: " + "word " * 150 for i in range(8)]  # about 6,000 chars
+    stream = await open_reply(sender, DM, mechanisms, redis_client)
+    stream.feed("\n\n".join(paragraphs[:4]))
+    await fake_telegram.wait_for(lambda: "Paragraph 3" in (fake_telegram.draft_shown(42) or ""))
+    stream.feed("\n\n" + "\n\n".join(paragraphs[4:]))
+    await fake_telegram.wait_for(lambda: "Paragraph 7" in (fake_telegram.draft_shown(42) or ""))
+    assert len(fake_telegram.messages_in(42)) == 1  # the first piece, ended as it filled up
+    ids = await finish(stream, mechanisms, "\n\n".join(paragraphs))
+    first, second = fake_telegram.messages_in(42)
+    assert ids == [str(first.message_id), str(second.message_id)]
+    assert (first.text + "\n\n" + second.text).split() == "\n\n".join(paragraphs).split()
+    drafts = fake_telegram.drafts_in(42)
+    assert len(drafts) == 2 and drafts[0].draft_id != drafts[1].draft_id
+    assert [d.ended_by for d in drafts] == [first.message_id, second.message_id]
+
+
+async def test_a_step_before_any_text_is_shown_alone(
+    fake_telegram: FakeTelegram,
+    sender: TelegramSender,
+    mechanisms: Mechanisms,
+    redis_client: aioredis.Redis,
+) -> None:
+    stream = await open_reply(sender, DM, mechanisms, redis_client)
+    stream.set_step(Step("c1", "fetch <page>", "pending"))
+    await fake_telegram.wait_for(
+        lambda: fake_telegram.draft_shown(42) == "⏳ fetch <page> — waiting"
+    )
+    await finish(stream, mechanisms, "Fetched.")
+    assert [m.text for m in fake_telegram.messages_in(42)] == ["Fetched."]
