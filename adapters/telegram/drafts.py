@@ -30,8 +30,11 @@ from gateway.errors import PlatformError, StreamRefused
 from gateway.messages import Address
 from gateway.ports import Sender, Step
 
-# The descriptions of Telegram's refusals of drafts, matched in its error text.
-REFUSALS = ("TEXTDRAFT_PEER_INVALID", "method not found")
+# Telegram's refusals of drafts: what its error text holds, and the code they are counted by.
+REFUSALS = {
+    "textdraft_peer_invalid": "TEXTDRAFT_PEER_INVALID",
+    "method not found": "METHOD_NOT_FOUND",  # a Bot API server older than the method
+}
 STEP_WORDS = {
     "pending": ("⏳", "waiting"),
     "in_progress": ("⚙️", "running"),
@@ -76,8 +79,8 @@ def draft_error(exc: TelegramError) -> PlatformError:
     """The core's error for a failed sendMessageDraft: a refusal of drafts is
     StreamRefused for the chat, the rest as for every other call (`core_error`)."""
     if isinstance(exc, BadRequest | InvalidToken):
-        for code in REFUSALS:
-            if code.lower() in exc.message.lower():
+        for text, code in REFUSALS.items():
+            if text in exc.message.lower():
                 return StreamRefused(code, for_channel=True)
     return core_error(exc)
 

@@ -160,7 +160,7 @@ class TelegramSender:
             self.bot,
             self,
             address,
-            interval=self._private.chat_interval or self._private.edit_interval,
+            interval=self._private.edit_interval,  # the private chats' chat_interval too
             refresh=self.draft_refresh,
         )
 

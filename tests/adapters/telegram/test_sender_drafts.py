@@ -311,7 +311,7 @@ async def test_draft_failures_become_the_cores_errors(
     )
     with pytest.raises(StreamRefused) as refused:
         await draft.show("hello", ())
-    assert refused.value.for_channel and refused.value.code == "method not found"
+    assert refused.value.for_channel and refused.value.code == "METHOD_NOT_FOUND"
     fake_telegram.fail_next("sendMessageDraft", status=429, retry_after=3)
     with pytest.raises(RateLimited) as limited:
         await draft.show("hello", ())
