@@ -5,7 +5,11 @@ inbound.py     update -> Inbound or Decision (pure): what is a message to the bo
                addresses, a callback query's click
 clicks.py      approval clicks (callback queries): decided, every query answered
 render.py      Markdown -> Telegram HTML, and the length Telegram counts
-sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction
+sender.py      TelegramSender: sendMessage / editMessageText / sendChatAction, the feedback
+               keyboard, drafts in private chats (NativeStreams)
+drafts.py      TelegramDraft: a private chat's reply as a draft (sendMessageDraft), ended by
+               sendMessage; Telegram's refusal of drafts as StreamRefused
+formatting.py  a text sent as HTML, and again as plain text when Telegram cannot parse it
 errors.py      telegram.error.* as the core's errors (`core_error`), RetryAfter's delay
 connection.py  `gateway telegram`: getUpdates, confirming each update after ingest
 http.py        POST /telegram/webhook with the secret-token check

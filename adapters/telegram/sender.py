@@ -1,5 +1,9 @@
 """Replies on Telegram: one Bot API call per Sender method, errors mapped by errors.py.
 
+A reply in a private chat streams as a draft (sendMessageDraft, `drafts.py`) and ends
+as one real message; in groups and forum topics, where Telegram has no drafts, it is
+posted and edited in place.
+
 The core paces and coalesces edits (it knows the whole stream); this sender
 must not second-guess it, so it uses the plain `telegram.Bot` (not `ExtBot`,
 no rate limiter) over an `HTTPXRequest` without retries: a 429 reaches the
@@ -9,27 +13,32 @@ after the wait.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
-from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, TelegramError
+from telegram.constants import ChatAction
+from telegram.error import TelegramError
 
-from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL, approval_payload
+from adapters.buttons import (
+    APPROVE_LABEL,
+    DECLINE_LABEL,
+    FEEDBACK_DOWN,
+    FEEDBACK_DOWN_LABEL,
+    FEEDBACK_UP,
+    FEEDBACK_UP_LABEL,
+    approval_payload,
+    feedback_payload,
+)
 from adapters.telegram.client import BotClient
+from adapters.telegram.drafts import TelegramDraft
 from adapters.telegram.errors import core_error
-from adapters.telegram.render import render, utf16_length, visible_length, visible_text
+from adapters.telegram.formatting import MAX_LENGTH, with_fallback
+from adapters.telegram.render import render, visible_length
 from gateway.errors import MessageRejected
 from gateway.messages import Address
-from gateway.ports import Limits
+from gateway.ports import Limits, LiveMessage
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-MAX_LENGTH = 4096  # UTF-16 code units of the text after entity parsing
 TYPING_INTERVAL = 4.5  # a chat action shows for 5 s
+DRAFT = "draft"  # the mechanism's name: sendMessageDraft
+DRAFT_REFRESH = 20.0  # seconds: a draft lapses about 30 s after its last update
 ADMIN_STATUSES = frozenset({"administrator", "creator"})  # getChatMember's, for /config
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)  # a preview would jump around while streaming
 
@@ -39,16 +48,29 @@ def is_group(address: Address) -> bool:
     return address.channel.startswith("-")
 
 
+def is_topic(address: Address) -> bool:
+    """A forum topic (of a supergroup, or of a private chat with topics): its thread."""
+    return bool(address.thread)
+
+
 class TelegramSender:
-    """The Sender for Telegram, on python-telegram-bot's `Bot`."""
+    """The Sender for Telegram, on python-telegram-bot's `Bot`, with drafts in private
+    chats (`NativeStreams`); `draft_refresh` is how long a draft may go unchanged before
+    it is shown again to stay."""
 
     platform = "telegram"
 
     def __init__(
-        self, client: BotClient, *, edit_interval: float, group_edit_interval: float
+        self,
+        client: BotClient,
+        *,
+        edit_interval: float,
+        group_edit_interval: float,
+        draft_refresh: float = DRAFT_REFRESH,
     ) -> None:
         self.client = client
         self.bot = client.bot
+        self.draft_refresh = draft_refresh
         self._private = Limits(
             max_length=MAX_LENGTH,
             edit_interval=edit_interval,
@@ -81,6 +103,8 @@ class TelegramSender:
     ) -> str:
         """`key` is not used: the Bot API has no idempotent send (nor a way to list the
         bot's messages), so a post whose answer was lost cannot be found again."""
+        if feedback:
+            keyboard = feedback_keyboard()
         reply = (
             ReplyParameters(message_id=int(address.reply_to), allow_sending_without_reply=True)
             if address.reply_to
@@ -100,7 +124,7 @@ class TelegramSender:
             )
             return str(message.message_id)
 
-        return await self._with_fallback(markdown, post)
+        return await with_fallback(markdown, post)
 
     async def edit(
         self,
@@ -118,13 +142,30 @@ class TelegramSender:
                 message_id=int(message_id),
                 parse_mode=parse_mode,
                 link_preview_options=_NO_PREVIEW,
+                reply_markup=feedback_keyboard() if feedback else None,
             )
 
         try:
-            await self._with_fallback(markdown, change)
+            await with_fallback(markdown, change)
         except MessageRejected as exc:
             if "message is not modified" not in str(exc).lower():
                 raise
+
+    def native_mechanism(self, address: Address) -> str | None:
+        """Drafts in private chats; groups, channels and forum topics are edited in place."""
+        return None if is_group(address) or is_topic(address) else DRAFT
+
+    def open_live(self, address: Address, *, recipient: str) -> LiveMessage:
+        return TelegramDraft(
+            self.bot,
+            self,
+            address,
+            interval=self._private.edit_interval,  # the private chats' chat_interval too
+            refresh=self.draft_refresh,
+        )
+
+    async def close_live(self, address: Address, message_id: str) -> None:
+        """Nothing to close: a draft is no message, and lapses by itself."""
 
     async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
         return await self.send(
@@ -163,24 +204,6 @@ class TelegramSender:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def _with_fallback(
-        self, markdown: str, call: Callable[[str, str | None], Awaitable[T]]
-    ) -> T:
-        """Send as HTML; when Telegram cannot parse it, send the same text as plain text."""
-        rendered = render(markdown) if markdown.strip() else "…"
-        try:
-            return await call(rendered, ParseMode.HTML)
-        except BadRequest as exc:
-            if "can't parse entities" not in exc.message.lower():
-                raise core_error(exc) from None
-            log.warning("Telegram refused the formatting (%s); sending plain text", exc.message)
-        except TelegramError as exc:
-            raise core_error(exc) from None
-        try:
-            return await call(_plain(markdown, rendered), None)
-        except TelegramError as exc:
-            raise core_error(exc) from None
-
 
 def approval_keyboard(approval_id: str) -> InlineKeyboardMarkup:
     """Approve and Decline side by side; their callback_data fits the 64 bytes allowed."""
@@ -191,8 +214,10 @@ def approval_keyboard(approval_id: str) -> InlineKeyboardMarkup:
     return InlineKeyboardMarkup([buttons])
 
 
-def _plain(markdown: str, rendered: str) -> str:
-    """The Markdown source when it fits (nothing lost), else the visible text (it always fits)."""
-    if markdown.strip() and utf16_length(markdown) <= MAX_LENGTH:
-        return markdown
-    return visible_text(rendered)
+def feedback_keyboard() -> InlineKeyboardMarkup:
+    """👍 and 👎 side by side, under a reply's last message."""
+    buttons = [
+        InlineKeyboardButton(FEEDBACK_UP_LABEL, callback_data=feedback_payload(FEEDBACK_UP)),
+        InlineKeyboardButton(FEEDBACK_DOWN_LABEL, callback_data=feedback_payload(FEEDBACK_DOWN)),
+    ]
+    return InlineKeyboardMarkup([buttons])

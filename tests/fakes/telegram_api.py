@@ -1,23 +1,28 @@
 """A loopback fake of the Telegram Bot API, driven by the real python-telegram-bot client.
 
 It serves `POST /bot<token>/<method>` on 127.0.0.1 for the methods the gateway
-uses (getMe, sendMessage, editMessageText, sendChatAction, setMyCommands,
-setWebhook, deleteWebhook, getUpdates, answerCallbackQuery), records every call (answered or
-refused) with its time, and behaves like Telegram where the gateway depends on
-it: HTML is validated the way Telegram's parser refuses it ("can't parse
-entities"), the rendered length is counted in UTF-16 code units, editing to the
-same content is "message is not modified", getUpdates long-polls, confirms
-updates by offset, delivers only the kinds of update `allowed_updates` names
-and refuses to run while a webhook is set. A message keeps its inline keyboard
-(`reply_markup`) until an edit without one removes it; the answers to callback
-queries are kept in `callback_answers`. Files users sent are added with
-`add_file` (its `file_id` goes into an update): getFile answers with the
-file's path, or "file is too big" past the Bot API's 20 MB, and
-`GET /file/bot<token>/<file_path>` serves the bytes (401 with another token,
-404 for an unknown path); each download is kept in `downloads`. Failures are
-scripted: `fail_next` answers a method with an error (a 429 carries
-`parameters.retry_after`), `ban` refuses every call into a chat until a
-deadline, the way a flood ban does.
+uses (getMe, sendMessage, sendMessageDraft, editMessageText, sendChatAction,
+setMyCommands, setWebhook, deleteWebhook, getUpdates, answerCallbackQuery), records
+every call (answered or refused) with its time, and behaves like Telegram where the
+gateway depends on it: HTML is validated the way Telegram's parser refuses it ("can't
+parse entities"), the rendered length is counted in UTF-16 code units, an edit that
+changes neither the text nor the inline keyboard is "message is not modified",
+getUpdates long-polls, confirms updates by offset, delivers only the kinds of update
+`allowed_updates` names and refuses to run while a webhook is set. A draft
+(sendMessageDraft, kept in `drafts`) is shown in private chats only (a group's is
+"TEXTDRAFT_PEER_INVALID", as is one into a chat `refuse_drafts` names), needs a
+non-zero `draft_id`, takes 0 to 4,096 characters after entity parsing (Bot API 10.0,
+python-telegram-bot 22.8's: an empty text is the "Thinking…" placeholder), lapses
+`draft_lifetime` seconds after its last update (an update after that is counted in
+`Draft.lapses`: the user saw it vanish) and ends when the bot sends a message into the
+chat. A message keeps its inline keyboard (`reply_markup`) until an edit without one
+removes it; the answers to callback queries are kept in `callback_answers`. Files users
+sent are added with `add_file` (its `file_id` goes into an update): getFile answers
+with the file's path, or "file is too big" past the Bot API's 20 MB, and
+`GET /file/bot<token>/<file_path>` serves the bytes (401 with another token, 404 for
+an unknown path); each download is kept in `downloads`. Failures are scripted:
+`fail_next` answers a method with an error (a 429 carries `parameters.retry_after`),
+`ban` refuses every call into a chat until a deadline, the way a flood ban does.
 """
 
 from __future__ import annotations
@@ -160,6 +165,25 @@ class Message:
 
 
 @dataclass
+class Draft:
+    """A draft the bot streamed into a private chat: every text it showed, and when."""
+
+    chat_id: int
+    draft_id: int
+    text: str = ""
+    html: str = ""
+    parse_mode: str | None = None
+    updated_at: float = 0.0
+    history: list[str] = field(default_factory=list)
+    lapses: int = 0  # updates that came after the draft had lapsed (the user saw it vanish)
+    ended_by: int | None = None  # the message that took its place
+
+    def alive(self, lifetime: float, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return self.ended_by is None and now - self.updated_at <= lifetime
+
+
+@dataclass
 class StoredFile:
     """A file a user sent, as the Bot API keeps it."""
 
@@ -199,6 +223,9 @@ class FakeTelegram(LoopbackServer):
         self.files: dict[str, StoredFile] = {}
         self.member_status: dict[tuple[int, int], str] = {}  # (chat, user) -> getChatMember's
         self.downloads: CallLog[str] = CallLog()  # the file paths fetched
+        self.drafts: dict[tuple[int, int], Draft] = {}
+        self.draft_lifetime = 30.0  # seconds a draft shows after its last update
+        self.drafts_refused: set[int] = set()  # chats whose drafts are TEXTDRAFT_PEER_INVALID
         self._allowed_updates: list[str] | None = None
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1000)
@@ -290,6 +317,10 @@ class FakeTelegram(LoopbackServer):
             description="Bad Request: can't parse entities: Unsupported start tag",
         )
 
+    def refuse_drafts(self, chat_id: int) -> None:
+        """sendMessageDraft into `chat_id` is refused from now on, as in a group."""
+        self.drafts_refused.add(chat_id)
+
     def ban(self, chat_id: int, seconds: int) -> None:
         """Refuse every call into `chat_id` with 429 until `seconds` from now."""
         self._bans[chat_id] = time.monotonic() + seconds
@@ -303,6 +334,15 @@ class FakeTelegram(LoopbackServer):
 
     def calls_to(self, method: str, *, ok_only: bool = False) -> list[Call]:
         return self.calls.where(lambda c: c.method == method and (c.status == 200 or not ok_only))
+
+    def drafts_in(self, chat_id: int) -> list[Draft]:
+        """The chat's drafts, in the order they were first shown."""
+        return [d for (chat, _), d in self.drafts.items() if chat == chat_id]
+
+    def draft_shown(self, chat_id: int) -> str | None:
+        """The text of the draft the user sees in the chat now, or None."""
+        live = [d for d in self.drafts_in(chat_id) if d.alive(self.draft_lifetime)]
+        return max(live, key=lambda d: d.updated_at).text if live else None
 
     def messages_in(self, chat_id: int) -> list[Message]:
         found = [m for (chat, _), m in self.messages.items() if chat == chat_id]
@@ -376,6 +416,7 @@ class FakeTelegram(LoopbackServer):
         handler = {
             "getMe": lambda p: self.bot_user,
             "sendMessage": self._send_message,
+            "sendMessageDraft": self._send_message_draft,
             "editMessageText": self._edit_message_text,
             "sendChatAction": lambda p: True,
             "setMyCommands": self._set_my_commands,
@@ -391,7 +432,7 @@ class FakeTelegram(LoopbackServer):
             raise _ApiError(404, "Not Found: method not found")
         return handler(params)
 
-    def _render(self, params: dict[str, Any]) -> tuple[str, str]:
+    def _render(self, params: dict[str, Any], *, blank: bool = False) -> tuple[str, str]:
         raw = str(params.get("text", ""))
         if params.get("parse_mode") == "HTML":
             try:
@@ -400,7 +441,7 @@ class FakeTelegram(LoopbackServer):
                 raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
         else:
             visible = raw
-        if not visible.strip():
+        if not visible.strip() and not blank:
             raise _ApiError(400, "Bad Request: message text is empty")
         if utf16_len(visible.strip()) > MAX_LENGTH:
             raise _ApiError(400, "Bad Request: message is too long")
@@ -422,7 +463,27 @@ class FakeTelegram(LoopbackServer):
             reply_markup=params.get("reply_markup"),
         )
         self.messages[(chat_id, message.message_id)] = message
+        for draft in self.drafts.values():
+            if draft.chat_id == chat_id and draft.ended_by is None:
+                draft.ended_by = message.message_id  # the client shows the message instead
         return self._message_json(message)
+
+    def _send_message_draft(self, params: dict[str, Any]) -> bool:
+        chat_id = int(params["chat_id"])
+        if chat_id < 0 or chat_id in self.drafts_refused:
+            raise _ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        draft_id = params.get("draft_id")
+        if not isinstance(draft_id, int) or draft_id == 0:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        raw, visible = self._render(params, blank=True)
+        now = time.monotonic()
+        draft = self.drafts.setdefault((chat_id, draft_id), Draft(chat_id, draft_id))
+        if draft.history and not draft.alive(self.draft_lifetime, now):
+            draft.lapses += 1
+        draft.text, draft.html, draft.parse_mode = visible, raw, params.get("parse_mode")
+        draft.updated_at, draft.ended_by = now, None
+        draft.history.append(visible)
+        return True
 
     def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any]:
         key = (int(params["chat_id"]), int(params["message_id"]))
@@ -430,7 +491,12 @@ class FakeTelegram(LoopbackServer):
         if message is None:
             raise _ApiError(400, "Bad Request: message to edit not found")
         raw, visible = self._render(params)
-        if raw == message.html and params.get("parse_mode") == message.parse_mode:
+        markup = params.get("reply_markup")
+        if (raw, params.get("parse_mode"), markup) == (
+            message.html,
+            message.parse_mode,
+            message.reply_markup,
+        ):
             raise _ApiError(
                 400,
                 "Bad Request: message is not modified: specified new message "
@@ -438,7 +504,7 @@ class FakeTelegram(LoopbackServer):
                 "content and reply markup of the message",
             )
         message.text, message.html, message.parse_mode = visible, raw, params.get("parse_mode")
-        message.reply_markup = params.get("reply_markup")  # an edit without one removes it
+        message.reply_markup = markup  # an edit without one removes it
         message.history.append(visible)
         return self._message_json(message)
 

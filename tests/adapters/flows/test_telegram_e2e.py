@@ -218,28 +218,43 @@ async def test_btw_in_a_topic_is_a_reply_in_the_topic_and_stays_out_of_history(
     assert side_reply.text not in main_turn
 
 
+@pytest.mark.parametrize(
+    ("method", "chat"),
+    [("sendMessageDraft", None), ("editMessageText", GROUP)],
+    ids=["private-draft", "group-edit"],
+)
 async def test_flood_wait_mid_stream_sends_nothing_during_the_wait_and_ends_complete(
-    tmp_path: Path, redis_url: str, llm: FakeLLM, fake_telegram: FakeTelegram
+    tmp_path: Path,
+    redis_url: str,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+    method: str,
+    chat: dict[str, Any] | None,
 ) -> None:
+    """A 429 on the private chat's drafts, or on the group's edits."""
     words = [f"word{i}" for i in range(60)]
     llm.reply = " ".join(words)
     llm.duration = 4.0
-    fake_telegram.fail_next("editMessageText", status=429, retry_after=2)
+    fake_telegram.fail_next(method, status=429, retry_after=2)
+    chat_id = ALICE_CHAT if chat is None else chat["id"]
+    text = f"@{fake_telegram.username} write a long answer"
+    entities = mention_entities(text, fake_telegram.username) if chat else None
     env = environment(redis_url, llm, fake_telegram, free_port())
     async with gateway(tmp_path, env, "web", "worker") as processes:
-        await deliver(processes, message("write a long answer"))
+        await deliver(processes, message(text, chat=chat, entities=entities))
         await fake_telegram.wait_for(
-            lambda: any(m.text == llm.reply for m in fake_telegram.messages_in(ALICE_CHAT)),
+            lambda: any(m.text == llm.reply for m in fake_telegram.messages_in(chat_id)),
             within=40,
         )
     [refused] = [c for c in fake_telegram.calls if c.status == 429]
+    assert refused.method == method
     into_chat = [
-        c for c in fake_telegram.calls if c.params.get("chat_id") == ALICE_CHAT and c is not refused
+        c for c in fake_telegram.calls if c.params.get("chat_id") == chat_id and c is not refused
     ]
     during = [c for c in into_chat if refused.at < c.at < refused.at + 2.0]
     assert during == [], [c.method for c in during]
     assert any(c.at >= refused.at + 2.0 for c in into_chat)
-    assert len(fake_telegram.messages_in(ALICE_CHAT)) == 1
+    assert len(fake_telegram.messages_in(chat_id)) == 1
 
 
 async def test_long_answer_with_code_arrives_in_two_messages_with_balanced_code_blocks(

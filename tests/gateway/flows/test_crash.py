@@ -27,7 +27,14 @@ from tests.support.cli_runs import clean_env
 from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
 from tests.support.redis_servers import free_port, redis_command
-from tests.support.telegram_helpers import Gateway, environment, gateway, message
+from tests.support.telegram_helpers import GROUP as GROUP_CHAT
+from tests.support.telegram_helpers import (
+    Gateway,
+    environment,
+    gateway,
+    mention_entities,
+    message,
+)
 
 pytestmark = pytest.mark.timeout(240)
 REPLY = " ".join(f"word{i}" for i in range(40))
@@ -45,34 +52,43 @@ async def workers_ready(processes: Gateway, count: int) -> bool:
     return text.count("reading gw:jobs:telegram") >= count
 
 
+@pytest.mark.parametrize("chat", [None, GROUP_CHAT], ids=["private-draft", "group-edit"])
 async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
     tmp_path: Path,
     redis_url: str,
     redis_client: aioredis.Redis,
     llm: FakeLLM,
     fake_telegram: FakeTelegram,
+    chat: dict[str, object] | None,
 ) -> None:
+    """Killed while its reply streamed: as a draft in a private chat (no message yet), as
+    a message edited in place in a group."""
     llm.reply = REPLY
     llm.duration = 4.0
     env = environment(
         redis_url, llm, fake_telegram, free_port(), GATEWAY_LEASE_TTL="2", TELEGRAM_ALLOW_ALL="1"
     )
+    chat_id = 42 if chat is None else int(str(chat["id"]))
+    text = f"@{fake_telegram.username} tell me a story"
+    entities = mention_entities(text, fake_telegram.username) if chat else None
     async with gateway(tmp_path, env, "worker", "worker") as processes:
         await until(lambda: workers_ready(processes, 2), 150, "both workers")
-        update = {"update_id": 1, **message("tell me a story")}
+        update = {"update_id": 1, **message(text, chat=chat, entities=entities)}
         inbound = to_inbound(update, fake_telegram.bot_id, fake_telegram.username)
         assert inbound is not None
         ingest = Ingest(settings(redis_url, TELEGRAM_ALLOW_ALL="1"), redis_client)
         await ingest.receive(inbound)
 
-        async def partial_reply_posted() -> bool:
+        async def partial_reply_shown() -> bool:
+            if chat is None:
+                return fake_telegram.draft_shown(chat_id) is not None
             # Posted, and its id stored: from then on a re-run edits it. (A crash
             # between Telegram's answer and that write cannot be told from one
             # before the send, so no run can promise anything there.)
             stored = await redis_client.hlen(Keys.replies(inbound.session_key))
-            return bool(fake_telegram.messages_in(42)) and stored > 0
+            return bool(fake_telegram.messages_in(chat_id)) and stored > 0
 
-        await until(partial_reply_posted, 30, "the first piece of the reply, its id stored")
+        await until(partial_reply_shown, 30, "the first part of the reply shown")
         pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP, "-", "+", 10)
         holder = pending[0]["consumer"]
         os.kill(int(holder.split("-")[-2]), signal.SIGKILL)
@@ -83,18 +99,18 @@ async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
             return any(e["role"] == "assistant" for e in history)
 
         await until(recorded, 60, "the turn to be finished by the other worker")
-        await until(lambda: _shows(fake_telegram, REPLY), 20, "the full reply on Telegram")
+        await until(lambda: _shows(fake_telegram, chat_id, REPLY), 20, "the full reply")
         history = await sessions.history(inbound.session_key)
     assert [e["role"] for e in history] == ["user", "assistant"]
     assert history[1]["text"] == REPLY
-    sends = [c for c in fake_telegram.calls_to("sendMessage") if c.params.get("chat_id") == 42]
+    sends = [c for c in fake_telegram.calls_to("sendMessage") if c.params.get("chat_id") == chat_id]
     assert len(sends) == 1, "the replacement worker posted a second reply"
-    assert len(fake_telegram.messages_in(42)) == 1
+    assert len(fake_telegram.messages_in(chat_id)) == 1
     assert len(llm.requests) == 2  # the killed turn's call and the re-run
 
 
-async def _shows(fake_telegram: FakeTelegram, text: str) -> bool:
-    return any(m.text == text for m in fake_telegram.messages_in(42))
+async def _shows(fake_telegram: FakeTelegram, chat_id: int, text: str) -> bool:
+    return any(m.text == text for m in fake_telegram.messages_in(chat_id))
 
 
 def test_redis_restarted_mid_run_loses_no_message(tmp_path: Path) -> None:
