@@ -5,11 +5,15 @@ The real discord.py client connects to it (REST base `api_url`, gateway
 posts or edits is kept in `messages`, and, as Discord does, its creation is
 dispatched back over the gateway as MESSAGE_CREATE. Tests script the far end:
 `dispatch()` user messages and interactions (`interaction()` builds `/btw`,
-`click()` a click on a button of a bot's message; `callbacks` holds the
-answers, by interaction token), `rate_limit()` a route with 429s,
+`invoke()` any registered command where Discord would offer it, in a server, a DM
+or through the user's own install, `click()` a click on a button of a bot's message;
+`callbacks` holds the answers, by interaction token; `expire()` lets a token run
+out), `rate_limit()` a route with 429s,
 `message_content_enabled=False` to have IDENTIFY refused with close code 4014,
 `forbid_threads` to answer thread creation with 403. `cdn` serves attachments
 (tests/fakes/discord_files.py), which `message(..., attachments=...)` carries.
+Command registrations and message components are checked as Discord checks them
+(tests/fakes/discord_rules.py); a refused body is answered with Discord's error.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes import discord_rules
 from tests.fakes.discord_files import DiscordCdn
+from tests.fakes.discord_rules import GUILD_CONTEXT, PRIVATE_CHANNEL_CONTEXT, Refusal
 from tests.fakes.server import CallLog, LoopbackServer
 
 MESSAGE_CONTENT_INTENT = 1 << 15
@@ -114,6 +120,7 @@ class FakeDiscord(LoopbackServer):
         self._nonces: dict[tuple[str, str], tuple[str, float]] = {}
         self._sessions: list[_Session] = []
         self._interactions: dict[str, dict[str, Any]] = {}
+        self._expired: set[str] = set()
         self._ids = itertools.count(1)
         self.cdn = DiscordCdn(self, self.snowflake)
 
@@ -264,9 +271,19 @@ class FakeDiscord(LoopbackServer):
         *,
         guild_id: str | None = None,
         channel_type: int = 0,
+        context: int | None = None,
+        user_install: bool = False,
     ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload for `/btw question`."""
+        """An INTERACTION_CREATE payload for `/btw question`.
+
+        `context` is where it is used (0 a server, 1 the bot's DM, 2 another private
+        channel: a group DM or a DM between two people); `user_install` says the
+        app answers it as installed to the user's account, not to the server, so
+        `authorizing_integration_owners` names the user alone.
+        """
         interaction_id = self.snowflake()
+        if context is None:
+            context = GUILD_CONTEXT if guild_id else 1
         payload: dict[str, Any] = {
             "id": interaction_id,
             "application_id": self.application_id,
@@ -291,8 +308,10 @@ class FakeDiscord(LoopbackServer):
             "app_permissions": "0",
             "attachment_size_limit": 8388608,
             "entitlements": [],
-            "authorizing_integration_owners": {},
-            "context": 0 if guild_id else 1,
+            "authorizing_integration_owners": (
+                {"1": user["id"]} if user_install else {"0": guild_id or "0"}
+            ),
+            "context": context,
         }
         if guild_id:
             payload["guild_id"] = guild_id
@@ -306,10 +325,57 @@ class FakeDiscord(LoopbackServer):
                 "flags": 0,
             }
         else:
-            payload["channel"] = {"id": channel_id, "type": 1, "recipients": [user]}
+            group = context == PRIVATE_CHANNEL_CONTEXT and channel_type == 3
+            payload["channel"] = {"id": channel_id, "type": 3 if group else 1, "recipients": [user]}
             payload["user"] = user
         self._interactions[payload["token"]] = payload
         return payload
+
+    def invoke(
+        self,
+        name: str,
+        channel_id: str,
+        user: dict[str, Any],
+        *,
+        guild_id: str | None = None,
+        context: int | None = None,
+        user_install: bool = False,
+        question: str = "",
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload for the registered command `name`, used where
+        Discord offers it; an AssertionError when Discord would not offer it there (not
+        registered, or not for this install type or context)."""
+        payload = self.interaction(
+            channel_id,
+            question,
+            user,
+            guild_id=guild_id,
+            context=context,
+            user_install=user_install,
+        )
+        command = self._offered(name, guild_id, payload["context"], user_install)
+        payload["data"] = {"id": command["id"], "name": name, "type": 1}
+        if command.get("guild_id"):
+            payload["data"]["guild_id"] = command["guild_id"]
+        if command.get("options"):
+            payload["data"]["options"] = [{"name": "question", "type": 3, "value": question}]
+        return payload
+
+    def _offered(
+        self, name: str, guild_id: str | None, context: int, user_install: bool
+    ) -> dict[str, Any]:
+        scopes = [(guild_id, True)] if guild_id else []
+        for scope, guild_scoped in [*scopes, ("global", False)]:
+            for command in self.commands.get(scope or "", []):
+                if command["name"] == name and discord_rules.usable(
+                    command, guild_scoped=guild_scoped, context=context, user_install=user_install
+                ):
+                    return command
+        raise AssertionError(f"Discord offers no /{name} there (context {context})")
+
+    def expire(self, token: str) -> None:
+        """Let an interaction's token run out (15 minutes, or 3 s without an answer)."""
+        self._expired.add(token)
 
     def click(
         self, message_id: str, custom_id: str, user: dict[str, Any], *, guild_id: str | None = None
@@ -668,6 +734,9 @@ class FakeDiscord(LoopbackServer):
             return _error(400, 50006, "Cannot send an empty message")
         if len(content) > 2000:
             return _too_long()
+        refused = _components_refused(body.get("components"))
+        if refused is not None:
+            return refused
         nonce = body.get("nonce") if body.get("enforce_nonce") else None
         known = self._by_nonce(nonce)
         if known is not None:
@@ -721,6 +790,9 @@ class FakeDiscord(LoopbackServer):
         content = (body or {}).get("content")
         if content is not None and len(content) > 2000:
             return _too_long()
+        refused = _components_refused((body or {}).get("components"))
+        if refused is not None:
+            return refused
         if content is not None:
             message["content"] = content
         if "components" in (body or {}):  # an empty list takes the buttons away
@@ -761,10 +833,13 @@ class FakeDiscord(LoopbackServer):
         self, request: web.Request, body: Any, interaction_id: str, token: str
     ) -> web.Response:
         interaction = self._interactions.get(token)
-        if interaction is None or interaction["id"] != interaction_id:
+        if interaction is None or interaction["id"] != interaction_id or token in self._expired:
             return _error(404, 10062, "Unknown interaction")
         if token in self.callbacks:
             return _error(400, 40060, "Interaction has already been acknowledged.")
+        refused = _components_refused((body.get("data") or {}).get("components"))
+        if refused is not None:
+            return refused
         self.callbacks[token] = {**body, "at": time.time()}
         return _json(
             {
@@ -786,6 +861,11 @@ class FakeDiscord(LoopbackServer):
         interaction = self._interactions.get(token)
         if app_id != self.application_id or interaction is None or token not in self.callbacks:
             return _error(404, 10015, "Unknown Webhook")
+        if token in self._expired:
+            return _error(401, 50027, "Invalid Webhook Token")
+        refused = _components_refused((body or {}).get("components"))
+        if refused is not None:
+            return refused
         message = self._bot_message(interaction["channel_id"], body or {}, webhook_id=app_id)
         message["interaction_token"] = token
         await self.dispatch("MESSAGE_CREATE", _public(message))
@@ -794,11 +874,18 @@ class FakeDiscord(LoopbackServer):
     async def _edit_followup(
         self, request: web.Request, body: Any, app_id: str, token: str, message_id: str
     ) -> web.Response:
+        if token in self._expired:
+            return _error(401, 50027, "Invalid Webhook Token")
         message = self.messages.get(message_id)
         if message is None or message.get("interaction_token") != token:
             return _error(404, 10008, "Unknown Message")
+        refused = _components_refused((body or {}).get("components"))
+        if refused is not None:
+            return refused
         if (body or {}).get("content") is not None:
             message["content"] = body["content"]
+        if "components" in (body or {}):
+            message["components"] = list(body["components"])
         message["edits"] += 1
         return _json(_public(message))
 
@@ -811,6 +898,15 @@ class FakeDiscord(LoopbackServer):
         return self._register(guild_id, app_id, body, guild_id)
 
     def _register(self, scope: str, app_id: str, body: Any, guild_id: str | None) -> web.Response:
+        """A bulk overwrite: the scope's commands become `body`'s, each keeping the id it
+        had under its name, and are returned with their ids."""
+        if app_id != self.application_id:
+            return _error(403, 50001, "Missing Access")
+        try:
+            discord_rules.check_commands(body)
+        except Refusal as refusal:
+            return _error(refusal.status, refusal.code, refusal.message)
+        known = {c["name"]: c["id"] for c in self.commands.get(scope, [])}
         commands = [
             {
                 "type": 1,
@@ -818,10 +914,12 @@ class FakeDiscord(LoopbackServer):
                 "default_member_permissions": None,
                 "dm_permission": True,
                 "nsfw": False,
+                "integration_types": [0],
+                "contexts": None,
                 **command,
-                "id": self.snowflake(),
+                "id": known.get(command["name"]) or self.snowflake(),
                 "application_id": app_id,
-                "version": "1",
+                "version": self.snowflake(),
                 "guild_id": guild_id,
             }
             for command in body
@@ -833,6 +931,14 @@ class FakeDiscord(LoopbackServer):
 def _public(message: dict[str, Any]) -> dict[str, Any]:
     """A stored message as the API returns it, without the fake's bookkeeping."""
     return {k: v for k, v in message.items() if k not in _BOOKKEEPING}
+
+
+def _components_refused(components: Any) -> web.Response | None:
+    try:
+        discord_rules.check_components(components)
+    except Refusal as refusal:
+        return _error(refusal.status, refusal.code, refusal.message)
+    return None
 
 
 def _too_long() -> web.Response:
