@@ -8,7 +8,8 @@ dispatched back over the gateway as MESSAGE_CREATE. Tests script the far end:
 `invoke()` any registered command where Discord would offer it, in a server, a DM
 or through the user's own install, `click()` a click on a button of a bot's message;
 `callbacks` holds the answers, by interaction token; `expire()` lets a token run
-out), `rate_limit()` a route with 429s,
+out; an interaction through a user install alone takes 5 follow-ups), `rate_limit()`
+a route with 429s,
 `message_content_enabled=False` to have IDENTIFY refused with close code 4014,
 `forbid_threads` to answer thread creation with 403. `cdn` serves attachments
 (tests/fakes/discord_files.py), which `message(..., attachments=...)` carries.
@@ -38,6 +39,7 @@ MESSAGE_CONTENT_INTENT = 1 << 15
 MANAGE_GUILD = 1 << 5  # the permission `/config` asks of a member
 _EPOCH_MS = 1420070400000
 NONCE_WINDOW = 300.0  # seconds an enforced nonce is remembered ("a few minutes")
+MAX_USER_INSTALL_FOLLOWUPS = 5
 _BOOKKEEPING = frozenset({"allowed_mentions", "edits", "interaction_token"})
 
 
@@ -863,6 +865,10 @@ class FakeDiscord(LoopbackServer):
             return _error(404, 10015, "Unknown Webhook")
         if token in self._expired:
             return _error(401, 50027, "Invalid Webhook Token")
+        if self._followups_spent(interaction):
+            return _error(
+                400, 40094, "This interaction has hit the maximum number of follow up messages"
+            )
         refused = _components_refused((body or {}).get("components"))
         if refused is not None:
             return refused
@@ -870,6 +876,15 @@ class FakeDiscord(LoopbackServer):
         message["interaction_token"] = token
         await self.dispatch("MESSAGE_CREATE", _public(message))
         return _json(_public(message))
+
+    def _followups_spent(self, interaction: dict[str, Any]) -> bool:
+        """Discord allows 5 follow-ups to an interaction from an app installed to the
+        user alone (its authorizing owners only USER_INSTALL), and no limit otherwise."""
+        if set(interaction["authorizing_integration_owners"]) != {"1"}:
+            return False
+        token = interaction["token"]
+        sent = [m for m in self.messages.values() if m.get("interaction_token") == token]
+        return len(sent) >= MAX_USER_INSTALL_FOLLOWUPS
 
     async def _edit_followup(
         self, request: web.Request, body: Any, app_id: str, token: str, message_id: str

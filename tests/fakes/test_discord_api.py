@@ -162,3 +162,21 @@ async def test_components_discord_would_refuse_are_an_invalid_form_body(
         call = http.request(route, json={"content": "hi", "components": rows})
         assert await refused(call) == (400, 50035)
     assert len(fake_discord.messages) == 1
+
+
+async def test_a_user_install_alone_gets_five_follow_ups_a_guild_install_more(
+    fake_discord: FakeDiscord, webhooks: aiohttp.ClientSession
+) -> None:
+    alice = fake_discord.user("42")
+    for user_install, allowed in ((True, 5), (False, 7)):
+        interaction = fake_discord.interaction(
+            CHANNEL, "q", alice, guild_id=GUILD, user_install=user_install
+        )
+        fake_discord.callbacks[interaction["token"]] = {"type": 5}
+        followup = discord.Webhook.partial(
+            int(fake_discord.application_id), interaction["token"], session=webhooks
+        )
+        for _ in range(allowed):
+            await followup.send("part", wait=True)
+        if user_install:
+            assert await refused(followup.send("one too many", wait=True)) == (400, 40094)
