@@ -21,6 +21,7 @@ from discord import app_commands
 from gateway.inbound.commands import MENU
 
 CommandHandler = Callable[[discord.Interaction, str], Awaitable[None]]
+AppCommand = app_commands.Command[Any, ..., None]
 # The commands that answer anywhere from what the core holds; `/config` (admins, who are
 # checked against the guild's roles) and `/help` stay typed commands.
 NAMES = ("btw", "stop", "reset", "status", "usage")
@@ -28,12 +29,12 @@ BTW_DESCRIPTION = "Ask a side question about this conversation (kept out of its 
 _DESCRIPTIONS = dict(MENU) | {"btw": BTW_DESCRIPTION}
 
 
-def application_commands(handler: CommandHandler) -> list[app_commands.Command]:  # type: ignore[type-arg]
+def application_commands(handler: CommandHandler) -> list[AppCommand]:
     """The five commands, each calling `handler(interaction, text of the typed command)`."""
     return [btw_command(handler), *(_plain_command(name, handler) for name in NAMES[1:])]
 
 
-def btw_command(handler: CommandHandler) -> app_commands.Command:  # type: ignore[type-arg]
+def btw_command(handler: CommandHandler) -> AppCommand:
     """`/btw question`: the question becomes `/btw <question>`."""
 
     @app_commands.describe(question="What you want to know about this conversation")
@@ -43,14 +44,14 @@ def btw_command(handler: CommandHandler) -> app_commands.Command:  # type: ignor
     return _command("btw", btw)
 
 
-def _plain_command(name: str, handler: CommandHandler) -> app_commands.Command:  # type: ignore[type-arg]
+def _plain_command(name: str, handler: CommandHandler) -> AppCommand:
     async def run(interaction: discord.Interaction) -> None:
         await handler(interaction, f"/{name}")
 
     return _command(name, run)
 
 
-def _command(name: str, callback: Callable[..., Coroutine[Any, Any, None]]) -> app_commands.Command:  # type: ignore[type-arg]
+def _command(name: str, callback: Callable[..., Coroutine[Any, Any, None]]) -> AppCommand:
     # discord.py reads the decorators' marks off the callback when the Command is made.
     callback = app_commands.allowed_installs(guilds=True, users=True)(callback)
     callback = app_commands.allowed_contexts(guilds=True, dms=True, private_channels=True)(callback)
