@@ -15,6 +15,7 @@ a route with 429s,
 (tests/fakes/discord_files.py), which `message(..., attachments=...)` carries.
 Command registrations and message components are checked as Discord checks them
 (tests/fakes/discord_rules.py); a refused body is answered with Discord's error.
+Commands and interactions are `FakeInteractions`' (tests/fakes/discord_interactions.py).
 """
 
 from __future__ import annotations
@@ -30,17 +31,21 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes import discord_rules
 from tests.fakes.discord_files import DiscordCdn
-from tests.fakes.discord_rules import GUILD_CONTEXT, PRIVATE_CHANNEL_CONTEXT, Refusal
+from tests.fakes.discord_interactions import FakeInteractions
+from tests.fakes.discord_responses import (
+    components_refused,
+    error,
+    json_response,
+    public,
+    too_long,
+)
 from tests.fakes.server import CallLog, LoopbackServer
 
 MESSAGE_CONTENT_INTENT = 1 << 15
 MANAGE_GUILD = 1 << 5  # the permission `/config` asks of a member
 _EPOCH_MS = 1420070400000
 NONCE_WINDOW = 300.0  # seconds an enforced nonce is remembered ("a few minutes")
-MAX_USER_INSTALL_FOLLOWUPS = 5
-_BOOKKEEPING = frozenset({"allowed_mentions", "edits", "interaction_token"})
 
 
 @dataclass
@@ -85,7 +90,7 @@ class FakeGuild:
     managers: tuple[str, ...] = ()  # user ids holding a role with Manage Server
 
 
-class FakeDiscord(LoopbackServer):
+class FakeDiscord(FakeInteractions, LoopbackServer):
     """Discord's REST API and gateway on 127.0.0.1, recording every call."""
 
     def __init__(
@@ -264,131 +269,6 @@ class FakeDiscord(LoopbackServer):
         message = self.message(channel_id, f"<@&{role}> {text}", author, guild_id=guild_id)
         message["mention_roles"] = [role]
         return message
-
-    def interaction(
-        self,
-        channel_id: str,
-        question: str,
-        user: dict[str, Any],
-        *,
-        guild_id: str | None = None,
-        channel_type: int = 0,
-        context: int | None = None,
-        user_install: bool = False,
-    ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload for `/btw question`.
-
-        `context` is where it is used (0 a server, 1 the bot's DM, 2 another private
-        channel: a group DM or a DM between two people); `user_install` says the
-        app answers it as installed to the user's account, not to the server, so
-        `authorizing_integration_owners` names the user alone.
-        """
-        interaction_id = self.snowflake()
-        if context is None:
-            context = GUILD_CONTEXT if guild_id else 1
-        payload: dict[str, Any] = {
-            "id": interaction_id,
-            "application_id": self.application_id,
-            "type": 2,
-            "token": f"itoken-{interaction_id}",
-            "version": 1,
-            "data": {
-                "id": "1",
-                "name": "btw",
-                "type": 1,
-                "options": [{"name": "question", "type": 3, "value": question}],
-            },
-            "channel_id": channel_id,
-            "channel": {
-                "id": channel_id,
-                "type": channel_type,
-                "name": "general",
-                "position": 0,
-                "guild_id": guild_id,
-            },
-            "locale": "en-US",
-            "app_permissions": "0",
-            "attachment_size_limit": 8388608,
-            "entitlements": [],
-            "authorizing_integration_owners": (
-                {"1": user["id"]} if user_install else {"0": guild_id or "0"}
-            ),
-            "context": context,
-        }
-        if guild_id:
-            payload["guild_id"] = guild_id
-            payload["member"] = {
-                "user": user,
-                "roles": [],
-                "permissions": "2147483647",
-                "joined_at": "2025-01-01T00:00:00+00:00",
-                "deaf": False,
-                "mute": False,
-                "flags": 0,
-            }
-        else:
-            group = context == PRIVATE_CHANNEL_CONTEXT and channel_type == 3
-            payload["channel"] = {"id": channel_id, "type": 3 if group else 1, "recipients": [user]}
-            payload["user"] = user
-        self._interactions[payload["token"]] = payload
-        return payload
-
-    def invoke(
-        self,
-        name: str,
-        channel_id: str,
-        user: dict[str, Any],
-        *,
-        guild_id: str | None = None,
-        context: int | None = None,
-        user_install: bool = False,
-        question: str = "",
-    ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload for the registered command `name`, used where
-        Discord offers it; an AssertionError when Discord would not offer it there (not
-        registered, or not for this install type or context)."""
-        payload = self.interaction(
-            channel_id,
-            question,
-            user,
-            guild_id=guild_id,
-            context=context,
-            user_install=user_install,
-        )
-        command = self._offered(name, guild_id, payload["context"], user_install)
-        payload["data"] = {"id": command["id"], "name": name, "type": 1}
-        if command.get("guild_id"):
-            payload["data"]["guild_id"] = command["guild_id"]
-        if command.get("options"):
-            payload["data"]["options"] = [{"name": "question", "type": 3, "value": question}]
-        return payload
-
-    def _offered(
-        self, name: str, guild_id: str | None, context: int, user_install: bool
-    ) -> dict[str, Any]:
-        scopes = [(guild_id, True)] if guild_id else []
-        for scope, guild_scoped in [*scopes, ("global", False)]:
-            for command in self.commands.get(scope or "", []):
-                if command["name"] == name and discord_rules.usable(
-                    command, guild_scoped=guild_scoped, context=context, user_install=user_install
-                ):
-                    return command
-        raise AssertionError(f"Discord offers no /{name} there (context {context})")
-
-    def expire(self, token: str) -> None:
-        """Let an interaction's token run out (15 minutes, or 3 s without an answer)."""
-        self._expired.add(token)
-
-    def click(
-        self, message_id: str, custom_id: str, user: dict[str, Any], *, guild_id: str | None = None
-    ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload for a click on a button of the bot's message."""
-        message = _public(self.messages[message_id])
-        payload = self.interaction(message["channel_id"], "", user, guild_id=guild_id)
-        payload["type"] = 3  # MESSAGE_COMPONENT
-        payload["data"] = {"custom_id": custom_id, "component_type": 2}
-        payload["message"] = message
-        return payload
 
     def add_thread(self, guild_id: str, parent_id: str, *, owner_id: str = "42") -> str:
         """A public thread under `parent_id` that the gateway will announce in GUILD_CREATE."""
@@ -618,9 +498,9 @@ class FakeDiscord(LoopbackServer):
             if method == request.method and match:
                 response: web.StreamResponse = await handler(request, body, *match.groups())
                 if _take(self._lost, request.method, path):
-                    return _error(502, 0, "502: Bad Gateway")
+                    return error(502, 0, "502: Bad Gateway")
                 return response
-        return _error(404, 0, f"no fake route for {request.method} {path}")
+        return error(404, 0, f"no fake route for {request.method} {path}")
 
     def _take_limit(self, method: str, path: str) -> web.Response | None:
         limit = _take(self._limits, method, path)
@@ -634,7 +514,7 @@ class FakeDiscord(LoopbackServer):
             "retry_after": limit.retry_after,
             "global": False,
         }
-        return _json(body, status=429, headers=headers)
+        return json_response(body, status=429, headers=headers)
 
     def _routes(self) -> list[tuple[str, str, Callable[..., Any]]]:
         return [
@@ -647,29 +527,25 @@ class FakeDiscord(LoopbackServer):
             ("DELETE", r"/channels/(\d+)/messages/(\d+)", self._delete_message),
             ("POST", r"/channels/(\d+)/typing", self._typing),
             ("POST", r"/channels/(\d+)/messages/(\d+)/threads", self._create_thread),
-            ("POST", r"/interactions/(\d+)/([^/]+)/callback", self._callback),
-            ("POST", r"/webhooks/(\d+)/([^/]+)", self._followup),
-            ("PATCH", r"/webhooks/(\d+)/([^/]+)/messages/(\d+|@original)", self._edit_followup),
-            ("PUT", r"/applications/(\d+)/commands", self._register_global),
-            ("PUT", r"/applications/(\d+)/guilds/(\d+)/commands", self._register_guild),
             ("GET", r"/guilds/(\d+)", self._get_guild),
             ("GET", r"/guilds/(\d+)/members/(\d+)", self._get_member),
+            *self.interaction_routes(),
         ]
 
     async def _get_guild(self, request: web.Request, body: Any, guild_id: str) -> web.Response:
         guild = self.guilds.get(guild_id)
         if guild is None:
-            return _error(404, 10004, "Unknown Guild")
-        return _json(self._guild_payload(guild))
+            return error(404, 10004, "Unknown Guild")
+        return json_response(self._guild_payload(guild))
 
     async def _get_member(
         self, request: web.Request, body: Any, guild_id: str, user_id: str
     ) -> web.Response:
         guild = self.guilds.get(guild_id)
         if guild is None:
-            return _error(404, 10004, "Unknown Guild")
+            return error(404, 10004, "Unknown Guild")
         roles = [self.manager_role_id(guild_id)] if user_id in guild.managers else []
-        return _json(
+        return json_response(
             {
                 "user": self.user(user_id),
                 "roles": roles,
@@ -685,13 +561,13 @@ class FakeDiscord(LoopbackServer):
 
     async def _me(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
-        return _json({**self.bot, "flags": 0, "mfa_enabled": False})
+            return error(401, 0, "401: Unauthorized")
+        return json_response({**self.bot, "flags": 0, "mfa_enabled": False})
 
     async def _application(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
-        return _json(
+            return error(401, 0, "401: Unauthorized")
+        return json_response(
             {
                 "id": self.application_id,
                 "name": "gatewaybot",
@@ -708,12 +584,12 @@ class FakeDiscord(LoopbackServer):
         )
 
     async def _gateway_info(self, request: web.Request, body: Any) -> web.Response:
-        return _json({"url": self.gateway_url})
+        return json_response({"url": self.gateway_url})
 
     async def _gateway_bot(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
-        return _json(
+            return error(401, 0, "401: Unauthorized")
+        return json_response(
             {
                 "url": self.gateway_url,
                 "shards": 1,
@@ -730,25 +606,25 @@ class FakeDiscord(LoopbackServer):
         self, request: web.Request, body: Any, channel_id: str
     ) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
+            return error(401, 0, "401: Unauthorized")
         content = (body or {}).get("content") or ""
         if not content.strip():
-            return _error(400, 50006, "Cannot send an empty message")
+            return error(400, 50006, "Cannot send an empty message")
         if len(content) > 2000:
-            return _too_long()
-        refused = _components_refused(body.get("components"))
+            return too_long()
+        refused = components_refused(body.get("components"))
         if refused is not None:
             return refused
         nonce = body.get("nonce") if body.get("enforce_nonce") else None
         known = self._by_nonce(nonce)
         if known is not None:
-            return _json(_public(known))
+            return json_response(public(known))
         message = self._bot_message(channel_id, body)
         if nonce is not None:
             message["nonce"] = nonce
             self._nonces[(self.bot["id"], str(nonce))] = (message["id"], time.monotonic())
-        await self.dispatch("MESSAGE_CREATE", _public(message))
-        return _json(_public(message))
+        await self.dispatch("MESSAGE_CREATE", public(message))
+        return json_response(public(message))
 
     def _by_nonce(self, nonce: Any) -> dict[str, Any] | None:
         """Discord's `enforce_nonce`: the bot's message created with this nonce in the last
@@ -788,11 +664,11 @@ class FakeDiscord(LoopbackServer):
     ) -> web.Response:
         message = self.messages.get(message_id)
         if message is None or message["channel_id"] != channel_id:
-            return _error(404, 10008, "Unknown Message")
+            return error(404, 10008, "Unknown Message")
         content = (body or {}).get("content")
         if content is not None and len(content) > 2000:
-            return _too_long()
-        refused = _components_refused((body or {}).get("components"))
+            return too_long()
+        refused = components_refused((body or {}).get("components"))
         if refused is not None:
             return refused
         if content is not None:
@@ -801,13 +677,13 @@ class FakeDiscord(LoopbackServer):
             message["components"] = list(body["components"])
         message["edits"] += 1
         message["allowed_mentions"] = (body or {}).get("allowed_mentions")
-        return _json(_public(message))
+        return json_response(public(message))
 
     async def _delete_message(
         self, request: web.Request, body: Any, channel_id: str, message_id: str
     ) -> web.Response:
         if self.messages.pop(message_id, None) is None:
-            return _error(404, 10008, "Unknown Message")
+            return error(404, 10008, "Unknown Message")
         return web.Response(status=204)
 
     async def _typing(self, request: web.Request, body: Any, channel_id: str) -> web.Response:
@@ -818,7 +694,7 @@ class FakeDiscord(LoopbackServer):
     ) -> web.Response:
         guild_id = self._guild_of(channel_id)
         if self.forbid_threads or guild_id is None:
-            return _error(403, 50013, "Missing Permissions")
+            return error(403, 50013, "Missing Permissions")
         thread = self._thread(
             message_id,
             guild_id,
@@ -829,148 +705,7 @@ class FakeDiscord(LoopbackServer):
         )
         self.guilds[guild_id].threads.append(thread)
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
-        return _json(thread, status=201)
-
-    async def _callback(
-        self, request: web.Request, body: Any, interaction_id: str, token: str
-    ) -> web.Response:
-        interaction = self._interactions.get(token)
-        if interaction is None or interaction["id"] != interaction_id or token in self._expired:
-            return _error(404, 10062, "Unknown interaction")
-        if token in self.callbacks:
-            return _error(400, 40060, "Interaction has already been acknowledged.")
-        refused = _components_refused((body.get("data") or {}).get("components"))
-        if refused is not None:
-            return refused
-        self.callbacks[token] = {**body, "at": time.time()}
-        return _json(
-            {
-                "interaction": {
-                    "id": interaction_id,
-                    "type": interaction["type"],
-                    "response_message_loading": body.get("type") == 5,
-                    "response_message_ephemeral": bool(
-                        int((body.get("data") or {}).get("flags") or 0) & 64
-                    ),
-                },
-                "resource": {"type": body.get("type")},
-            }
-        )
-
-    async def _followup(
-        self, request: web.Request, body: Any, app_id: str, token: str
-    ) -> web.Response:
-        interaction = self._interactions.get(token)
-        if app_id != self.application_id or interaction is None or token not in self.callbacks:
-            return _error(404, 10015, "Unknown Webhook")
-        if token in self._expired:
-            return _error(401, 50027, "Invalid Webhook Token")
-        if self._followups_spent(interaction):
-            return _error(
-                400, 40094, "This interaction has hit the maximum number of follow up messages"
-            )
-        refused = _components_refused((body or {}).get("components"))
-        if refused is not None:
-            return refused
-        message = self._bot_message(interaction["channel_id"], body or {}, webhook_id=app_id)
-        message["interaction_token"] = token
-        await self.dispatch("MESSAGE_CREATE", _public(message))
-        return _json(_public(message))
-
-    def _followups_spent(self, interaction: dict[str, Any]) -> bool:
-        """Discord allows 5 follow-ups to an interaction from an app installed to the
-        user alone (its authorizing owners only USER_INSTALL), and no limit otherwise."""
-        if set(interaction["authorizing_integration_owners"]) != {"1"}:
-            return False
-        token = interaction["token"]
-        sent = [m for m in self.messages.values() if m.get("interaction_token") == token]
-        return len(sent) >= MAX_USER_INSTALL_FOLLOWUPS
-
-    async def _edit_followup(
-        self, request: web.Request, body: Any, app_id: str, token: str, message_id: str
-    ) -> web.Response:
-        if token in self._expired:
-            return _error(401, 50027, "Invalid Webhook Token")
-        message = self.messages.get(message_id)
-        if message is None or message.get("interaction_token") != token:
-            return _error(404, 10008, "Unknown Message")
-        refused = _components_refused((body or {}).get("components"))
-        if refused is not None:
-            return refused
-        if (body or {}).get("content") is not None:
-            message["content"] = body["content"]
-        if "components" in (body or {}):
-            message["components"] = list(body["components"])
-        message["edits"] += 1
-        return _json(_public(message))
-
-    async def _register_global(self, request: web.Request, body: Any, app_id: str) -> web.Response:
-        return self._register("global", app_id, body, None)
-
-    async def _register_guild(
-        self, request: web.Request, body: Any, app_id: str, guild_id: str
-    ) -> web.Response:
-        return self._register(guild_id, app_id, body, guild_id)
-
-    def _register(self, scope: str, app_id: str, body: Any, guild_id: str | None) -> web.Response:
-        """A bulk overwrite: the scope's commands become `body`'s, each keeping the id it
-        had under its name, and are returned with their ids."""
-        if app_id != self.application_id:
-            return _error(403, 50001, "Missing Access")
-        try:
-            discord_rules.check_commands(body)
-        except Refusal as refusal:
-            return _error(refusal.status, refusal.code, refusal.message)
-        known = {c["name"]: c["id"] for c in self.commands.get(scope, [])}
-        commands = [
-            {
-                "type": 1,
-                "options": [],
-                "default_member_permissions": None,
-                "dm_permission": True,
-                "nsfw": False,
-                "integration_types": [0],
-                "contexts": None,
-                **command,
-                "id": known.get(command["name"]) or self.snowflake(),
-                "application_id": app_id,
-                "version": self.snowflake(),
-                "guild_id": guild_id,
-            }
-            for command in body
-        ]
-        self.commands[scope] = commands
-        return _json(commands)
-
-
-def _public(message: dict[str, Any]) -> dict[str, Any]:
-    """A stored message as the API returns it, without the fake's bookkeeping."""
-    return {k: v for k, v in message.items() if k not in _BOOKKEEPING}
-
-
-def _components_refused(components: Any) -> web.Response | None:
-    try:
-        discord_rules.check_components(components)
-    except Refusal as refusal:
-        return _error(refusal.status, refusal.code, refusal.message)
-    return None
-
-
-def _too_long() -> web.Response:
-    return _error(400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length.")
-
-
-def _error(status: int, code: int, message: str) -> web.Response:
-    return _json({"code": code, "message": message}, status=status)
-
-
-def _json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    # Exactly `application/json`, no charset: discord.py parses a body as JSON only then.
-    return web.Response(
-        body=json.dumps(data).encode(),
-        status=status,
-        headers={**(headers or {}), "Content-Type": "application/json"},
-    )
+        return json_response(thread, status=201)
 
 
 def _take(scripted: list[_Fault], method: str, path: str) -> _Fault | None:
