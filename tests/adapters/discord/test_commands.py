@@ -205,3 +205,21 @@ async def test_a_stranger_is_refused_as_for_messages_and_told_every_time(
     for receipt, kind, payload, token in answers:
         assert (receipt, kind) == (Receipt.REFUSED, "notice")
         assert payload["text"] == message_refusal and payload["address"]["token"] == token
+
+
+async def test_commands_registered_in_a_guild_answer_there_and_only_for_its_members(
+    fake_discord: FakeDiscord, redis_client: Redis
+) -> None:
+    alice = fake_discord.user("42")
+    async with Gateway(fake_discord, redis_client, DISCORD_COMMAND_GUILDS=GUILD) as gateway:
+        await gateway.ready(fake_discord)
+        await fake_discord.wait_for(lambda: fake_discord.commands.get(GUILD))
+        interaction, inbound, receipt = await use(
+            fake_discord, gateway, "status", PLACES["server channel"], alice
+        )
+        for elsewhere in ("bot DM", "server without the bot, user install"):
+            with pytest.raises(AssertionError, match="offers no"):
+                await use(fake_discord, gateway, "status", PLACES[elsewhere], alice)
+    assert interaction["data"]["guild_id"] == GUILD
+    assert receipt == Receipt.COMMAND and inbound.session_key == f"discord:{GUILD}:{CHANNEL}"
+    assert "global" not in fake_discord.commands
