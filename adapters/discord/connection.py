@@ -2,10 +2,11 @@
 
 It asks for the guilds, guild messages, DMs and the privileged message content
 intents; reconnecting and resuming are discord.py's. Messages become Inbound
-through `adapters.discord.inbound`; the `/btw` application command is deferred
-at once (Discord allows 3 s) and handed to the core, whose side job posts the
-interaction's follow-up. A click on an approval button is handed to
-`adapters.discord.clicks`. With auto-thread
+through `adapters.discord.inbound`. An application command (`adapters.discord.commands`)
+is deferred at once (Discord allows 3 s) and handed to the core as its typed form,
+whose answer is the interaction's follow-up: through the interaction's webhook, it
+reaches the user where the bot is no member too. A click on an approval button is
+handed to `adapters.discord.clicks`. With auto-thread
 on, a mention in a channel by someone allowed to use the bot opens a thread from
 the message, and that thread is the session.
 """
@@ -20,6 +21,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord.clicks import Clicks
+from adapters.discord.commands import NAMES, application_commands
 from adapters.discord.inbound import interaction_inbound, payload_of, to_inbound
 from adapters.discord.sender import quiet_library_logs
 from gateway.errors import GatewayError
@@ -47,22 +49,6 @@ def intents() -> discord.Intents:
     wanted.dm_messages = True
     wanted.message_content = True
     return wanted
-
-
-def btw_command(
-    handler: Callable[[discord.Interaction, str], Awaitable[None]],
-) -> app_commands.Command:  # type: ignore[type-arg]
-    """The `/btw question` application command, calling `handler`."""
-
-    @app_commands.describe(question="What you want to know about this conversation")
-    async def btw(interaction: discord.Interaction, question: str) -> None:
-        await handler(interaction, question)
-
-    return app_commands.Command(
-        name="btw",
-        callback=btw,
-        description="Ask a side question about this conversation (kept out of its history)",
-    )
 
 
 class GatewayClient(discord.AutoShardedClient):
@@ -100,10 +86,11 @@ class GatewayClient(discord.AutoShardedClient):
         self._on_state = on_state
         self._no_thread_channels: set[int] = set()
         self.tree = app_commands.CommandTree(self)
-        self.tree.add_command(btw_command(self.on_btw), guilds=self.command_guilds)
+        for command in application_commands(self.on_command):
+            self.tree.add_command(command, guilds=self.command_guilds)
 
     async def setup_hook(self) -> None:
-        """Before the shards connect: settle the shard count, register `/btw`."""
+        """Before the shards connect: settle the shard count, register the commands."""
         if self._pin_gateway and self.shard_count is None:
             # Without a shard count discord.py connects to the URL /gateway/bot names;
             # with one it uses DEFAULT_GATEWAY, which DISCORD_GATEWAY_URL has set.
@@ -111,22 +98,24 @@ class GatewayClient(discord.AutoShardedClient):
         await self.register_commands()
 
     async def register_commands(self) -> None:
-        """Overwrite the bot's commands with `/btw`: globally, or per guild (instant)."""
+        """Overwrite the bot's commands with ours: globally, or per guild (instant)."""
         scopes: list[discord.Object | None] = list(self.command_guilds) or [None]
+        names = ", ".join(f"/{name}" for name in NAMES)
         for guild in scopes:
+            where = f"in guild {guild.id}" if guild else "globally"
             try:
                 await self.tree.sync(guild=guild)
             except discord.HTTPException as exc:
-                where = f"guild {guild.id}" if guild else "globally"
                 log.warning(
-                    "could not register /btw %s: %s %s (invite the bot with the "
+                    "could not register %s %s: %s %s (invite the bot with the "
                     "applications.commands scope)",
+                    names,
                     where,
                     exc.status,
                     exc.text,
                 )
             else:
-                log.info("registered /btw %s", f"in guild {guild.id}" if guild else "globally")
+                log.info("registered %s %s", names, where)
 
     # connection state --------------------------------------------------
 
@@ -215,13 +204,16 @@ class GatewayClient(discord.AutoShardedClient):
             why,
         )
 
-    # the /btw command ----------------------------------------------------
+    # application commands ------------------------------------------------
 
-    async def on_btw(self, interaction: discord.Interaction, question: str) -> None:
-        """Defer at once (Discord's 3 s deadline), then hand the question to the core.
+    async def on_command(self, interaction: discord.Interaction, text: str) -> None:
+        """Defer at once (Discord's 3 s deadline), then hand the typed form to the core.
 
         The conversion comes first, so an interaction whose ids are malformed is neither
         deferred nor answered; it takes no time worth counting against the deadline.
+        No command starts a conversation's turn: each is answered by the core itself
+        (or its side job), always as this interaction's follow-up, so the answer needs
+        no bot in the channel.
         """
         user = interaction.user
         inbound = interaction_inbound(
@@ -235,7 +227,8 @@ class GatewayClient(discord.AutoShardedClient):
                 "global_name": user.global_name,
                 "bot": user.bot,
             },
-            question=question,
+            text=text,
+            context=_context(interaction),
         )
         if inbound is None:
             return
@@ -243,7 +236,11 @@ class GatewayClient(discord.AutoShardedClient):
             await interaction.response.defer(thinking=True)
         except discord.HTTPException as exc:
             log.warning(
-                "could not defer /btw interaction %s: %s %s", interaction.id, exc.status, exc.text
+                "could not defer %s interaction %s: %s %s",
+                text.split()[0],
+                interaction.id,
+                exc.status,
+                exc.text,
             )
             return
         await self._receive(inbound)
@@ -263,6 +260,16 @@ class GatewayClient(discord.AutoShardedClient):
             )
             return
         log.debug("message %s in %s: %s", inbound.message_id, inbound.session_key, outcome)
+
+
+def _context(interaction: discord.Interaction) -> int | None:
+    """Discord's context of the interaction (0 a server, 1 the bot's DM, 2 another
+    private channel), as the payload's `context` field carried it."""
+    if interaction.context.guild:
+        return 0
+    if interaction.context.dm_channel:
+        return 1
+    return 2 if interaction.context.private_channel else None
 
 
 def _ids(shards: Sequence[int]) -> str:

@@ -51,6 +51,7 @@ DM_WORKSPACE = "dm"
 # DEFAULT and REPLY are people talking; every other type is a join, a pin, a boost...
 _CONVERSATION_TYPES = frozenset({0, 19})
 VOICE_MESSAGE_FLAG = 1 << 13  # IS_VOICE_MESSAGE
+PRIVATE_CHANNEL_CONTEXT = 2  # an interaction's context: a group DM, or a DM without the bot
 
 
 def payload_of(message: discord.Message) -> dict[str, Any]:
@@ -193,13 +194,17 @@ def interaction_inbound(
     channel_id: str,
     guild_id: str | None,
     user: Mapping[str, Any],
-    question: str,
+    text: str,
+    context: int | None = None,
 ) -> Inbound | None:
-    """The Inbound for the `/btw` application command; None when its ids are malformed.
+    """The Inbound for an application command; None when its ids are malformed.
 
-    The text is `/btw <question>` so the core parses it like the typed form;
-    every reply (the answer, a refusal, a usage hint) goes out as the
-    interaction's follow-up, which carries `token` and replaces the deferral.
+    `text` is the typed form (`/stop`, `/btw <question>`), so the core parses it
+    like a message; every reply (the answer, a refusal, a usage hint) goes out as
+    the interaction's follow-up, which carries `token` and replaces the deferral,
+    and so reaches the user where the bot is no member too (an app installed to
+    the user's account, used in someone else's server or a group DM). `context`
+    is Discord's: a private channel (2) other than the bot's DM is a group.
     """
     fields: list[Field] = [
         ("id", interaction_id, snowflake),
@@ -207,7 +212,7 @@ def interaction_inbound(
         ("guild_id", guild_id, optional(snowflake)),
         ("user.id", user.get("id"), snowflake),
         ("token", token, is_text),
-        ("question", question, is_text),
+        ("text", text, is_text),
     ]
     if invalid(PLATFORM, fields):
         return None
@@ -220,8 +225,8 @@ def interaction_inbound(
         message_id=interaction_id,
         event_id=interaction_id,
         speaker=_speaker(user),
-        text=f"/btw {question}".strip(),
-        is_dm=guild_id is None,
+        text=text,
+        is_dm=guild_id is None and context != PRIVATE_CHANNEL_CONTEXT,
         mentions_bot=True,
         reply=address,
         side_reply=address.model_copy(update={"side": True}),

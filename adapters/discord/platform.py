@@ -174,7 +174,8 @@ def _span(part: str) -> range:
 
 
 def command_guilds(raw: str | None) -> list[int]:
-    """DISCORD_COMMAND_GUILDS: comma-separated guild ids where `/btw` is registered at once."""
+    """DISCORD_COMMAND_GUILDS: comma-separated guild ids where the commands are registered at
+    once (instead of globally, which user installs need)."""
     try:
         return [int(g) for g in (raw or "").split(",") if g.strip()]
     except ValueError:

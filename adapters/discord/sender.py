@@ -26,7 +26,16 @@ import aiohttp
 import discord
 from discord.http import HTTPClient, handle_message_parameters
 
-from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL, approval_payload
+from adapters.buttons import (
+    APPROVE_LABEL,
+    DECLINE_LABEL,
+    FEEDBACK_DOWN,
+    FEEDBACK_DOWN_LABEL,
+    FEEDBACK_UP,
+    FEEDBACK_UP_LABEL,
+    approval_payload,
+    feedback_payload,
+)
 from adapters.discord.errors import core_error
 from adapters.discord.render import render
 from adapters.sdk_logs import quiet_loggers
@@ -93,9 +102,12 @@ class DiscordSender:
         back, not a copy. An interaction's follow-up (a webhook) has no nonce.
         """
         content = render(markdown)
+        view = feedback_view() if feedback else discord.utils.MISSING
         if address.token:
             webhook = await self._webhook(address.token)
-            sent = await _call(webhook.send(content, wait=True, allowed_mentions=_mentions(False)))
+            sent = await _call(
+                webhook.send(content, wait=True, allowed_mentions=_mentions(False), view=view)
+            )
             return str(sent.id)
         http = await self.client()
         params = handle_message_parameters(
@@ -103,6 +115,7 @@ class DiscordSender:
             allowed_mentions=_mentions(address.reply_to is not None),
             message_reference=_reference(address),
             nonce=nonce(key) if key is not None else None,
+            view=view,
         )
         message: dict[str, Any] = await _call(http.send_message(address.channel, params=params))
         return str(message["id"])
@@ -116,18 +129,21 @@ class DiscordSender:
         final: bool,
         feedback: bool = False,
     ) -> None:
+        """Replace a message's text; `feedback` adds the feedback buttons (else its
+        components are left as they are)."""
         content = render(markdown)
+        view = feedback_view() if feedback else discord.utils.MISSING
         if address.token:
             webhook = await self._webhook(address.token)
             await _call(
                 webhook.edit_message(
-                    int(message_id), content=content, allowed_mentions=_mentions(False)
+                    int(message_id), content=content, allowed_mentions=_mentions(False), view=view
                 )
             )
             return
         http = await self.client()
         params = handle_message_parameters(
-            content=content, allowed_mentions=_mentions(address.reply_to is not None)
+            content=content, allowed_mentions=_mentions(address.reply_to is not None), view=view
         )
         await _call(http.edit_message(address.channel, message_id, params=params))
 
@@ -218,6 +234,27 @@ def approval_view(approval_id: str) -> discord.ui.View:
     ):
         custom_id = approval_payload(approval_id, approve)
         view.add_item(discord.ui.Button(label=label, style=style, custom_id=custom_id))
+    return view
+
+
+class RenderedView(discord.ui.View):
+    """A view this process only serialises: its clicks arrive as interactions at the
+    gateway client, never here. Saying so lets discord.py put its buttons on an
+    interaction's follow-up, which it refuses for a view it would have to dispatch."""
+
+    def is_dispatchable(self) -> bool:
+        return False
+
+
+def feedback_view() -> discord.ui.View:
+    """👍 and 👎 under a reply's last message (custom_id `f:up` / `f:down`)."""
+    view = RenderedView(timeout=None)
+    for label, value in ((FEEDBACK_UP_LABEL, FEEDBACK_UP), (FEEDBACK_DOWN_LABEL, FEEDBACK_DOWN)):
+        view.add_item(
+            discord.ui.Button(
+                label=label, style=discord.ButtonStyle.secondary, custom_id=feedback_payload(value)
+            )
+        )
     return view
 
 

@@ -5,11 +5,17 @@ The real discord.py client connects to it (REST base `api_url`, gateway
 posts or edits is kept in `messages`, and, as Discord does, its creation is
 dispatched back over the gateway as MESSAGE_CREATE. Tests script the far end:
 `dispatch()` user messages and interactions (`interaction()` builds `/btw`,
-`click()` a click on a button of a bot's message; `callbacks` holds the
-answers, by interaction token), `rate_limit()` a route with 429s,
+`invoke()` any registered command where Discord would offer it, in a server, a DM
+or through the user's own install, `click()` a click on a button of a bot's message;
+`callbacks` holds the answers, by interaction token; `expire()` lets a token run
+out; an interaction through a user install alone takes 5 follow-ups), `rate_limit()`
+a route with 429s,
 `message_content_enabled=False` to have IDENTIFY refused with close code 4014,
 `forbid_threads` to answer thread creation with 403. `cdn` serves attachments
 (tests/fakes/discord_files.py), which `message(..., attachments=...)` carries.
+Command registrations and message components are checked as Discord checks them
+(tests/fakes/discord_rules.py); a refused body is answered with Discord's error.
+Commands and interactions are `FakeInteractions`' (tests/fakes/discord_interactions.py).
 """
 
 from __future__ import annotations
@@ -26,13 +32,20 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tests.fakes.discord_files import DiscordCdn
+from tests.fakes.discord_interactions import FakeInteractions
+from tests.fakes.discord_responses import (
+    components_refused,
+    error,
+    json_response,
+    public,
+    too_long,
+)
 from tests.fakes.server import CallLog, LoopbackServer
 
 MESSAGE_CONTENT_INTENT = 1 << 15
 MANAGE_GUILD = 1 << 5  # the permission `/config` asks of a member
 _EPOCH_MS = 1420070400000
 NONCE_WINDOW = 300.0  # seconds an enforced nonce is remembered ("a few minutes")
-_BOOKKEEPING = frozenset({"allowed_mentions", "edits", "interaction_token"})
 
 
 @dataclass
@@ -77,7 +90,7 @@ class FakeGuild:
     managers: tuple[str, ...] = ()  # user ids holding a role with Manage Server
 
 
-class FakeDiscord(LoopbackServer):
+class FakeDiscord(FakeInteractions, LoopbackServer):
     """Discord's REST API and gateway on 127.0.0.1, recording every call."""
 
     def __init__(
@@ -114,6 +127,7 @@ class FakeDiscord(LoopbackServer):
         self._nonces: dict[tuple[str, str], tuple[str, float]] = {}
         self._sessions: list[_Session] = []
         self._interactions: dict[str, dict[str, Any]] = {}
+        self._expired: set[str] = set()
         self._ids = itertools.count(1)
         self.cdn = DiscordCdn(self, self.snowflake)
 
@@ -255,72 +269,6 @@ class FakeDiscord(LoopbackServer):
         message = self.message(channel_id, f"<@&{role}> {text}", author, guild_id=guild_id)
         message["mention_roles"] = [role]
         return message
-
-    def interaction(
-        self,
-        channel_id: str,
-        question: str,
-        user: dict[str, Any],
-        *,
-        guild_id: str | None = None,
-        channel_type: int = 0,
-    ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload for `/btw question`."""
-        interaction_id = self.snowflake()
-        payload: dict[str, Any] = {
-            "id": interaction_id,
-            "application_id": self.application_id,
-            "type": 2,
-            "token": f"itoken-{interaction_id}",
-            "version": 1,
-            "data": {
-                "id": "1",
-                "name": "btw",
-                "type": 1,
-                "options": [{"name": "question", "type": 3, "value": question}],
-            },
-            "channel_id": channel_id,
-            "channel": {
-                "id": channel_id,
-                "type": channel_type,
-                "name": "general",
-                "position": 0,
-                "guild_id": guild_id,
-            },
-            "locale": "en-US",
-            "app_permissions": "0",
-            "attachment_size_limit": 8388608,
-            "entitlements": [],
-            "authorizing_integration_owners": {},
-            "context": 0 if guild_id else 1,
-        }
-        if guild_id:
-            payload["guild_id"] = guild_id
-            payload["member"] = {
-                "user": user,
-                "roles": [],
-                "permissions": "2147483647",
-                "joined_at": "2025-01-01T00:00:00+00:00",
-                "deaf": False,
-                "mute": False,
-                "flags": 0,
-            }
-        else:
-            payload["channel"] = {"id": channel_id, "type": 1, "recipients": [user]}
-            payload["user"] = user
-        self._interactions[payload["token"]] = payload
-        return payload
-
-    def click(
-        self, message_id: str, custom_id: str, user: dict[str, Any], *, guild_id: str | None = None
-    ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload for a click on a button of the bot's message."""
-        message = _public(self.messages[message_id])
-        payload = self.interaction(message["channel_id"], "", user, guild_id=guild_id)
-        payload["type"] = 3  # MESSAGE_COMPONENT
-        payload["data"] = {"custom_id": custom_id, "component_type": 2}
-        payload["message"] = message
-        return payload
 
     def add_thread(self, guild_id: str, parent_id: str, *, owner_id: str = "42") -> str:
         """A public thread under `parent_id` that the gateway will announce in GUILD_CREATE."""
@@ -550,9 +498,9 @@ class FakeDiscord(LoopbackServer):
             if method == request.method and match:
                 response: web.StreamResponse = await handler(request, body, *match.groups())
                 if _take(self._lost, request.method, path):
-                    return _error(502, 0, "502: Bad Gateway")
+                    return error(502, 0, "502: Bad Gateway")
                 return response
-        return _error(404, 0, f"no fake route for {request.method} {path}")
+        return error(404, 0, f"no fake route for {request.method} {path}")
 
     def _take_limit(self, method: str, path: str) -> web.Response | None:
         limit = _take(self._limits, method, path)
@@ -566,7 +514,7 @@ class FakeDiscord(LoopbackServer):
             "retry_after": limit.retry_after,
             "global": False,
         }
-        return _json(body, status=429, headers=headers)
+        return json_response(body, status=429, headers=headers)
 
     def _routes(self) -> list[tuple[str, str, Callable[..., Any]]]:
         return [
@@ -579,29 +527,25 @@ class FakeDiscord(LoopbackServer):
             ("DELETE", r"/channels/(\d+)/messages/(\d+)", self._delete_message),
             ("POST", r"/channels/(\d+)/typing", self._typing),
             ("POST", r"/channels/(\d+)/messages/(\d+)/threads", self._create_thread),
-            ("POST", r"/interactions/(\d+)/([^/]+)/callback", self._callback),
-            ("POST", r"/webhooks/(\d+)/([^/]+)", self._followup),
-            ("PATCH", r"/webhooks/(\d+)/([^/]+)/messages/(\d+|@original)", self._edit_followup),
-            ("PUT", r"/applications/(\d+)/commands", self._register_global),
-            ("PUT", r"/applications/(\d+)/guilds/(\d+)/commands", self._register_guild),
             ("GET", r"/guilds/(\d+)", self._get_guild),
             ("GET", r"/guilds/(\d+)/members/(\d+)", self._get_member),
+            *self.interaction_routes(),
         ]
 
     async def _get_guild(self, request: web.Request, body: Any, guild_id: str) -> web.Response:
         guild = self.guilds.get(guild_id)
         if guild is None:
-            return _error(404, 10004, "Unknown Guild")
-        return _json(self._guild_payload(guild))
+            return error(404, 10004, "Unknown Guild")
+        return json_response(self._guild_payload(guild))
 
     async def _get_member(
         self, request: web.Request, body: Any, guild_id: str, user_id: str
     ) -> web.Response:
         guild = self.guilds.get(guild_id)
         if guild is None:
-            return _error(404, 10004, "Unknown Guild")
+            return error(404, 10004, "Unknown Guild")
         roles = [self.manager_role_id(guild_id)] if user_id in guild.managers else []
-        return _json(
+        return json_response(
             {
                 "user": self.user(user_id),
                 "roles": roles,
@@ -617,13 +561,13 @@ class FakeDiscord(LoopbackServer):
 
     async def _me(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
-        return _json({**self.bot, "flags": 0, "mfa_enabled": False})
+            return error(401, 0, "401: Unauthorized")
+        return json_response({**self.bot, "flags": 0, "mfa_enabled": False})
 
     async def _application(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
-        return _json(
+            return error(401, 0, "401: Unauthorized")
+        return json_response(
             {
                 "id": self.application_id,
                 "name": "gatewaybot",
@@ -640,12 +584,12 @@ class FakeDiscord(LoopbackServer):
         )
 
     async def _gateway_info(self, request: web.Request, body: Any) -> web.Response:
-        return _json({"url": self.gateway_url})
+        return json_response({"url": self.gateway_url})
 
     async def _gateway_bot(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
-        return _json(
+            return error(401, 0, "401: Unauthorized")
+        return json_response(
             {
                 "url": self.gateway_url,
                 "shards": 1,
@@ -662,22 +606,25 @@ class FakeDiscord(LoopbackServer):
         self, request: web.Request, body: Any, channel_id: str
     ) -> web.Response:
         if not self._authorized(request):
-            return _error(401, 0, "401: Unauthorized")
+            return error(401, 0, "401: Unauthorized")
         content = (body or {}).get("content") or ""
         if not content.strip():
-            return _error(400, 50006, "Cannot send an empty message")
+            return error(400, 50006, "Cannot send an empty message")
         if len(content) > 2000:
-            return _too_long()
+            return too_long()
+        refused = components_refused(body.get("components"))
+        if refused is not None:
+            return refused
         nonce = body.get("nonce") if body.get("enforce_nonce") else None
         known = self._by_nonce(nonce)
         if known is not None:
-            return _json(_public(known))
+            return json_response(public(known))
         message = self._bot_message(channel_id, body)
         if nonce is not None:
             message["nonce"] = nonce
             self._nonces[(self.bot["id"], str(nonce))] = (message["id"], time.monotonic())
-        await self.dispatch("MESSAGE_CREATE", _public(message))
-        return _json(_public(message))
+        await self.dispatch("MESSAGE_CREATE", public(message))
+        return json_response(public(message))
 
     def _by_nonce(self, nonce: Any) -> dict[str, Any] | None:
         """Discord's `enforce_nonce`: the bot's message created with this nonce in the last
@@ -717,23 +664,26 @@ class FakeDiscord(LoopbackServer):
     ) -> web.Response:
         message = self.messages.get(message_id)
         if message is None or message["channel_id"] != channel_id:
-            return _error(404, 10008, "Unknown Message")
+            return error(404, 10008, "Unknown Message")
         content = (body or {}).get("content")
         if content is not None and len(content) > 2000:
-            return _too_long()
+            return too_long()
+        refused = components_refused((body or {}).get("components"))
+        if refused is not None:
+            return refused
         if content is not None:
             message["content"] = content
         if "components" in (body or {}):  # an empty list takes the buttons away
             message["components"] = list(body["components"])
         message["edits"] += 1
         message["allowed_mentions"] = (body or {}).get("allowed_mentions")
-        return _json(_public(message))
+        return json_response(public(message))
 
     async def _delete_message(
         self, request: web.Request, body: Any, channel_id: str, message_id: str
     ) -> web.Response:
         if self.messages.pop(message_id, None) is None:
-            return _error(404, 10008, "Unknown Message")
+            return error(404, 10008, "Unknown Message")
         return web.Response(status=204)
 
     async def _typing(self, request: web.Request, body: Any, channel_id: str) -> web.Response:
@@ -744,7 +694,7 @@ class FakeDiscord(LoopbackServer):
     ) -> web.Response:
         guild_id = self._guild_of(channel_id)
         if self.forbid_threads or guild_id is None:
-            return _error(403, 50013, "Missing Permissions")
+            return error(403, 50013, "Missing Permissions")
         thread = self._thread(
             message_id,
             guild_id,
@@ -755,101 +705,7 @@ class FakeDiscord(LoopbackServer):
         )
         self.guilds[guild_id].threads.append(thread)
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
-        return _json(thread, status=201)
-
-    async def _callback(
-        self, request: web.Request, body: Any, interaction_id: str, token: str
-    ) -> web.Response:
-        interaction = self._interactions.get(token)
-        if interaction is None or interaction["id"] != interaction_id:
-            return _error(404, 10062, "Unknown interaction")
-        if token in self.callbacks:
-            return _error(400, 40060, "Interaction has already been acknowledged.")
-        self.callbacks[token] = {**body, "at": time.time()}
-        return _json(
-            {
-                "interaction": {
-                    "id": interaction_id,
-                    "type": interaction["type"],
-                    "response_message_loading": body.get("type") == 5,
-                    "response_message_ephemeral": bool(
-                        int((body.get("data") or {}).get("flags") or 0) & 64
-                    ),
-                },
-                "resource": {"type": body.get("type")},
-            }
-        )
-
-    async def _followup(
-        self, request: web.Request, body: Any, app_id: str, token: str
-    ) -> web.Response:
-        interaction = self._interactions.get(token)
-        if app_id != self.application_id or interaction is None or token not in self.callbacks:
-            return _error(404, 10015, "Unknown Webhook")
-        message = self._bot_message(interaction["channel_id"], body or {}, webhook_id=app_id)
-        message["interaction_token"] = token
-        await self.dispatch("MESSAGE_CREATE", _public(message))
-        return _json(_public(message))
-
-    async def _edit_followup(
-        self, request: web.Request, body: Any, app_id: str, token: str, message_id: str
-    ) -> web.Response:
-        message = self.messages.get(message_id)
-        if message is None or message.get("interaction_token") != token:
-            return _error(404, 10008, "Unknown Message")
-        if (body or {}).get("content") is not None:
-            message["content"] = body["content"]
-        message["edits"] += 1
-        return _json(_public(message))
-
-    async def _register_global(self, request: web.Request, body: Any, app_id: str) -> web.Response:
-        return self._register("global", app_id, body, None)
-
-    async def _register_guild(
-        self, request: web.Request, body: Any, app_id: str, guild_id: str
-    ) -> web.Response:
-        return self._register(guild_id, app_id, body, guild_id)
-
-    def _register(self, scope: str, app_id: str, body: Any, guild_id: str | None) -> web.Response:
-        commands = [
-            {
-                "type": 1,
-                "options": [],
-                "default_member_permissions": None,
-                "dm_permission": True,
-                "nsfw": False,
-                **command,
-                "id": self.snowflake(),
-                "application_id": app_id,
-                "version": "1",
-                "guild_id": guild_id,
-            }
-            for command in body
-        ]
-        self.commands[scope] = commands
-        return _json(commands)
-
-
-def _public(message: dict[str, Any]) -> dict[str, Any]:
-    """A stored message as the API returns it, without the fake's bookkeeping."""
-    return {k: v for k, v in message.items() if k not in _BOOKKEEPING}
-
-
-def _too_long() -> web.Response:
-    return _error(400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length.")
-
-
-def _error(status: int, code: int, message: str) -> web.Response:
-    return _json({"code": code, "message": message}, status=status)
-
-
-def _json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    # Exactly `application/json`, no charset: discord.py parses a body as JSON only then.
-    return web.Response(
-        body=json.dumps(data).encode(),
-        status=status,
-        headers={**(headers or {}), "Content-Type": "application/json"},
-    )
+        return json_response(thread, status=201)
 
 
 def _take(scripted: list[_Fault], method: str, path: str) -> _Fault | None:

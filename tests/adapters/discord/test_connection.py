@@ -37,7 +37,7 @@ def only(fake_discord: FakeDiscord, predicate: Callable[[Any], bool]) -> list[An
     return [c for c in fake_discord.calls if predicate(c)]
 
 
-async def test_connects_with_the_intents_registers_btw_and_reports_health(
+async def test_connects_with_the_intents_registers_the_commands_and_reports_health(
     fake_discord: FakeDiscord, redis_client: Redis
 ) -> None:
     async with Gateway(fake_discord, redis_client) as gateway:
@@ -45,7 +45,7 @@ async def test_connects_with_the_intents_registers_btw_and_reports_health(
         identify = fake_discord.identifies[0]
         assert identify["intents"] == INTENTS and identify["shard"] == [0, 1]
         commands = await fake_discord.wait_for(lambda: fake_discord.commands.get("global"))
-        assert [c["name"] for c in commands] == ["btw"]
+        assert [c["name"] for c in commands] == ["btw", "stop", "reset", "status", "usage"]
         assert commands[0]["options"][0]["name"] == "question"
         assert "1 of 1 shards" in str(gateway.reports["discord"]["detail"])
     report = json.loads(await redis_client.hget(Keys.HEALTH, "discord") or "{}")
@@ -135,7 +135,7 @@ async def test_commands_go_to_the_listed_guilds_only(
             lambda: GUILD in fake_discord.commands and GUILD_B in fake_discord.commands
         )
     assert "global" not in fake_discord.commands
-    assert [c["name"] for c in fake_discord.commands[GUILD]] == ["btw"]
+    assert [c["name"] for c in fake_discord.commands[GUILD]][:2] == ["btw", "stop"]
 
 
 async def test_auto_thread_opens_a_thread_that_becomes_the_session(

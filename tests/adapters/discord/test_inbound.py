@@ -148,7 +148,7 @@ def test_the_btw_command_carries_the_interaction_token_on_both_addresses() -> No
         channel_id=CHANNEL,
         guild_id=GUILD,
         user=alice,
-        question="why?",
+        text="/btw why?",
     )
     assert inbound.text == "/btw why?" and inbound.event_id == "9"
     assert inbound.side_reply.token == "tok" and inbound.side_reply.side

@@ -17,6 +17,7 @@ from typing import IO, Any
 import pytest
 import redis
 
+from adapters.buttons import FEEDBACK_DOWN_LABEL, FEEDBACK_UP_LABEL
 from adapters.discord.platform import INTENT_REFUSED
 from gateway.media.audio import NOT_ENABLED
 from gateway.state.keys import Keys
@@ -30,7 +31,11 @@ from tests.support.media_files import noisy_png, png
 pytestmark = pytest.mark.timeout(150)
 
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
+# A server the bot is not in, and a group DM: reached only through a user's install.
+FOREIGN_GUILD, FOREIGN_CHANNEL = "1400000000000000001", "1500000000000000001"
+GROUP_DM = "1600000000000000001"
 ALICE = "42"
+ROOT = Path(__file__).resolve().parents[3]
 FENCE = "```"
 
 
@@ -73,6 +78,7 @@ class Stack:
         self.fake_discord, self.llm, self.workdir = fake_discord, llm, workdir
         self.env = {
             "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": str(ROOT),  # this checkout's code, wherever the project is installed
             "REDIS_URL": redis_url,
             "GATEWAY_MODEL": "openai/fake-model",
             "GATEWAY_API_BASE": llm.api_base,
@@ -376,3 +382,84 @@ async def test_voice_messages_without_a_transcription_model_are_named_and_the_us
     assert len(notices) == 1 and "voice-message.ogg" in notices[0]["content"]
     assert "[voice message: voice-message.ogg, not transcribed]" in main_requests(llm)[-1]
     assert fake_discord.cdn.requests == []  # not fetched: nothing would read it
+
+
+def followups(fake_discord: FakeDiscord, token: str) -> list[dict[str, Any]]:
+    """The messages posted as an interaction's follow-ups, in order."""
+    return [m for m in fake_discord.messages.values() if m.get("interaction_token") == token]
+
+
+async def test_commands_used_through_a_user_install_are_answered_through_the_interaction(
+    stack: Stack, fake_discord: FakeDiscord
+) -> None:
+    """In a server the bot is not in, and in a group DM, the bot reads nothing and may
+    post nothing: the command's answer reaches the user as the interaction's follow-up."""
+    stack.start("discord", "worker")
+    await stack.connected()
+    alice = fake_discord.user(ALICE)
+    status = fake_discord.invoke(
+        "status", FOREIGN_CHANNEL, alice, guild_id=FOREIGN_GUILD, context=0, user_install=True
+    )
+    side = fake_discord.invoke(
+        "btw", GROUP_DM, alice, context=2, user_install=True, question="what is a haiku?"
+    )
+    for interaction in (status, side):
+        await fake_discord.dispatch("INTERACTION_CREATE", interaction)
+    (status_answer,) = await stack.wait(lambda: followups(fake_discord, status["token"]))
+    (side_answer,) = await stack.wait(lambda: followups(fake_discord, side["token"]))
+    await stack.wait(stack.idle)
+    assert status_answer["channel_id"] == FOREIGN_CHANNEL and "Model:" in status_answer["content"]
+    assert side_answer["channel_id"] == GROUP_DM and "what is a haiku?" in side_answer["content"]
+    assert all(fake_discord.callbacks[i["token"]]["type"] == 5 for i in (status, side))
+    with_bot_token = [
+        call.path
+        for call in fake_discord.calls
+        if call.authorized and (FOREIGN_CHANNEL in call.path or GROUP_DM in call.path)
+    ]
+    assert with_bot_token == []
+
+
+async def test_slash_stop_stops_the_running_turn_and_slash_reset_starts_afresh(
+    stack: Stack, fake_discord: FakeDiscord, llm: FakeLLM
+) -> None:
+    llm.duration = 20.0  # still streaming when /stop comes
+    stack.start("discord", "worker")
+    await stack.connected()
+    alice = fake_discord.user(ALICE)
+    await stack.say(CHANNEL, "write a very long story", mention=True)
+    await stack.wait(lambda: fake_discord.channel_messages(CHANNEL))
+
+    stop = fake_discord.invoke("stop", CHANNEL, alice, guild_id=GUILD)
+    await fake_discord.dispatch("INTERACTION_CREATE", stop)
+    (stopping,) = await stack.wait(lambda: followups(fake_discord, stop["token"]))
+    assert stopping["content"] == "Stopping the reply."
+    reply = await stack.wait(
+        lambda: [m for m in fake_discord.channel_messages(CHANNEL) if "(stopped)" in m["content"]]
+    )
+    assert reply[0]["components"] == []  # no feedback buttons unless GATEWAY_FEEDBACK asks
+
+    reset = fake_discord.invoke("reset", CHANNEL, alice, guild_id=GUILD)
+    await fake_discord.dispatch("INTERACTION_CREATE", reset)
+    (fresh,) = await stack.wait(lambda: followups(fake_discord, reset["token"]))
+    assert fresh["content"] == "Started a fresh conversation."
+    llm.duration = None
+    llm.clear()
+    await stack.say(CHANNEL, "a new question", mention=True)
+    await stack.wait(lambda: llm.requests and stack.idle())
+    request = main_requests(llm)[-1]
+    assert "a new question" in request and "very long story" not in request
+
+
+async def test_with_feedback_on_the_final_reply_carries_the_two_buttons(
+    stack: Stack, fake_discord: FakeDiscord
+) -> None:
+    stack.start("discord", "worker", GATEWAY_FEEDBACK="discord")
+    await stack.connected()
+    await stack.say("555", "rate this answer", guild=False)
+    (answer,) = await stack.answer("555", "rate this answer")
+    await stack.wait(lambda: answer["components"])
+    (row,) = answer["components"]
+    assert [(b["label"], b["custom_id"]) for b in row["components"]] == [
+        (FEEDBACK_UP_LABEL, "f:up"),
+        (FEEDBACK_DOWN_LABEL, "f:down"),
+    ]
