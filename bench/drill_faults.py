@@ -35,12 +35,12 @@ from drill_traffic import (
     Slack,
     Tally,
     Telegram,
+    TelegramPrivate,
     observe_typing,
     tag,
     tally,
     verdict,
     wait_finished,
-    wait_posted,
 )
 from redis.asyncio import Redis
 
@@ -48,6 +48,9 @@ from gateway.state.keys import GROUP, Keys
 from tests.fakes.llm_server import FakeLLM
 
 WHOLE_REPLY = re.compile(r"done-q\d+x\d+$")
+
+
+PRIVATE_CHATS = 7_000_000  # the first private chat's id (a user's): one chat a trial
 
 
 def group_chat(number: int) -> int:
@@ -138,20 +141,42 @@ async def crash_slack(quick: bool) -> Row:
     return await _crash(quick, "slack")
 
 
+async def crash_drafts(quick: bool) -> Row:
+    """The same in Telegram's private chats, where a reply streams as a draft (no message
+    until its end): the re-run streams it again and posts the one message."""
+    return await _crash(quick, "telegram-draft")
+
+
+CRASH_ROWS = {
+    "telegram": "sigkill-worker",
+    "slack": "sigkill-native-slack",
+    "telegram-draft": "sigkill-native-telegram",
+}
+
+
 async def _crash(quick: bool, platform: str) -> Row:
     target, batch = (6, 6) if quick else (50, 10)
     llm = FakeLLM()
     llm.reply, llm.duration = tagged_reply(40), 3.0
-    async with stack(f"crash-{platform}", llm=llm) as s:
+    extra = {"TELEGRAM_ALLOW_ALL": "1"} if platform == "telegram-draft" else {}
+    async with stack(f"crash-{platform}", llm=llm, **extra) as s:
         await s.start_web()
         await s.start_workers(2)
-        tg: Telegram | Slack = Telegram(s) if platform == "telegram" else Slack(s)
+        tg: Telegram | Slack = (
+            Telegram(s)
+            if platform == "telegram"
+            else TelegramPrivate(s)
+            if platform == "telegram-draft"
+            else Slack(s)
+        )
         trials, orphans = 0, 0
         sents: list[Sent] = []
         deadline = time.monotonic() + (240 if quick else 900)
         client = s.client()
 
         async def send(http: httpx.AsyncClient, number: int) -> Sent:
+            if isinstance(tg, TelegramPrivate):
+                return await tg.send(http, PRIVATE_CHATS + number, tag(number, 1))
             if isinstance(tg, Telegram):
                 return await tg.send(http, group_chat(number), tag(number, 1))
             return await tg.send(http, tag(number, 1), copies=1)
@@ -161,7 +186,7 @@ async def _crash(quick: bool, platform: str) -> Row:
                 base = len(sents)
                 round_ = await asyncio.gather(*(send(http, base + i) for i in range(batch)))
                 sents += round_
-                await wait_posted(tg, round_, 30)
+                await poll(lambda r=round_: all(_streaming(tg, x) for x in r if x.acked), 30, 0.05)
                 killed, lingering = await _kill_busiest(s, tg, client, round_)
                 trials += killed
                 orphans += lingering
@@ -173,7 +198,7 @@ async def _crash(quick: bool, platform: str) -> Row:
         counted.trials = trials
         reclaims = len(s.log_lines("reclaimed turn job"))
         result = row(
-            "sigkill-worker" if platform == "telegram" else f"sigkill-worker-{platform}",
+            CRASH_ROWS[platform],
             counted,
             trials >= target,
             f"{trials} turns killed mid-stream, {counted.lost} lost, "
@@ -194,7 +219,7 @@ async def _kill_busiest(
     Returns the turns it held mid-stream and how many of its children outlived it.
     """
     holders = await job_holders(client)
-    streaming = [x for x in round_ if x.acked and tg.replies(x) and tg.finished_at(x) is None]
+    streaming = [x for x in round_ if x.acked and _streaming(tg, x) and tg.finished_at(x) is None]
     counts = collections.Counter(holders.get(x.session) for x in streaming)
     counts.pop(None, None)
     if not counts:
@@ -210,6 +235,11 @@ async def _kill_busiest(
     for kid in lingering:
         _kill(kid)
     return held, len(lingering)
+
+
+def _streaming(tg: Telegram | Slack, sent: Sent) -> bool:
+    """Whether the reply to `sent` shows (a draft, or its first message posted)."""
+    return tg.streaming(sent) if isinstance(tg, TelegramPrivate) else bool(tg.replies(sent))
 
 
 def _kill(pid: int) -> None:
@@ -338,7 +368,7 @@ async def platform_429(quick: bool) -> Row:
                     *(tg.send(http, group_chat(n), tag(n, 1)) for n in range(start, start + batch))
                 )
                 sents += round_
-                await wait_posted(tg, round_, 30)
+                await poll(lambda r=round_: all(_streaming(tg, x) for x in r if x.acked), 30, 0.05)
                 s.telegram.fail_next(
                     "editMessageText", status=429, retry_after=wait, count=len(round_)
                 )

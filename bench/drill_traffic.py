@@ -153,6 +153,39 @@ class Telegram:
         return min(found) if found else None
 
 
+class TelegramPrivate(Telegram):
+    """Private chats, one a user (the chat id is the user id), whose replies stream as drafts
+    and end as one message: every message the bot posted into the chat is a reply, and a
+    reply is mid-stream while a draft shows."""
+
+    async def send(
+        self,
+        http: httpx.AsyncClient,
+        chat_id: int,
+        label: str,
+        *,
+        copies: int = 1,
+        retry_for: float = 0.0,
+        command: bool = False,
+    ) -> Sent:
+        update = self.direct_update(chat_id, f"{label} please answer")
+        sent = Sent(
+            self.session_key(chat_id), str(chat_id), str(update["message"]["message_id"]), label
+        )
+        statuses = await asyncio.gather(*(self.deliver(http, update) for _ in range(copies)))
+        sent.statuses.extend(statuses)
+        if 200 in statuses:
+            sent.acked_at = time.monotonic()
+        return sent
+
+    def replies(self, sent: Sent) -> list[Message]:
+        return self.fake.messages_in(int(sent.chat))
+
+    def streaming(self, sent: Sent) -> bool:
+        """A draft shows, or a message does (a reply edited in place after a refusal)."""
+        return bool(self.fake.drafts_in(int(sent.chat)) or self.replies(sent))
+
+
 class Slack:
     """Delivers signed Events API requests and reads the bot's thread replies off the fake."""
 

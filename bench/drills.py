@@ -36,6 +36,7 @@ import httpx
 from drill_console import console_interrupt
 from drill_faults import (
     crash,
+    crash_drafts,
     crash_slack,
     group_chat,
     model_chaos,
@@ -504,6 +505,7 @@ def _watched(s: Stack) -> Iterator[tuple[str, int]]:
 DRILLS: dict[str, Drill] = {
     "crash": crash,
     "crash-slack": crash_slack,
+    "crash-drafts": crash_drafts,
     "redis-restart": redis_restart,
     "model-chaos": model_chaos,
     "silent-model": silent_model,
@@ -526,14 +528,14 @@ def format_row(row: Row) -> str:
 
     worst = "-" if row.worst is None else f"{row.worst:.2f}"
     return (
-        f"{row.drill:<18} {row.trials:>7} {cell(row.lost):>5} {cell(row.duplicated):>5} "
+        f"{row.drill:<24} {row.trials:>7} {cell(row.lost):>5} {cell(row.duplicated):>5} "
         f"{cell(row.stuck):>5} {worst:>8}  {row.verdict}"
     )
 
 
 def header() -> str:
     return (
-        f"{COLUMNS[0]:<18} {COLUMNS[1]:>7} {COLUMNS[2]:>5} {COLUMNS[3]:>5} "
+        f"{COLUMNS[0]:<24} {COLUMNS[1]:>7} {COLUMNS[2]:>5} {COLUMNS[3]:>5} "
         f"{COLUMNS[4]:>5} {COLUMNS[5]:>8}  {COLUMNS[6]}"
     )
 
@@ -551,7 +553,7 @@ async def run(names: list[str], quick: bool) -> list[Row]:
         rows.append(row)
         print(format_row(row), flush=True)
         for note in row.notes:
-            print(f"{'':<20}{note}", flush=True)
+            print(f"{'':<26}{note}", flush=True)
     return rows
 
 
