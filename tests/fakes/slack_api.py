@@ -136,13 +136,17 @@ class Message:
     stream_touched: float = 0.0  # when its stream last took a call (monotonic)
     recipient: tuple[str, str] | None = None  # (user, team) a stream was started for
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    streamed: str | None = None  # a stream's text, what it shows until an edit's blocks
 
     @property
     def shown(self) -> str:
-        """The text the message shows: its markdown blocks', or sections', else its text."""
+        """The text the message shows: its markdown blocks', or sections', else (a stream)
+        what it streamed, else its text. A stream's text is in its blocks, which Slack
+        keeps when chat.update sends none: an edit of its text alone does not show."""
         markdown = [b["text"] for b in self.blocks if b.get("type") == "markdown"]
         sections = [b["text"]["text"] for b in self.blocks if b.get("type") == "section"]
-        return "".join(markdown) or "\n".join(sections) or self.text
+        shown = "".join(markdown) or "\n".join(sections)
+        return shown or (self.text if self.streamed is None else self.streamed)
 
     def payload(self, with_metadata: bool) -> dict[str, Any]:
         """The message as conversations.history and .replies show it."""
@@ -680,6 +684,7 @@ class FakeSlack(LoopbackServer):
         with self._lock:
             message.stream_mode = message.stream_mode or mode
             message.text += "".join(texts)
+            message.streamed = message.text
             message.tasks.update({str(task["id"]): task for task in tasks})
             message.stream_touched = time.monotonic()
         return None

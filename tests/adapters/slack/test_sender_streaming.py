@@ -380,3 +380,21 @@ async def test_feedback_buttons_go_under_a_posted_or_edited_reply_only_when_aske
     posted = await sender.send(DM_TOP, "x" * 3500 + "\nend", final=True, feedback=True)
     sections = [b for b in slack.messages[posted].blocks if b["type"] == "section"]
     assert len(sections) == 2 and all(len(b["text"]["text"]) <= 3000 for b in sections)
+
+
+async def test_a_stream_left_idle_past_its_life_is_refused_for_this_reply_only(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    slack.stream_expiry = 0.0  # lapses as soon as it goes a moment without a call
+    live = sender.open_live(ASSISTANT, recipient="U1")
+    await live.show("the start ", [])
+    with pytest.raises(StreamRefused) as caught:
+        await live.show("the start and more ", [])
+    assert (caught.value.code, caught.value.for_channel) == (
+        "message_not_in_streaming_state",
+        False,
+    )
+    assert live.message_id is not None
+    await sender.close_live(ASSISTANT, live.message_id)  # no longer streaming: no error
+    await sender.edit(ASSISTANT, live.message_id, "the start and more, edited", final=True)
+    assert slack.messages[live.message_id].shown == "the start and more, edited"
