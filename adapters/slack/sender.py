@@ -4,6 +4,11 @@ The core does the pacing (edit interval, coalescing on 429, splitting), so no
 slack-sdk retry handler for rate limits is installed here: a 429 becomes
 `RateLimited(retry_after)` at once and the core decides what to send next.
 
+A reply in a thread streams through Slack's own streaming methods instead
+(`NativeStreams`, the live message in adapters/slack/streaming.py); elsewhere, and where
+Slack refuses to stream, it is posted and edited. A reply's last message carries the
+feedback buttons (adapters/slack/blocks.py) when the core asks for them.
+
 Installed in many workspaces, each call goes out with the token of the
 address's workspace (adapters/slack/workspaces.py); a token Slack calls dead
 is forgotten, so the next call reads the installation store again.
