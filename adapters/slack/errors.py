@@ -95,11 +95,24 @@ def stream_error(exc: SlackApiError) -> PlatformError:
     return core_error(exc)
 
 
-def update_error(exc: SlackApiError) -> PlatformError:
-    """chat.update's refusal: StreamRefused for a message still streaming (measured as
-    `streaming_state_conflict`; the reference pages do not list it), else `core_error`'s."""
-    if api_error(exc) == "streaming_state_conflict":
-        return StreamRefused("streaming_state_conflict", for_channel=False)
+# Refusals of a message's blocks: the reply goes without its feedback buttons instead.
+BLOCKS_REFUSED = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_blocks_too_long"})
+
+
+class BlocksRefused(MessageRejected):
+    """Slack refused a message's blocks (the feedback buttons, where it does not take
+    them): the message is sent again without them."""
+
+
+def post_error(exc: SlackApiError) -> PlatformError:
+    """A reply's post or edit refused: BlocksRefused for its blocks; StreamRefused for an
+    edit of a message still streaming (`streaming_state_conflict`, as other Slack clients
+    report it: chat.update's reference page does not list it); else `core_error`'s."""
+    error = api_error(exc)
+    if error in BLOCKS_REFUSED:
+        return BlocksRefused(f"Slack refused {api_method(exc)}: {error}")
+    if error == "streaming_state_conflict":
+        return StreamRefused(error, for_channel=False)
     return core_error(exc)
 
 

@@ -28,7 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL
 from adapters.slack.blocks import SECTION_MAX, feedback_block, section_blocks
-from adapters.slack.errors import core_error, stream_error, update_error
+from adapters.slack.errors import BlocksRefused, core_error, post_error, stream_error
 from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn
 from adapters.slack.streaming import STREAM_MECHANISM, SlackStream
@@ -154,16 +154,26 @@ class SlackSender:
     ) -> str:
         """chat.postMessage has no idempotency key: `key` goes with the message as its
         metadata instead, where `find_post` looks for it."""
-        result = await self._call(
+        post = functools.partial(
+            self._call,
             "chat.postMessage",
             address,
+            refusal=post_error,
             channel=address.channel,
             thread_ts=address.thread,
             text=to_mrkdwn(markdown) or " ",
-            blocks=_text_blocks(markdown, feedback) if feedback else None,
             unfurl_links=False,
             metadata=None if key is None else _reply_metadata(key),
         )
+        try:
+            result = await post(blocks=_text_blocks(markdown, feedback) if feedback else None)
+        except BlocksRefused as exc:
+            if not feedback:
+                raise
+            log.warning(
+                "%s: %s; the reply goes without its feedback buttons", address.chat_key, exc
+            )
+            result = await post()
         return str(result["ts"])
 
     async def find_post(self, address: Address, key: str) -> str | None:
@@ -218,22 +228,38 @@ class SlackSender:
     ) -> None:
         """chat.update; with blocks where the message has the feedback buttons, or was a
         stream (whose text is in blocks that a text alone would leave showing)."""
+        update = functools.partial(self._update, address, message_id, markdown)
+        try:
+            await update(feedback)
+        except StreamRefused:
+            # A stream a run that died left open (found by its key): closed, then edited.
+            await self.close_live(address, message_id)
+            await update(feedback)
+
+    async def _update(
+        self, address: Address, message_id: str, markdown: str, feedback: bool
+    ) -> None:
+        """chat.update; where Slack refuses the feedback buttons, again without them."""
         blocks = feedback or message_id in self._closed_streams
         update = functools.partial(
             self._call,
             "chat.update",
             address,
-            refusal=update_error,
+            refusal=post_error,
             channel=address.channel,
             ts=message_id,
             text=to_mrkdwn(markdown) or " ",
         )
         try:
             await update(blocks=_text_blocks(markdown, feedback) if blocks else None)
-        except StreamRefused:
-            # A stream a run that died left open (found by its key): closed, then edited.
-            await self.close_live(address, message_id)
-            await update(blocks=_text_blocks(markdown, feedback))
+        except BlocksRefused as exc:
+            if not feedback:
+                raise
+            log.warning(
+                "%s: %s; the reply goes without its feedback buttons", address.chat_key, exc
+            )
+            closed = message_id in self._closed_streams
+            await update(blocks=_text_blocks(markdown, False) if closed else None)
 
     def native_mechanism(self, address: Address) -> str | None:
         """Slack streams a reply in a thread (a DM's, an assistant thread, a channel's),

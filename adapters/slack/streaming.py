@@ -22,14 +22,19 @@ text in a `markdown` block.
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, Protocol
 
 from adapters.slack.blocks import feedback_block, markdown_blocks
+from adapters.slack.errors import BLOCKS_REFUSED
 from adapters.slack.render import no_pings, safe_markdown, to_mrkdwn
 from gateway.errors import StreamRefused
 from gateway.messages import Address
 from gateway.ports import Step
+
+log = logging.getLogger(__name__)
 
 MARKDOWN_LIMIT = 12_000  # one markdown_text's limit (chat.startStream, appendStream, stopStream)
 TITLE_LIMIT = 256  # a task's title, as long as Slack shows it
@@ -148,15 +153,24 @@ class SlackStream:
         if self.message_id is None:
             await self._start([])
         assert self.message_id is not None
-        await self._call(
+        stop = functools.partial(
+            self._call,
             "chat.stopStream",
             self._address,
             channel=self._address.channel,
             ts=self.message_id,
             chunks=(_text(piece) + self._tasks(steps)) or None,
-            blocks=blocks,
             metadata=self._metadata,
         )
+        try:
+            await stop(blocks=blocks)
+        except StreamRefused as exc:
+            if not blocks or exc.code not in BLOCKS_REFUSED:
+                raise
+            log.warning(
+                "%s: %s; the reply ends without its feedback buttons", self._address.chat_key, exc
+            )
+            await stop()
         self._shown(piece, steps)
         self._stopped = True
 

@@ -2,8 +2,8 @@
 
 `SLACK_API_URL` (slack-sdk's `base_url`) points at `http://127.0.0.1:<port>/api/`.
 It answers the methods the gateway uses (auth.test, chat.postMessage,
-chat.update, chat.postEphemeral, users.info, reactions.add / reactions.remove,
-assistant.threads.setStatus, apps.connections.open) the way Slack does where
+chat.update, chat.postEphemeral, the streaming methods, users.info, reactions.add /
+reactions.remove, assistant.threads.setStatus, apps.connections.open) the way Slack does where
 the gateway depends on it: `ok: false` with Slack's error codes, a 429 with
 `Retry-After` when rate limiting, messages kept so an edit can be checked
 against the final text. Every call is recorded (answered or refused).
@@ -16,10 +16,13 @@ a channel other than a DM needs `recipient_user_id` and `recipient_team_id`; a m
 text over MAX_MARKDOWN characters is `msg_too_long`; appending to or stopping a message
 that is not streaming answers `message_not_in_streaming_state` (a stopped, expired or
 posted one; an unknown ts `message_not_found`); chat.update of a message still streaming
-answers `streaming_state_conflict`. A stream lapses `stream_expiry` seconds after its
-last call (None: never), or at once with `expire(ts)`; `refuse_streams[channel]` makes
-chat.startStream there answer that error (a channel type Slack does not stream in). Each
-message keeps its `tasks` (the last task_update of each id), and its stop's `blocks`.
+answers `streaming_state_conflict` (the code other Slack clients report, as for
+`msg_too_long` here: the reference pages list neither). A stream lapses `stream_expiry`
+seconds after its last call (None: never), or at once with `expire(ts)`;
+`refuse_streams[channel]` makes chat.startStream there answer that error (a channel type
+Slack does not stream in); a block of a type in `refused_blocks` is `invalid_blocks` in any
+call. Each message keeps its `tasks` (the last task_update of each
+id), and its stop's `blocks`.
 
 Socket Mode: apps.connections.open hands out a websocket URL on the same
 server; `push()` sends an envelope to the live connection and `acks` records
@@ -202,6 +205,7 @@ class FakeSlack(LoopbackServer):
         self._failures: dict[str, list[_Failure]] = {}
         self.stream_expiry: float | None = None  # seconds a stream lives without a call
         self.refuse_streams: dict[str, str] = {}  # channel -> chat.startStream's error there
+        self.refused_blocks: set[str] = set()  # block types answered with invalid_blocks
         self._ts = itertools.count(1)
         self.clock = 1700000000  # the seconds of the next message's `ts`; tests move it on
         self._envelopes = itertools.count(1)
@@ -425,6 +429,8 @@ class FakeSlack(LoopbackServer):
             return self._refuse(call, "token_expired")
         if method == "oauth.v2.access" and args.get("grant_type") == "refresh_token":
             await self._refresh_delay()
+        if any(block.get("type") in self.refused_blocks for block in _blocks(args)):
+            return self._refuse(call, "invalid_blocks")
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return self._refuse(call, "unknown_method", 404)

@@ -398,3 +398,22 @@ async def test_a_stream_left_idle_past_its_life_is_refused_for_this_reply_only(
     await sender.close_live(ASSISTANT, live.message_id)  # no longer streaming: no error
     await sender.edit(ASSISTANT, live.message_id, "the start and more, edited", final=True)
     assert slack.messages[live.message_id].shown == "the start and more, edited"
+
+
+async def test_where_slack_refuses_the_feedback_buttons_the_reply_goes_without_them(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    slack.refused_blocks = {"context_actions"}
+    reply = Reply(sender, ASSISTANT)
+    reply.stream.feed("A streamed answer ")
+    await reply.stream.finish("A streamed answer, whole.")
+    streamed = only_message(slack)
+    assert streamed.text == "A streamed answer, whole." and not streamed.streaming
+    assert [c.error for c in slack.calls_to("chat.stopStream")] == ["invalid_blocks", None]
+    assert not reply.refusals  # still a stream: nothing fell back
+
+    posted = await sender.send(DM_TOP, "a posted answer", final=True, feedback=True)
+    await sender.edit(DM_TOP, posted, "an edited answer", final=True, feedback=True)
+    assert slack.messages[posted].shown == "an edited answer"
+    assert [c.error for c in slack.calls_to("chat.postMessage")] == ["invalid_blocks", None]
+    assert [c.error for c in slack.calls_to("chat.update")] == ["invalid_blocks", None]
