@@ -1,11 +1,12 @@
-"""The Block Kit blocks a reply's message carries: its text, and the feedback buttons
-under a reply's last message (`context_actions` holding a `feedback_buttons` element,
-whose clicks come back with FEEDBACK_BLOCK, FEEDBACK_ACTION and the value "up" or
-"down").
+"""The Block Kit blocks the bot's messages carry: an approval request's text and its two
+buttons; a reply's text, and the feedback buttons under a reply's last message
+(`context_actions` holding a `feedback_buttons` element, whose clicks come back with
+FEEDBACK_BLOCK, FEEDBACK_ACTION and the value "up" or "down").
 
-Blocks go with a message only where it has the buttons: elsewhere its `text` alone
-shows, as it always did. Where they go, the text goes in them too (Slack shows a
-message's blocks instead of its `text`, which stays what notifications show).
+A reply carries blocks only where it has the buttons (or was a stream, whose text is in
+blocks): elsewhere its `text` alone shows, as it always did. Where they go, the text goes
+in them too (Slack shows a message's blocks instead of its `text`, which stays what
+notifications show).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.buttons import (
+    APPROVE_LABEL,
+    DECLINE_LABEL,
     FEEDBACK_ACTION,
     FEEDBACK_BLOCK,
     FEEDBACK_DOWN,
@@ -20,9 +23,42 @@ from adapters.buttons import (
     FEEDBACK_UP,
     FEEDBACK_UP_LABEL,
 )
+from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 
 SECTION_MAX = 3000  # a section block's text limit
 MARKDOWN_MAX = 12_000  # a markdown block's text limit
+
+
+def approval_blocks(mrkdwn: str, approval_id: str | None) -> list[dict[str, Any]]:
+    """The request as a section, and (while it is open) its two buttons; each button's
+    value is the approval id, which is all a click needs to find its session."""
+    text = mrkdwn if len(mrkdwn) <= SECTION_MAX else mrkdwn[: SECTION_MAX - 1] + "…"
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text or " "}}
+    ]
+    if approval_id is not None:
+        buttons = [
+            _button(APPROVE_ACTION, APPROVE_LABEL, "primary", approval_id),
+            _button(DECLINE_ACTION, DECLINE_LABEL, "danger", approval_id),
+        ]
+        blocks.append({"type": "actions", "block_id": "gw_approval", "elements": buttons})
+    return blocks
+
+
+def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "action_id": action_id,
+        "text": {"type": "plain_text", "text": label},
+        "style": style,
+        "value": value,
+    }
+
+
+def reply_blocks(mrkdwn: str, feedback: bool) -> list[dict[str, Any]]:
+    """A reply message's text in sections (as its `text` renders), the feedback buttons
+    under it when `feedback`."""
+    return section_blocks(mrkdwn) + ([feedback_block()] if feedback else [])
 
 
 def feedback_block() -> dict[str, Any]:

@@ -26,10 +26,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL
-from adapters.slack.blocks import SECTION_MAX, feedback_block, section_blocks
+from adapters.slack.blocks import approval_blocks, reply_blocks
 from adapters.slack.errors import BlocksRefused, core_error, post_error, stream_error
-from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
 from adapters.slack.render import to_mrkdwn
 from adapters.slack.streaming import STREAM_MECHANISM, SlackStream
 from adapters.slack.workspaces import Workspaces
@@ -87,32 +85,6 @@ def is_assistant_thread(address: Address) -> bool:
     return bool(address.thread) and address.channel.startswith("D")
 
 
-def approval_blocks(mrkdwn: str, approval_id: str | None) -> list[dict[str, Any]]:
-    """The request as a section, and (while it is open) its two buttons; each button's
-    value is the approval id, which is all a click needs to find its session."""
-    text = mrkdwn if len(mrkdwn) <= SECTION_MAX else mrkdwn[: SECTION_MAX - 1] + "…"
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": text or " "}}
-    ]
-    if approval_id is not None:
-        buttons = [
-            _button(APPROVE_ACTION, APPROVE_LABEL, "primary", approval_id),
-            _button(DECLINE_ACTION, DECLINE_LABEL, "danger", approval_id),
-        ]
-        blocks.append({"type": "actions", "block_id": "gw_approval", "elements": buttons})
-    return blocks
-
-
-def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any]:
-    return {
-        "type": "button",
-        "action_id": action_id,
-        "text": {"type": "plain_text", "text": label},
-        "style": style,
-        "value": value,
-    }
-
-
 class SlackSender:
     """The Sender workers use for Slack."""
 
@@ -166,7 +138,9 @@ class SlackSender:
             metadata=None if key is None else _reply_metadata(key),
         )
         try:
-            result = await post(blocks=_text_blocks(markdown, feedback) if feedback else None)
+            result = await post(
+                blocks=reply_blocks(to_mrkdwn(markdown), feedback) if feedback else None
+            )
         except BlocksRefused as exc:
             if not feedback:
                 raise
@@ -251,7 +225,7 @@ class SlackSender:
             text=to_mrkdwn(markdown) or " ",
         )
         try:
-            await update(blocks=_text_blocks(markdown, feedback) if blocks else None)
+            await update(blocks=reply_blocks(to_mrkdwn(markdown), feedback) if blocks else None)
         except BlocksRefused as exc:
             if not feedback:
                 raise
@@ -259,7 +233,7 @@ class SlackSender:
                 "%s: %s; the reply goes without its feedback buttons", address.chat_key, exc
             )
             closed = message_id in self._closed_streams
-            await update(blocks=_text_blocks(markdown, False) if closed else None)
+            await update(blocks=reply_blocks(to_mrkdwn(markdown), False) if closed else None)
 
     def native_mechanism(self, address: Address) -> str | None:
         """Slack streams a reply in a thread (a DM's, an assistant thread, a channel's),
@@ -427,12 +401,6 @@ class SlackSender:
             raise refusal(exc) from None
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformError(f"Slack {api_method} failed: {type(exc).__name__}") from None
-
-
-def _text_blocks(markdown: str, feedback: bool) -> list[dict[str, Any]]:
-    """A reply message's text in sections (as its `text` renders), the feedback buttons
-    under it when `feedback`."""
-    return section_blocks(to_mrkdwn(markdown)) + ([feedback_block()] if feedback else [])
 
 
 def _posted_under(messages: list[dict[str, Any]] | None, key: str) -> str | None:
