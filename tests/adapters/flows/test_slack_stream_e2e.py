@@ -95,7 +95,9 @@ async def test_a_channel_that_refuses_streams_is_edited_in_place_and_remembered(
     first = mention("first question")
     await deliver(web, first)
     reply = answered(slack, "C1", first["ts"], "first question")
-    assert slack.calls_to("chat.postMessage") and reply.blocks[-1]["block_id"] == FEEDBACK_BLOCK
+    # The last edit (the reply complete) brings the feedback buttons.
+    slack.wait_for(lambda: [b.get("block_id") for b in reply.blocks][-1:] == [FEEDBACK_BLOCK])
+    assert slack.calls_to("chat.postMessage")
 
     second = mention("second question")
     await deliver(web, second)
