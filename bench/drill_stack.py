@@ -137,6 +137,22 @@ class StampedSlack(FakeSlack):
             self._stamp(str(result["ts"]), str(args.get("text")))
         return result
 
+    def _chat_startStream(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        return self._streamed(super()._chat_startStream(args, token))
+
+    def _chat_appendStream(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        return self._streamed(super()._chat_appendStream(args, token))
+
+    def _chat_stopStream(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        return self._streamed(super()._chat_stopStream(args, token))
+
+    def _streamed(self, result: dict[str, Any] | str) -> dict[str, Any] | str:
+        """A stream's call taken: the message's text so far stamped."""
+        if isinstance(result, dict):
+            ts = str(result["ts"])
+            self._stamp(ts, self.messages[ts].text)
+        return result
+
     def _stamp(self, ts: str, text: str) -> None:
         with self._lock:
             self.stamps.setdefault(ts, []).append((time.monotonic(), text))

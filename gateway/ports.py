@@ -150,9 +150,11 @@ class NativeStreams(Protocol):
         "draft"), or None where only edit-in-place applies."""
         ...
 
-    def open_live(self, address: Address, *, recipient: str) -> LiveMessage:
+    def open_live(self, address: Address, *, recipient: str, key: str | None = None) -> LiveMessage:
         """A live message for a reply to `recipient` (the asker's user id), not shown yet:
-        no call is made before its first `show`."""
+        no call is made before its first `show`. `key` names the message as `Sender.send`'s
+        does (the same on every run of the turn), where the platform can keep it on a live
+        message that is a message, for a re-run's `PostFinder` to find it by."""
         ...
 
     async def close_live(self, address: Address, message_id: str) -> None:

@@ -17,6 +17,14 @@ shown escaped, and only `http`, `https` and `mailto` targets become links: in
 Slack `<!channel|x>` pings a channel and `<@U0123|x>` a person, so
 `[x](!channel)` is shown as the text `x (!channel)`.
 
+Text Slack renders itself (a stream's `markdown_text`, a `markdown` block) keeps its
+Markdown and goes through `safe_markdown` instead, under the same two rules: no
+mention ever notifies (an invisible character breaks `<!here>`, `<@U0123>`,
+`@channel`, so they show as written), and a link to a target other than `http`,
+`https` or `mailto` is shown as its text, never live. Each rule inserts a
+character where the text already is, never rewrites what came before: the safe
+form of a text that grows grows too (a stream appends only the new part).
+
 Every rule runs in time linear in the line: the inline spans are found by
 `adapters.spans` (a lazy regex for `**bold**` rescans the rest of the line from
 every unclosed `**`), and the line patterns have no two adjacent parts
@@ -49,6 +57,15 @@ _BOLD_UNDERSCORES = spans.Delimited("_", r"(?<![\w_])__(?=\S)", r"(?<=\S)__(?![\
 _ITALIC_STAR = spans.Delimited("*", r"(?<![*\w])\*(?=[^\s*])", r"(?<=[^\s*])\*(?![*\w])")
 _STRIKE = spans.Delimited("~", r"(?<!~)~~(?=\S)", r"(?<=\S)~~(?!~)")
 
+# Mentions in Slack's own syntax (`<@U0123>`, `<!here>`, `<!subteam^S1>`, `<#C1>`) and
+# written out (`@channel`): each is broken by an invisible character after its first one.
+_PINGS = re.compile(r"<(?=[@#]|!(?:here|channel|everyone|subteam\^))", re.IGNORECASE)
+_AT_ALL = re.compile(r"(?<![\w@.])@(?=(?:here|channel|everyone)\b)", re.IGNORECASE)
+# `<scheme:...>`: an autolink, in CommonMark and in Slack's own `<url|label>`.
+_ANGLE_LINK = re.compile(r"<(?=([A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\s]*))")
+_BREAK = "\u200b"  # zero width space: the token no longer parses, and looks the same
+_JOIN = "\u2060"  # word joiner: `@here` shown as it is, no longer a mention
+
 # Placeholders never found in model text: protected pieces (code, links,
 # escaped characters) are swapped out while the emphasis rules run.
 _HOLD = "\x00"
@@ -59,6 +76,56 @@ _HELD = re.compile(_HOLD + r"(\d+)" + _HOLD)
 def escape(text: str) -> str:
     """Slack's three control characters, as its docs ask."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def safe_markdown(markdown: str) -> str:
+    """`markdown` for Slack to render as Markdown, its mentions and unsafe links defused.
+
+    Outside code, a link or autolink to a target `is_safe_target` refuses loses its
+    syntax: `[x](javascript:y)` shows as `[x](javascript:y)`, a text. Mentions are
+    broken everywhere, code included (Slack reads `<!here>` in code too)."""
+    lines = markdown.replace("\r\n", "\n").split("\n")
+    out: list[str] = []
+    fence: str | None = None
+    for line in lines:
+        opened = _FENCE.match(line)
+        if fence is None and opened:
+            fence = opened.group(2)
+        elif fence is not None and line.strip().startswith(fence[0] * len(fence)):
+            fence = None
+        elif fence is None:
+            line = _safe_line(line)
+        out.append(no_pings(line))
+    return "\n".join(out)
+
+
+def no_pings(text: str) -> str:
+    """`text` with every mention broken, shown as written (a task's title, code)."""
+    return _AT_ALL.sub("@" + _JOIN, _PINGS.sub("<" + _BREAK, text))
+
+
+def _safe_line(line: str) -> str:
+    """A line outside fenced code, its unsafe links defused (code spans left alone)."""
+    held: list[str] = []
+
+    def hold(piece: str) -> str:
+        held.append(piece)
+        return f"{_HOLD}{len(held) - 1}{_HOLD}"
+
+    line = line.replace(_HOLD, "")
+    code = spans.LooseCodeSpans(line) if "`" in line else spans.NOTHING
+    line = spans.sub(code, line, lambda m: hold(m.group(0)))
+    links = spans.Links(line) if "](" in line else spans.NOTHING
+    line = spans.sub(links, line, lambda m: hold(_defused_link(m.group(0), m.group(2))))
+    line = _ANGLE_LINK.sub(lambda m: "<" if is_safe_target(m.group(1)) else "<" + _BREAK, line)
+    while _HELD.search(line):
+        line = _HELD.sub(lambda m: held[int(m.group(1))], line)
+    return line
+
+
+def _defused_link(link: str, target: str) -> str:
+    """`[label](target)` as it is where the target is safe, else with its `](` broken."""
+    return link if is_safe_target(target) else link.replace("](", "]" + _BREAK + "(", 1)
 
 
 def to_mrkdwn(markdown: str) -> str:

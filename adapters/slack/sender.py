@@ -4,6 +4,11 @@ The core does the pacing (edit interval, coalescing on 429, splitting), so no
 slack-sdk retry handler for rate limits is installed here: a 429 becomes
 `RateLimited(retry_after)` at once and the core decides what to send next.
 
+A reply in a thread streams through Slack's own streaming methods instead
+(`NativeStreams`, the live message in adapters/slack/streaming.py); elsewhere, and where
+Slack refuses to stream, it is posted and edited. A reply's last message carries the
+feedback buttons (adapters/slack/blocks.py) when the core asks for them.
+
 Installed in many workspaces, each call goes out with the token of the
 address's workspace (adapters/slack/workspaces.py); a token Slack calls dead
 is forgotten, so the next call reads the installation store again.
@@ -12,28 +17,29 @@ is forgotten, so the next call reads the installation store again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.buttons import APPROVE_LABEL, DECLINE_LABEL
-from adapters.slack.errors import core_error
-from adapters.slack.inbound import APPROVE_ACTION, DECLINE_ACTION
+from adapters.slack.blocks import approval_blocks, reply_blocks
+from adapters.slack.errors import BlocksRefused, core_error, post_error, stream_error
 from adapters.slack.render import to_mrkdwn
+from adapters.slack.streaming import STREAM_MECHANISM, SlackStream
 from adapters.slack.workspaces import Workspaces
-from gateway.errors import PlatformError, RateLimited
+from gateway.errors import PlatformError, RateLimited, StreamRefused
 from gateway.messages import Address
-from gateway.ports import Limits
+from gateway.ports import Limits, LiveMessage
 
 log = logging.getLogger(__name__)
 
 # Slack accepts 40,000 characters but renders long messages badly past about
 # 4,000 (and truncates blocks there); the core splits below this.
 MAX_LENGTH = 3900
-SECTION_MAX = 3000  # a section block's text limit
 THINKING_REACTION = "eyes"
 REPLY_EVENT = "gateway_reply"  # the metadata event type a reply's posts carry, with their key
 # Messages a re-run reads for its predecessor's post, from the message it answers on
@@ -45,6 +51,14 @@ LOOK_BACK = 200
 LOOK_WINDOW = 300.0
 LOOK_PAGES = 10
 THINKING_STATUS = "is thinking…"
+# A stream's least time between two calls, in edit intervals: Slack animates what a stream
+# appends, so half as many calls read as smoothly (and chat.appendStream's Tier 4 budget
+# is shared by every reply streaming in the workspace).
+STREAM_PACE = 2.0
+# What chat.stopStream answers for a message that is no longer streaming (or never did):
+# the state a close wants.
+_NOT_STREAMING = frozenset({"message_not_in_streaming_state", "stopped_by_user"})
+REMEMBERED_STREAMS = 1000  # closed streams whose edits carry their text in blocks
 # setStatus errors that mean the app lacks the assistant feature (not just this thread).
 _NO_ASSISTANT = frozenset(
     {
@@ -71,32 +85,6 @@ def is_assistant_thread(address: Address) -> bool:
     return bool(address.thread) and address.channel.startswith("D")
 
 
-def approval_blocks(mrkdwn: str, approval_id: str | None) -> list[dict[str, Any]]:
-    """The request as a section, and (while it is open) its two buttons; each button's
-    value is the approval id, which is all a click needs to find its session."""
-    text = mrkdwn if len(mrkdwn) <= SECTION_MAX else mrkdwn[: SECTION_MAX - 1] + "…"
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": text or " "}}
-    ]
-    if approval_id is not None:
-        buttons = [
-            _button(APPROVE_ACTION, APPROVE_LABEL, "primary", approval_id),
-            _button(DECLINE_ACTION, DECLINE_LABEL, "danger", approval_id),
-        ]
-        blocks.append({"type": "actions", "block_id": "gw_approval", "elements": buttons})
-    return blocks
-
-
-def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any]:
-    return {
-        "type": "button",
-        "action_id": action_id,
-        "text": {"type": "plain_text", "text": label},
-        "style": style,
-        "value": value,
-    }
-
-
 class SlackSender:
     """The Sender workers use for Slack."""
 
@@ -117,6 +105,9 @@ class SlackSender:
         self.assistant_status = True  # until Slack says the app has no assistant feature
         self._status_set: set[tuple[str, str]] = set()
         self._status_failures: set[str] = set()  # each reason is logged once
+        # Messages close_live ended: Slack keeps a message's blocks when chat.update sends
+        # none, and a stream's text is in its blocks, so their edits send the text in blocks.
+        self._closed_streams: dict[str, None] = {}
 
     def limits(self, address: Address) -> Limits:
         return Limits(max_length=MAX_LENGTH, edit_interval=self.edit_interval)
@@ -135,15 +126,28 @@ class SlackSender:
     ) -> str:
         """chat.postMessage has no idempotency key: `key` goes with the message as its
         metadata instead, where `find_post` looks for it."""
-        result = await self._call(
+        post = functools.partial(
+            self._call,
             "chat.postMessage",
             address,
+            refusal=post_error,
             channel=address.channel,
             thread_ts=address.thread,
             text=to_mrkdwn(markdown) or " ",
             unfurl_links=False,
             metadata=None if key is None else _reply_metadata(key),
         )
+        try:
+            result = await post(
+                blocks=reply_blocks(to_mrkdwn(markdown), feedback) if feedback else None
+            )
+        except BlocksRefused as exc:
+            if not feedback:
+                raise
+            log.warning(
+                "%s: %s; the reply goes without its feedback buttons", address.chat_key, exc
+            )
+            result = await post()
         return str(result["ts"])
 
     async def find_post(self, address: Address, key: str) -> str | None:
@@ -196,13 +200,72 @@ class SlackSender:
         final: bool,
         feedback: bool = False,
     ) -> None:
-        await self._call(
+        """chat.update; with blocks where the message has the feedback buttons, or was a
+        stream (whose text is in blocks that a text alone would leave showing)."""
+        update = functools.partial(self._update, address, message_id, markdown)
+        try:
+            await update(feedback)
+        except StreamRefused:
+            # A stream a run that died left open (found by its key): closed, then edited.
+            await self.close_live(address, message_id)
+            await update(feedback)
+
+    async def _update(
+        self, address: Address, message_id: str, markdown: str, feedback: bool
+    ) -> None:
+        """chat.update; where Slack refuses the feedback buttons, again without them."""
+        blocks = feedback or message_id in self._closed_streams
+        update = functools.partial(
+            self._call,
             "chat.update",
             address,
+            refusal=post_error,
             channel=address.channel,
             ts=message_id,
             text=to_mrkdwn(markdown) or " ",
         )
+        try:
+            await update(blocks=reply_blocks(to_mrkdwn(markdown), feedback) if blocks else None)
+        except BlocksRefused as exc:
+            if not feedback:
+                raise
+            log.warning(
+                "%s: %s; the reply goes without its feedback buttons", address.chat_key, exc
+            )
+            closed = message_id in self._closed_streams
+            await update(blocks=reply_blocks(to_mrkdwn(markdown), False) if closed else None)
+
+    def native_mechanism(self, address: Address) -> str | None:
+        """Slack streams a reply in a thread (a DM's, an assistant thread, a channel's),
+        never at the top level of a conversation (chat.startStream needs a thread_ts),
+        nor a side reply."""
+        return STREAM_MECHANISM if address.thread and not address.side else None
+
+    def open_live(self, address: Address, *, recipient: str, key: str | None = None) -> LiveMessage:
+        return SlackStream(
+            self.stream_call,
+            address,
+            recipient,
+            interval=STREAM_PACE * self.edit_interval,
+            metadata=None if key is None else _reply_metadata(key),
+        )
+
+    async def close_live(self, address: Address, message_id: str) -> None:
+        """chat.stopStream, nothing added; a message that no longer streams is closed."""
+        self._closed_streams[message_id] = None
+        while len(self._closed_streams) > REMEMBERED_STREAMS:
+            del self._closed_streams[next(iter(self._closed_streams))]
+        try:
+            await self.stream_call(
+                "chat.stopStream", address, channel=address.channel, ts=message_id
+            )
+        except StreamRefused as exc:
+            if exc.code not in _NOT_STREAMING:
+                raise
+
+    async def stream_call(self, api_method: str, address: Address, **kwargs: Any) -> Any:
+        """A call of a stream (`SlackStream`): its refusals of the surface StreamRefused."""
+        return await self._call(api_method, address, refusal=stream_error, **kwargs)
 
     async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
         text = to_mrkdwn(markdown)
@@ -319,15 +382,23 @@ class SlackSender:
         if self.workspaces is not None and isinstance(exc.response.data, dict):
             self.workspaces.forget_if_dead(address.workspace, str(exc.response.get("error")))
 
-    async def _call(self, api_method: str, address: Address, **kwargs: Any) -> Any:
-        """Slack's `api_method` with the address's token; None arguments left out."""
+    async def _call(
+        self,
+        api_method: str,
+        address: Address,
+        *,
+        refusal: Callable[[SlackApiError], PlatformError] = core_error,
+        **kwargs: Any,
+    ) -> Any:
+        """Slack's `api_method` with the address's token; None arguments left out. A
+        refusal is raised as `refusal` makes it (the core's error, by default)."""
         client = await self._client(address)
         method = getattr(client, api_method.replace(".", "_"))  # chat.update -> chat_update
         try:
             return await method(**{k: v for k, v in kwargs.items() if v is not None})
         except SlackApiError as exc:
             self._dead_token(address, exc)
-            raise core_error(exc) from None
+            raise refusal(exc) from None
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformError(f"Slack {api_method} failed: {type(exc).__name__}") from None
 

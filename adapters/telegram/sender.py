@@ -155,7 +155,8 @@ class TelegramSender:
         """Drafts in private chats; groups, channels and forum topics are edited in place."""
         return None if is_group(address) or is_topic(address) else DRAFT
 
-    def open_live(self, address: Address, *, recipient: str) -> LiveMessage:
+    def open_live(self, address: Address, *, recipient: str, key: str | None = None) -> LiveMessage:
+        """A draft; `key` is not used: a draft is no message, and the Bot API keeps no key."""
         return TelegramDraft(
             self.bot,
             self,

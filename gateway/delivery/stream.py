@@ -165,7 +165,7 @@ class ReplyStream:
         self.mechanism = EDIT
         if native is not None and mechanism != EDIT and not self.ids:
             self.mechanism = mechanism
-            self._live = native.open_live(address, recipient=recipient)
+            self._live = native.open_live(address, recipient=recipient, key=self._key(0))
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._keep_thinking()))
@@ -300,7 +300,7 @@ class ReplyStream:
             last = final and index == len(pieces) - 1
             if index >= len(self.ids):
                 await self._may_post_now()
-                key = None if self.post_key is None else f"{self.post_key}:{index}"
+                key = self._key(index)
                 if not await self._found(key):
                     posted = await self.chat.call(
                         lambda p=piece, k=key, f=last: self.sender.send(  # type: ignore[misc]
@@ -379,10 +379,15 @@ class ReplyStream:
 
     def _next_live(self) -> LiveMessage:
         assert isinstance(self.sender, NativeStreams)
-        self._live = self.sender.open_live(self.address, recipient=self._recipient)
         self._live_index += 1
+        key = self._key(self._live_index)
+        self._live = self.sender.open_live(self.address, recipient=self._recipient, key=key)
         self._live_sent, self._refresh_due = None, False
         return self._live
+
+    def _key(self, index: int) -> str | None:
+        """The key of the reply's message `index` (`Sender.send`'s), the same on every run."""
+        return None if self.post_key is None else f"{self.post_key}:{index}"
 
     async def _record(self, index: int, message_id: str, sent: str | None) -> None:
         if index < len(self.ids):

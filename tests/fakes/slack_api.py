@@ -2,12 +2,28 @@
 
 `SLACK_API_URL` (slack-sdk's `base_url`) points at `http://127.0.0.1:<port>/api/`.
 It answers the methods the gateway uses (auth.test, chat.postMessage,
-chat.update, chat.postEphemeral, users.info, reactions.add / reactions.remove,
-assistant.threads.setStatus, apps.connections.open; assistant.threads.setSuggestedPrompts
-and .setTitle in tests/fakes/slack_assistant.py) the way Slack does where
-the gateway depends on it: `ok: false` with Slack's error codes, a 429 with
+chat.update, chat.postEphemeral, the streaming methods, users.info, reactions.add /
+reactions.remove, assistant.threads.setStatus, apps.connections.open;
+assistant.threads.setSuggestedPrompts and .setTitle in tests/fakes/slack_assistant.py)
+the way Slack does where the gateway depends on it: `ok: false` with Slack's error codes, a 429 with
 `Retry-After` when rate limiting, messages kept so an edit can be checked
 against the final text. Every call is recorded (answered or refused).
+
+Streams (chat.startStream / appendStream / stopStream, as the methods' reference pages
+document them): a stream is a message of a thread (`thread_ts` required) whose text is
+what its calls appended (`markdown_text`, or `markdown_text` chunks; a stream keeps the
+mode it started with, `streaming_mode_mismatch` otherwise, and never both in one call);
+a channel other than a DM needs `recipient_user_id` and `recipient_team_id`; a markdown
+text over MAX_MARKDOWN characters is `msg_too_long`; appending to or stopping a message
+that is not streaming answers `message_not_in_streaming_state` (a stopped, expired or
+posted one; an unknown ts `message_not_found`); chat.update of a message still streaming
+answers `streaming_state_conflict` (the code other Slack clients report, as for
+`msg_too_long` here: the reference pages list neither). A stream lapses `stream_expiry`
+seconds after its last call (None: never), or at once with `expire(ts)`;
+`refuse_streams[channel]` makes chat.startStream there answer that error (a channel type
+Slack does not stream in); a block of a type in `refused_blocks` is `invalid_blocks` in any
+call. Each message keeps its `tasks` (the last task_update of each
+id), and its stop's `blocks`.
 
 Socket Mode: apps.connections.open hands out a websocket URL on the same
 server; `push()` sends an envelope to the live connection and `acks` records
@@ -60,6 +76,8 @@ BOT_ID = "BBOT"
 TEAM_ID = "T0001"
 BOT_TOKEN = "xoxb-test-bot-token"
 MAX_TEXT = 40_000
+MAX_MARKDOWN = 12_000  # a stream call's markdown_text (or one markdown chunk)
+TASK_STATES = ("pending", "in_progress", "complete", "error")
 CLIENT_ID = "1111.2222"
 CLIENT_SECRET = "test-client-secret-0123456789"
 
@@ -118,6 +136,22 @@ class Message:
     edits: int = 0
     blocks: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] | None = None
+    streaming: bool = False
+    stream_mode: str | None = None  # "markdown_text" or "chunks", once a call set it
+    stream_touched: float = 0.0  # when its stream last took a call (monotonic)
+    recipient: tuple[str, str] | None = None  # (user, team) a stream was started for
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    streamed: str | None = None  # a stream's text, what it shows until an edit's blocks
+
+    @property
+    def shown(self) -> str:
+        """The text the message shows: its markdown blocks', or sections', else (a stream)
+        what it streamed, else its text. A stream's text is in its blocks, which Slack
+        keeps when chat.update sends none: an edit of its text alone does not show."""
+        markdown = [b["text"] for b in self.blocks if b.get("type") == "markdown"]
+        sections = [b["text"]["text"] for b in self.blocks if b.get("type") == "section"]
+        shown = "".join(markdown) or "\n".join(sections)
+        return shown or (self.text if self.streamed is None else self.streamed)
 
     def payload(self, with_metadata: bool) -> dict[str, Any]:
         """The message as conversations.history and .replies show it."""
@@ -171,6 +205,9 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
         self._codes: dict[str, Install] = {}  # one-time codes not yet exchanged
         self._code_numbers = itertools.count(1)
         self._failures: dict[str, list[_Failure]] = {}
+        self.stream_expiry: float | None = None  # seconds a stream lives without a call
+        self.refuse_streams: dict[str, str] = {}  # channel -> chat.startStream's error there
+        self.refused_blocks: set[str] = set()  # block types answered with invalid_blocks
         self._ts = itertools.count(1)
         self.clock = 1700000000  # the seconds of the next message's `ts`; tests move it on
         self._envelopes = itertools.count(1)
@@ -394,6 +431,8 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
             return self._refuse(call, "token_expired")
         if method == "oauth.v2.access" and args.get("grant_type") == "refresh_token":
             await self._refresh_delay()
+        if any(block.get("type") in self.refused_blocks for block in _blocks(args)):
+            return self._refuse(call, "invalid_blocks")
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return self._refuse(call, "unknown_method", 404)
@@ -557,10 +596,115 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
         asked = int(args.get("limit") or default)
         return asked if self.page_cap is None else min(asked, self.page_cap)
 
+    def expire(self, ts: str) -> None:
+        """The stream `ts` lapses now, as an idle one does."""
+        with self._lock:
+            self.messages[ts].streaming = False
+
+    def _chat_startStream(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        channel, thread = args.get("channel"), args.get("thread_ts")
+        if not channel:
+            return "channel_not_found"
+        if not thread:
+            return "invalid_arguments"
+        if channel in self.refuse_streams:
+            return self.refuse_streams[channel]
+        user, team = args.get("recipient_user_id"), args.get("recipient_team_id")
+        if not str(channel).startswith("D") and not user:
+            return "missing_recipient_user_id"
+        if not str(channel).startswith("D") and not team:
+            return "missing_recipient_team_id"
+        ts = self._new_ts()
+        message = Message(
+            str(channel), ts, "", str(thread), streaming=True, stream_touched=time.monotonic()
+        )
+        message.recipient = (str(user), str(team)) if user else None
+        message.metadata = _metadata(args) or None  # kept, as chat.postMessage keeps it
+        refused = self._stream_text(message, args)
+        if refused is not None:
+            return refused
+        with self._lock:
+            self.messages[ts] = message
+        return {"channel": channel, "ts": ts}
+
+    def _chat_appendStream(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        message = self._streaming(args)
+        if isinstance(message, str):
+            return message
+        if "markdown_text" not in args and "chunks" not in args:
+            return "markdown_text_or_chunks_required"
+        refused = self._stream_text(message, args)
+        if refused is not None:
+            return refused
+        return {"channel": message.channel, "ts": message.ts}
+
+    def _chat_stopStream(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        message = self._streaming(args)
+        if isinstance(message, str):
+            return message
+        refused = self._stream_text(message, args)
+        if refused is not None:
+            return refused
+        with self._lock:
+            message.streaming = False
+            message.blocks = _blocks(args)
+            message.metadata = _metadata(args) or message.metadata
+        return {"channel": message.channel, "ts": message.ts, "message": {"text": message.text}}
+
+    def _streaming(self, args: dict[str, Any]) -> Message | str:
+        """The stream a call names, or Slack's error for it."""
+        message = self.messages.get(str(args.get("ts")))
+        if message is None or message.channel != args.get("channel"):
+            return "message_not_found"
+        with self._lock:
+            self._lapse(message)
+            return message if message.streaming else "message_not_in_streaming_state"
+
+    def _lapse(self, message: Message) -> None:
+        """Called with the lock held: a stream idle past `stream_expiry` stops streaming."""
+        idle = time.monotonic() - message.stream_touched
+        if message.streaming and self.stream_expiry is not None and idle > self.stream_expiry:
+            message.streaming = False
+
+    def _stream_text(self, message: Message, args: dict[str, Any]) -> str | None:
+        """Append a stream call's text and tasks to `message`; Slack's error instead."""
+        mode = next((m for m in ("markdown_text", "chunks") if m in args), None)
+        if "markdown_text" in args and "chunks" in args:
+            return "cannot_provide_both_markdown_text_and_chunks"
+        if mode is not None and message.stream_mode not in (None, mode):
+            return "streaming_mode_mismatch"
+        chunks = args.get("chunks") or []
+        if isinstance(chunks, str):
+            chunks = json.loads(chunks)
+        texts = [str(args["markdown_text"])] if "markdown_text" in args else []
+        tasks: list[dict[str, Any]] = []
+        for chunk in chunks:
+            if not isinstance(chunk, dict):
+                return "invalid_chunks"
+            if chunk.get("type") == "markdown_text" and isinstance(chunk.get("text"), str):
+                texts.append(chunk["text"])
+            elif chunk.get("type") == "task_update" and _valid_task(chunk):
+                tasks.append(chunk)
+            else:
+                return "invalid_chunks"
+        if any(len(text) > MAX_MARKDOWN for text in texts):
+            return "msg_too_long"
+        with self._lock:
+            message.stream_mode = message.stream_mode or mode
+            message.text += "".join(texts)
+            message.streamed = message.text
+            message.tasks.update({str(task["id"]): task for task in tasks})
+            message.stream_touched = time.monotonic()
+        return None
+
     def _chat_update(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
         message = self.messages.get(str(args.get("ts")))
         if message is None or message.channel != args.get("channel"):
             return "message_not_found"
+        with self._lock:
+            self._lapse(message)
+            if message.streaming:
+                return "streaming_state_conflict"
         text = args.get("text") or ""
         if len(text) > MAX_TEXT:
             return "msg_too_long"
@@ -622,6 +766,19 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
             return "internal_error"
         self.connections_opened += 1
         return {"url": f"ws://{self.host}:{self.port}/link/?ticket={self.connections_opened}"}
+
+
+def _metadata(args: dict[str, Any]) -> dict[str, Any]:
+    metadata = args.get("metadata") or {}
+    return dict(json.loads(metadata) if isinstance(metadata, str) else metadata)
+
+
+def _valid_task(chunk: dict[str, Any]) -> bool:
+    return (
+        bool(chunk.get("id"))
+        and isinstance(chunk.get("title"), str)
+        and chunk.get("status") in TASK_STATES
+    )
 
 
 def _blocks(args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -188,7 +188,9 @@ class RecordingNativeSender(RecordingSender):
     def native_mechanism(self, address: Address) -> str | None:
         return "live"
 
-    def open_live(self, address: Address, *, recipient: str) -> RecordingLive:
+    def open_live(
+        self, address: Address, *, recipient: str, key: str | None = None
+    ) -> RecordingLive:
         live = RecordingLive(self, len(self.lives), recipient)
         self.lives.append(live)
         return live

@@ -169,24 +169,50 @@ async def test_btw_in_a_thread_and_in_the_channel_answer_in_threads_outside_hist
     assert "which logo did we pick?" not in text and "what colour again?" not in text
 
 
+WRITES = (
+    "chat.postMessage",
+    "chat.update",
+    "chat.startStream",
+    "chat.appendStream",
+    "chat.stopStream",
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "event", "thread"),
+    [
+        ("chat.appendStream", mention("tell me a long story"), "own ts"),
+        ("chat.update", message("tell me a long story", channel="D1", channel_type="im"), None),
+    ],
+    ids=["streamed in a thread", "edited at a dm's top level"],
+)
 async def test_a_429_while_streaming_still_ends_with_the_full_text(
-    tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack
+    tmp_path: Path,
+    redis_url: str,
+    llm: FakeLLM,
+    slack: FakeSlack,
+    method: str,
+    event: dict[str, Any],
+    thread: str | None,
 ) -> None:
+    """Slack asks to wait once: nothing goes to the conversation until the wait is over,
+    and the one message ends with the whole text."""
     words = " ".join(f"word{i}" for i in range(60))
     llm.reply = words
     llm.token_delay = 0.03
-    slack.fail_next("chat.update", retry_after=1)
+    slack.fail_next(method, retry_after=1)
+    channel, thread = event["channel"], event["ts"] if thread else None
     env = environment(redis_url, llm.api_base, slack.api_url, free_port())
     async with gateway(tmp_path, env, "web", "worker") as web:
-        top = mention("tell me a long story")
-        await deliver(web, top)
+        await deliver(web, event)
         slack.wait_for(
-            lambda: any(m.text.strip() == words for m in slack.thread_messages("C1", top["ts"])),
+            lambda: any(m.text.strip() == words for m in slack.thread_messages(channel, thread)),
             timeout=30,
         )
-    refused = [c for c in slack.calls_to("chat.update") if c.status == 429]
-    assert len(refused) == 1
-    assert len(slack.thread_messages("C1", top["ts"])) == 1
+    (refused,) = [c for c in slack.calls_to(method) if c.status == 429]
+    later = [c for c in slack.calls if c.method in WRITES and c.at > refused.at]
+    assert later and min(c.at for c in later) >= refused.at + 0.95
+    assert len(slack.thread_messages(channel, thread)) == 1
 
 
 async def test_socket_mode_gateway_slack_and_worker_answer_a_mention(

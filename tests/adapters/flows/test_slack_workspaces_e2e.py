@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
-from tests.fakes.slack_api import BOT_TOKEN, CLIENT_SECRET, FakeSlack, Install, Message
+from tests.fakes.slack_api import BOT_TOKEN, CLIENT_SECRET, Call, FakeSlack, Install, Message
 from tests.support import processes
 from tests.support.redis_servers import free_port
 from tests.support.slack_helpers import (
@@ -82,9 +82,17 @@ def replies(slack: FakeSlack, channel: str, thread: str, contains: str) -> list[
     return [m for m in slack.thread_messages(channel, thread) if contains in m.text]
 
 
+POSTS = ("chat.postMessage", "chat.startStream")  # a reply's first call: a post, or a stream's
+
+
+def posts_to(slack: FakeSlack, channel: str) -> list[Call]:
+    """The calls that started a reply in `channel` (answered or not)."""
+    return slack.calls.where(lambda c: c.method in POSTS and c.args.get("channel") == channel)
+
+
 def posted_with(slack: FakeSlack, channel: str) -> set[str | None]:
-    """The tokens of the replies posted into `channel`."""
-    return {c.token for c in slack.answered("chat.postMessage") if c.args["channel"] == channel}
+    """The tokens of the replies posted (or streamed) into `channel`."""
+    return {c.token for c in posts_to(slack, channel) if c.error is None}
 
 
 async def test_two_workspaces_are_each_answered_with_their_own_token(
@@ -129,8 +137,7 @@ async def test_after_an_uninstall_only_the_other_workspace_is_answered(
     await deliver(web, installed_event(answered, three))
     slack.wait_for(lambda: bool(replies(slack, "C3", answered["ts"], "still here?")), 30)
     assert slack.thread_messages("C2", ignored["ts"]) == []
-    to_two = [c for c in slack.calls_to("chat.postMessage") if c.args["channel"] == "C2"]
-    assert len(to_two) == 1  # the reply before: nothing tried since
+    assert len(posts_to(slack, "C2")) == 1  # the reply before: nothing tried since
     assert not [r for r in llm.requests if "anyone there?" in str(r)]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.slack.render import to_mrkdwn
+from adapters.slack.render import safe_markdown, to_mrkdwn
 
 
 @pytest.mark.parametrize(
@@ -126,3 +126,50 @@ def test_raw_mention_syntax_is_shown_as_text(markdown: str) -> None:
     rendered = to_mrkdwn(markdown)
     for opening in ("<!", "<@", "<#"):
         assert opening not in rendered
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        "hey <!channel> and <!here|here> and <!everyone>",
+        "ask <@U123> or <@W9|someone> in <#C1> or <!subteam^S1>",
+        "`<!here>` in code\n```\n<@U123> <!channel>\n```",
+        "@channel @here @everyone, look",
+    ],
+)
+def test_safe_markdown_never_pings(markdown: str) -> None:
+    safe = safe_markdown(markdown)
+    for ping in ("<!", "<@", "<#", "@channel", "@here", "@everyone"):
+        assert ping not in safe
+    # Shown as written: only invisible characters were added.
+    assert safe.replace("\u200b", "").replace("\u2060", "") == markdown
+
+
+def test_safe_markdown_keeps_safe_links_and_defuses_the_others() -> None:
+    markdown = (
+        "[docs](https://example.com/a) <https://auto.link> [mail](mailto:a@b.c)\n"
+        "[x](javascript:alert(1)) ![i](data:image/png) <slack://open> <tel:123>"
+    )
+    safe = safe_markdown(markdown).split("\n")
+    assert safe[0] == "[docs](https://example.com/a) <https://auto.link> [mail](mailto:a@b.c)"
+    assert "](javascript" not in safe[1] and "](data" not in safe[1]
+    assert "<slack:" not in safe[1] and "<tel:" not in safe[1]
+
+
+def test_safe_markdown_leaves_code_as_it_is() -> None:
+    markdown = (
+        "`[x](javascript:y)` and\n```cpp\nstd::vector<std::string> v; // <!DOCTYPE html>\n```"
+    )
+    assert safe_markdown(markdown) == markdown
+
+
+def test_safe_markdown_of_a_growing_text_grows() -> None:
+    """Each rule adds a character where the text already is: what a stream appended
+    stays a prefix of the safe form of the longer text."""
+    final = "see [docs](javascript:alert(1)) and <!here> or @channel, then <https://ok.io>"
+    for end in range(len(final)):
+        word_end = final.rfind(" ", 0, end)
+        if word_end < 0:
+            continue
+        settled = safe_markdown(final[:word_end])
+        assert safe_markdown(final).startswith(settled), final[:word_end]

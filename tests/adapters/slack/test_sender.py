@@ -259,9 +259,9 @@ async def test_a_refused_call_is_named_by_its_method(slack: FakeSlack, sender: S
 async def test_a_rerun_edits_the_reply_its_predecessor_posted_but_could_not_record(
     slack: FakeSlack, redis_url: str, llm: FakeLLM
 ) -> None:
-    """The first run posted, then died before the message's id was stored: the run
-    that takes the turn over finds the message by its key and edits it, so the
-    thread shows one reply."""
+    """The first run started its stream, then died before the message's id was stored:
+    the run that takes the turn over finds the message by its key (the stream carries it
+    from its start), closes it and edits it, so the thread shows one reply."""
     llm.reply, llm.duration = "the whole answer", 2.0
     sender = SlackSender(web_client(TOKEN, slack.api_url), edit_interval=0.2)
     message = inbound("a question", platform="slack", channel="C1", thread="100.1")
@@ -271,8 +271,10 @@ async def test_a_rerun_edits_the_reply_its_predecessor_posted_but_could_not_reco
         await h.lose_reply_ids(key)
         await h.idle(key, timeout=30)
     (reply,) = slack.messages.values()
-    assert reply.text == "the whole answer" and reply.thread_ts == "100.1"
-    assert len(slack.calls_to("chat.postMessage")) == 1
+    assert reply.shown == "the whole answer" and reply.thread_ts == "100.1"
+    assert not reply.streaming
+    assert len(slack.calls_to("chat.startStream")) == 1
+    assert not slack.calls_to("chat.postMessage")
     assert len(slack.calls_to("conversations.replies")) == 1  # the re-run looked, once
 
 

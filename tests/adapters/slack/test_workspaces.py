@@ -11,7 +11,7 @@ import pytest
 from adapters.slack.files import WorkspaceFileSource
 from adapters.slack.platform import SlackPlatform
 from adapters.slack.sender import SlackSender
-from gateway.errors import ConfigError, DownloadFailed, PlatformError
+from gateway.errors import ConfigError, DownloadFailed, PlatformError, StreamRefused
 from gateway.messages import Address, Attachment
 from gateway.ports import WorkspaceFiles
 from gateway.settings.env import load_settings
@@ -73,6 +73,26 @@ async def test_a_token_slack_calls_dead_is_dropped_and_the_reinstalled_one_is_us
         first.bot_token,
         second.bot_token,
     ]
+
+
+async def test_a_stream_goes_out_with_its_workspaces_token_and_a_dead_one_is_dropped(
+    web: InstallsApp, slack: FakeSlack
+) -> None:
+    first = await web.install(slack, "T0002")
+    sender = web.platform.sender()
+    assert isinstance(sender, SlackSender)
+    live = sender.open_live(address("T0002").model_copy(update={"thread": "100.0"}), recipient="U1")
+    await live.show("hello there ", [])
+    slack.uninstall("T0002")
+    second = await web.install(slack, "T0002")
+    with pytest.raises(PlatformError, match="invalid_auth") as caught:
+        await live.show("hello there again ", [])
+    assert not isinstance(caught.value, StreamRefused)  # a token's death is no refusal
+    await live.close("hello there again, bye", [], feedback=False)
+    assert tokens_of(slack, "chat.startStream") == [first.bot_token]
+    assert tokens_of(slack, "chat.appendStream") == [first.bot_token]
+    assert tokens_of(slack, "chat.stopStream") == [second.bot_token]
+    assert slack.messages[str(live.message_id)].text == "hello there again, bye"
 
 
 async def test_files_are_fetched_with_the_sessions_workspace_token(
