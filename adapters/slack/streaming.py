@@ -4,9 +4,10 @@ chat.appendStream with what is new, then chat.stopStream (`SlackStream`, the cor
 
 Slack holds the text appended so far and renders it as Markdown itself, so what goes
 out is `safe_markdown` of the reply, never mrkdwn; each call carries only what Slack
-does not hold yet. The text shown while the reply streams stops before its last word,
-so a mention or a link still being written (`@he…`, `[x](javascript:…`) is defused,
-whole, before any of it goes out, and every piece appended starts with a word.
+does not hold yet. The text shown while the reply streams stops before its last word when
+that word could still become a mention or a link (`@he…`, `[x](javascript:…`), so it is
+defused, whole, before any of it goes out; a word of plain letters goes out at once (the
+reply's first word starts the stream).
 
 Every call sends `chunks` (markdown text and `task_update` chunks for the reply's tool
 steps), never `markdown_text`: Slack refuses both in one call, and refuses a stream
@@ -221,10 +222,18 @@ def _text(piece: str) -> list[dict[str, Any]]:
     return [{"type": "markdown_text", "text": piece}] if piece else []
 
 
+# What a word still being written needs to become a mention, a link or an entity: a last
+# word without any of these is sent as it is (the first words of a reply show at once).
+_MAY_GROW_UNSAFE = frozenset("@<>[]()!#:&|^")
+
+
 def _before_last_word(text: str) -> str:
-    """`text` up to its last word and the spaces before it: what no later text changes."""
+    """`text` up to its last word and the spaces before it: what no later text changes;
+    the last word too when nothing that follows it can make it a mention or a link."""
     kept = text.rstrip()
     cut = max(kept.rfind(" "), kept.rfind("\n"), kept.rfind("\t"))
+    if not _MAY_GROW_UNSAFE.intersection(kept[cut + 1 :]):
+        return kept
     return kept[: cut + 1] if cut >= 0 else ""
 
 

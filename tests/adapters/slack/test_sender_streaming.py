@@ -417,3 +417,18 @@ async def test_where_slack_refuses_the_feedback_buttons_the_reply_goes_without_t
     assert slack.messages[posted].shown == "an edited answer"
     assert [c.error for c in slack.calls_to("chat.postMessage")] == ["invalid_blocks", None]
     assert [c.error for c in slack.calls_to("chat.update")] == ["invalid_blocks", None]
+
+
+async def test_a_replys_first_word_starts_the_stream_at_once(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    """A lone first word of plain letters cannot become a mention or a link: it goes out
+    with the stream's start, not an interval later."""
+    reply = Reply(sender, ASSISTANT)
+    reply.stream.feed("Sure")
+    await until(lambda: bool(slack.calls_to("chat.startStream")))  # before any other text
+    assert texts(slack.calls_to("chat.startStream")) == ["Sure"]
+    reply.stream.feed(" @her")  # may still become @here: held back until it cannot
+    await reply.stream.finish("Sure @here")
+    message = only_message(slack)
+    assert message.text.translate(INVISIBLE) == "Sure @here" and message.text != "Sure @here"
