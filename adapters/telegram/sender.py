@@ -28,7 +28,7 @@ from adapters.buttons import (
     feedback_payload,
 )
 from adapters.telegram.client import BotClient
-from adapters.telegram.drafts import TelegramDraft
+from adapters.telegram.drafts import DRAFT_PACE, TelegramDraft
 from adapters.telegram.errors import core_error
 from adapters.telegram.formatting import MAX_LENGTH, with_fallback
 from adapters.telegram.render import render, visible_length
@@ -161,7 +161,7 @@ class TelegramSender:
             self.bot,
             self,
             address,
-            interval=self._private.edit_interval,  # the private chats' chat_interval too
+            interval=DRAFT_PACE * self._private.edit_interval,
             refresh=self.draft_refresh,
         )
 
