@@ -92,6 +92,10 @@ class Telegram:
         }
         return {"update_id": next(_update_ids), "message": message}
 
+    def update(self, chat_id: int, text: str, *, command: bool = False) -> dict[str, Any]:
+        """The update a message to the bot in `chat_id` arrives as (here: a group's)."""
+        return self.group_update(chat_id, text, command=command)
+
     @staticmethod
     def direct_update(user_id: int, text: str) -> dict[str, Any]:
         """A private message from `user_id` (its chat id is the user id)."""
@@ -124,7 +128,7 @@ class Telegram:
         command: bool = False,
     ) -> Sent:
         """Deliver one message (`copies` times at once); retry like Telegram until a 200."""
-        update = self.group_update(chat_id, f"{label} please answer", command=command)
+        update = self.update(chat_id, f"{label} please answer", command=command)
         sent = Sent(
             self.session_key(chat_id), str(chat_id), str(update["message"]["message_id"]), label
         )
@@ -158,25 +162,8 @@ class TelegramPrivate(Telegram):
     and end as one message: every message the bot posted into the chat is a reply, and a
     reply is mid-stream while a draft shows."""
 
-    async def send(
-        self,
-        http: httpx.AsyncClient,
-        chat_id: int,
-        label: str,
-        *,
-        copies: int = 1,
-        retry_for: float = 0.0,
-        command: bool = False,
-    ) -> Sent:
-        update = self.direct_update(chat_id, f"{label} please answer")
-        sent = Sent(
-            self.session_key(chat_id), str(chat_id), str(update["message"]["message_id"]), label
-        )
-        statuses = await asyncio.gather(*(self.deliver(http, update) for _ in range(copies)))
-        sent.statuses.extend(statuses)
-        if 200 in statuses:
-            sent.acked_at = time.monotonic()
-        return sent
+    def update(self, chat_id: int, text: str, *, command: bool = False) -> dict[str, Any]:
+        return self.direct_update(chat_id, text)
 
     def replies(self, sent: Sent) -> list[Message]:
         return self.fake.messages_in(int(sent.chat))
