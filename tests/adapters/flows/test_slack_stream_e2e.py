@@ -4,6 +4,10 @@ Redis remembering a channel that refused streams."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.buttons import FEEDBACK_BLOCK
-from gateway.state.keys import Keys
+from gateway.state.keys import GROUP, Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import TEAM_ID, FakeSlack, Message
 from tests.support.redis_servers import free_port
@@ -30,6 +34,7 @@ from tests.support.slack_helpers import (
 )
 
 pytestmark = pytest.mark.timeout(150)
+INVISIBLE = str.maketrans("", "", "\u200b\u2060")
 
 
 @pytest.fixture
@@ -113,3 +118,42 @@ async def test_a_channel_that_refuses_streams_is_edited_in_place_and_remembered(
     finally:
         await client.aclose()
     assert counted == "1" and remembered == 1
+
+
+@pytest.mark.timeout(240)
+async def test_a_worker_killed_mid_stream_leaves_one_reply_closed_and_complete(
+    tmp_path: Path, redis_url: str, llm: FakeLLM, slack: FakeSlack
+) -> None:
+    """SIGKILL the worker whose reply is streaming: the other worker's re-run closes that
+    stream and completes it in the same message; no second stream, no second message."""
+    llm.reply = " ".join(f"word{i}" for i in range(40))
+    llm.duration = 4.0
+    env = environment(redis_url, llm.api_base, slack.api_url, free_port(), GATEWAY_LEASE_TTL="2")
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        async with gateway(tmp_path, env, "web", "worker", "worker") as processes:
+            deadline = time.monotonic() + 150
+            while processes.output().count("reading gw:jobs:slack") < 2:
+                assert time.monotonic() < deadline, "the workers did not start"
+                await asyncio.sleep(0.1)
+            top = mention("tell me a story")
+            await deliver(processes, top)
+            session = f"slack:{TEAM_ID}:C1:{top['ts']}"
+
+            async def streaming_and_stored() -> bool:
+                started = any(m.streaming for m in slack.thread_messages("C1", top["ts"]))
+                return started and await client.hlen(Keys.replies(session)) > 0
+
+            deadline = time.monotonic() + 30
+            while not await streaming_and_stored():
+                assert time.monotonic() < deadline, "the reply did not start streaming"
+                await asyncio.sleep(0.05)
+            (job,) = await client.xpending_range(Keys.jobs("slack"), GROUP, "-", "+", 10)
+            os.kill(int(str(job["consumer"]).split("-")[-2]), signal.SIGKILL)
+            reply = answered(slack, "C1", top["ts"], "word39")
+    finally:
+        await client.aclose()
+    assert reply.shown.translate(INVISIBLE).strip() == llm.reply
+    assert len(slack.calls_to("chat.startStream")) == 1, "the re-run started a second stream"
+    assert not slack.calls_to("chat.postMessage")
+    assert len(llm.requests) == 2  # the killed turn's call and the re-run
