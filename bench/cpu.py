@@ -173,16 +173,22 @@ class Bot:
         return sum((rss_kib(pid) or 0) for pid in pids) / 1024
 
 
-def command_calls(url: str | None) -> int:
-    """Every command the redis-server ran so far (INFO itself left out)."""
+def command_calls(url: str | None) -> Counter[str]:
+    """The commands the redis-server ran so far, by name (INFO itself left out)."""
     if url is None:
-        return 0
+        return Counter()
     client = redis.Redis.from_url(url)
     try:
         stats = client.info("commandstats")
     finally:
         client.close()
-    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+    return Counter(
+        {
+            k.removeprefix("cmdstat_"): int(v["calls"])
+            for k, v in stats.items()
+            if k != "cmdstat_info"
+        }
+    )
 
 
 # -- the traffic ---------------------------------------------------------------------------------
@@ -238,7 +244,7 @@ class Level:
     cpu: float = 0.0
     cpu_by_role: dict[str, float] = field(default_factory=dict)
     slack_calls: Counter[str] = field(default_factory=Counter)
-    redis_commands: int = 0
+    redis_commands: Counter[str] = field(default_factory=Counter)
     model_requests: int = 0
     over_model: list[float] = field(default_factory=list)
     model_time: list[float] = field(default_factory=list)
@@ -303,7 +309,7 @@ async def idle(bot: Bot, seconds: float = 3.0) -> None:
     cpu, commands = sum(bot.cpu().values()) - cpu, command_calls(bot.redis_url) - commands
     print(
         f"{bot.name} idle: {cpu / seconds * 1000:.1f} ms CPU a second, "
-        f"{commands / seconds:.1f} Redis commands a second",
+        f"{commands.total() / seconds:.1f} Redis commands a second",
         flush=True,
     )
 
@@ -530,7 +536,12 @@ def report(levels: dict[tuple[str, int], Level], rss: dict[str, float], counts: 
         )
     for c in counts:
         g = levels["gateway", c]
-        row(f"Redis commands per turn, {c} at once", f"{g.redis_commands / g.turns:.1f}", "-", "")
+        row(
+            f"Redis commands per turn, {c} at once",
+            f"{g.redis_commands.total() / g.turns:.1f}",
+            "-",
+            "",
+        )
     for c in counts:
         g, n = levels["gateway", c], levels["naive", c]
         row(
@@ -558,6 +569,8 @@ def report(levels: dict[tuple[str, int], Level], rss: dict[str, float], counts: 
         )
         print(f"    gateway Slack calls: {dict(sorted(g.slack_calls.items()))}")
         print(f"    naive Slack calls:   {dict(sorted(n.slack_calls.items()))}")
+        top = ", ".join(f"{k} {v / g.turns:.1f}" for k, v in g.redis_commands.most_common(12))
+        print(f"    gateway Redis commands per turn: {top}")
 
 
 # -- profiling (cProfile in each gateway process, switched on by the launch) ----------------------
