@@ -47,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import Counter
@@ -290,6 +291,7 @@ async def drive(
     started = time.monotonic()
     await asyncio.gather(*(user(i, share) for i, share in enumerate(shares) if share))
     level.wall = time.monotonic() - started
+    await settle(slack)  # what a turn does after its text shows (a reaction off) is its own
     cpu_after = bot.cpu()
     pids = bot.pids()
     for pid, after in cpu_after.items():
@@ -300,6 +302,37 @@ async def drive(
     level.redis_commands = command_calls(bot.redis_url) - commands_before
     level.slack_calls = Counter(c.method for c in slack.calls.snapshot()[calls_before:])
     return level
+
+
+async def settle(slack: FakeSlack, quiet: float = 0.5, within: float = 10.0) -> None:
+    """Wait until the Slack fake took no call for `quiet` seconds."""
+    deadline = time.monotonic() + within
+    seen = len(slack.calls)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet)
+        if len(slack.calls) == seen:
+            return
+        seen = len(slack.calls)
+
+
+class Monitor:
+    """Redis MONITOR in a thread: the commands clients sent, told from those a script ran."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.sent: Counter[str] = Counter()
+        self.scripted: Counter[str] = Counter()
+        self.counting = False
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+        self.thread.start()
+
+    def _listen(self) -> None:
+        with self.client.monitor() as monitor:
+            for item in monitor.listen():
+                if not self.counting or item.get("command", "").lower().startswith("info"):
+                    continue  # INFO is this bench's own
+                name = str(item.get("command", "")).split(" ", 1)[0].strip('"').lower()
+                (self.scripted if item.get("client_type") == "lua" else self.sent)[name] += 1
 
 
 async def idle(bot: Bot, seconds: float = 3.0) -> None:
@@ -726,7 +759,11 @@ async def profile(
             os.kill(pid, signal.SIGUSR1)
         await asyncio.sleep(0.2)
         count = args.profile_level
+        monitor = Monitor(server.url)
+        await asyncio.sleep(0.5)
+        monitor.counting = True
         level = await drive(http, slack, gateway, count, args.turns, f"p{count}")
+        monitor.counting = False
         for pid in python:
             os.kill(pid, signal.SIGUSR2)
     profiles = {f"{role} ({pid})": out / f"{pid}.prof" for pid, role in python.items()}
@@ -739,7 +776,16 @@ async def profile(
         f"{count} at once, turn p50 {p(list(level.turn.values()), 50) * 1000:.0f} ms"
     )
     procs.stop("gateway")
-    profile_summary(profiles, level.turns)
+    turns = level.turns
+    sent, scripted = monitor.sent, monitor.scripted
+    print(
+        f"Redis commands per turn (MONITOR, this run): {sent.total() / turns:.1f} sent by "
+        f"clients (each of a pipeline's or a MULTI's counts), {scripted.total() / turns:.1f} "
+        f"more run inside scripts"
+    )
+    print("  sent: " + ", ".join(f"{k} {v / turns:.2f}" for k, v in sent.most_common(14)))
+    print("  in scripts: " + ", ".join(f"{k} {v / turns:.1f}" for k, v in scripted.most_common(10)))
+    profile_summary(profiles, turns)
 
 
 def main() -> None:
