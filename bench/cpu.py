@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -327,7 +328,7 @@ class Monitor:
         self.thread.start()
 
     def _listen(self) -> None:
-        with self.client.monitor() as monitor:
+        with contextlib.suppress(redis.ConnectionError), self.client.monitor() as monitor:
             for item in monitor.listen():
                 if not self.counting or item.get("command", "").lower().startswith("info"):
                     continue  # INFO is this bench's own
