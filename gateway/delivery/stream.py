@@ -33,9 +33,13 @@ from gateway.delivery.mechanism import EDIT
 from gateway.delivery.pacing import PacedChat, SendPacing
 from gateway.errors import LeaseLost, PlatformError, StreamRefused
 from gateway.messages import Address
-from gateway.ports import LiveMessage, NativeStreams, PostFinder, Sender, Step
+from gateway.ports import LiveMessage, NativeStreams, PostFinder, Sender, StatusSender, Step
 
 log = logging.getLogger(__name__)
+# How long a reply may take to show its first text before the thinking signal goes out:
+# an answer that starts sooner needs none (a reaction, a status line or "typing" shown
+# for half a second before the text replaces it is noise, and two calls).
+THINKING_GRACE = 1.0
 Find = Callable[[Address, str], Awaitable[str | None]]  # a post's id from its key, or None
 Refused = Callable[[str, StreamRefused], Awaitable[None]]  # a mechanism, and its refusal
 
@@ -116,7 +120,8 @@ class ReplyStream:
     told of a refusal of the surface (`Mechanisms.refused`), after which the reply goes
     on edited in place: what the live message showed is completed by edits (Slack's
     stream, closed first), or posted (a Telegram draft, which is no message). `feedback`
-    asks for the feedback buttons under the reply's last message.
+    asks for the feedback buttons under the reply's last message. The thinking signal
+    goes out only when nothing is shown `thinking_grace` seconds after `start`.
     """
 
     def __init__(
@@ -135,6 +140,7 @@ class ReplyStream:
         recipient: str = "",
         on_refused: Refused | None = None,
         feedback: bool = False,
+        thinking_grace: float = THINKING_GRACE,
     ) -> None:
         self.chat = PacedChat(sender, address, pacing)
         self.post_key, self._find = post_key, find
@@ -158,6 +164,8 @@ class ReplyStream:
         self._live_index = 0  # the piece of the text the live message holds
         self._live_sent: tuple[str, tuple[Step, ...]] | None = None  # what it shows
         self._refresh_due = False
+        self._thinking_grace = thinking_grace
+        self._thinking_shown = False  # the signal went out, so it is cleared at the end
         self._unclosed: str | None = None  # a message to close before it is edited
         native = sender if isinstance(sender, NativeStreams) else None
         if native is not None and self.ids:
@@ -192,6 +200,13 @@ class ReplyStream:
             self.steps[step.id] = step
             if self._live is not None:
                 self._dirty.set()
+
+    async def platform_status(self, status: str) -> None:
+        """The platform's own status line, where it has one (a tool running; "" goes back
+        to thinking): cleared with the thinking signal when the reply ends."""
+        if isinstance(self.sender, StatusSender):
+            self._thinking_shown = True
+            await self.sender.show_status(self.address, status)
 
     @property
     def shown(self) -> str:
@@ -437,13 +452,17 @@ class ReplyStream:
 
     async def _keep_thinking(self) -> None:
         interval = self.chat.limits.typing_interval
+        await self._pause(self._thinking_grace)
         while not self.ids and self._live_sent is None and not self._closing.is_set():
+            self._thinking_shown = True
             await self._thinking(True)
             if interval is None:
                 return
             await self._pause(interval)
 
     async def _thinking(self, on: bool) -> None:
+        if not (on or self._thinking_shown):
+            return  # never shown: nothing to clear
         if time.monotonic() < self.chat.not_before:
             return  # nothing at all goes to a chat that asked us to wait
         try:

@@ -34,7 +34,7 @@ from gateway.context.compiler import NO_RESULT
 from gateway.delivery.stream import ReplyStream
 from gateway.errors import LeaseLost
 from gateway.models import Message, ResponseChain, ToolCall
-from gateway.ports import Sender, StatusSender
+from gateway.ports import Sender
 from gateway.state.session import Claim, Entry, SessionStore, new_entry_id
 from gateway.tools import ToolResult
 from gateway.tools.spec import openai_tool
@@ -268,7 +268,7 @@ class ToolLoop:
         try:
             await asyncio.sleep(0)  # the status line is set
             await stream.posted()  # on screen, its id stored, before any call takes effect
-            await _platform_status(stream, f"is running {names}…")  # a post may clear it
+            await stream.platform_status(f"is running {names}…")  # a post may clear it
             for call in calls:
                 stream.set_step(timeline.running(call))
             tasks = {asyncio.create_task(self.servers.call(c.name, c.arguments)): c for c in calls}
@@ -287,7 +287,7 @@ class ToolLoop:
         finally:
             await _cancel(set(tasks) | {status})
             stream.set_status("")
-            await _platform_status(stream, "")
+            await stream.platform_status("")  # "" goes back to thinking
         return results
 
     async def _stop_rest(
@@ -393,12 +393,6 @@ async def _show_status(stream: ReplyStream, shown: str) -> None:
         seconds = int(time.monotonic() - started)
         stream.set_status(f"_⚙️ running {shown} ({seconds} s)_")
         await asyncio.sleep(STATUS_PERIOD)
-
-
-async def _platform_status(stream: ReplyStream, status: str) -> None:
-    """The platform's own status line too, where it has one ("" goes back to thinking)."""
-    if isinstance(stream.sender, StatusSender):
-        await stream.sender.show_status(stream.address, status)
 
 
 def _step_entry(turn_id: str, text: str, calls: Sequence[ToolCall]) -> Entry:

@@ -80,6 +80,7 @@ class RecordingSender:
 
     async def thinking(self, address: Address, on: bool) -> None:
         self.thinking_calls.append(on)
+        self.changed.set()
 
     async def ask_approval(self, address: Address, markdown: str, approval_id: str) -> str:
         message_id = str(next(self._ids))

@@ -221,6 +221,7 @@ async def test_who_is_answered_where(stack: Stack, fake_discord: FakeDiscord, ll
     await stack.say("557", "let me in", user="31337", guild=False)
     (refusal,) = await stack.answer("557", "discord:31337")
     assert len(refusal["content"]) < 300
+    llm.first_token_delay = 1.5  # past the thinking grace: "typing" shows meanwhile
     await stack.say("555", "last dm", guild=False)
     await stack.answer("555", "last dm")
 
@@ -231,7 +232,7 @@ async def test_who_is_answered_where(stack: Stack, fake_discord: FakeDiscord, ll
     assert not any("nobody asked" in r or "ping" in r or "let me in" in r for r in asked)
     # Every answer also came back over the gateway as the bot's own message: none was answered.
     assert len(asked) == 5
-    assert fake_discord.calls_to("POST", r"/channels/\d+/typing")
+    assert fake_discord.calls_to("POST", r"/channels/555/typing")
 
 
 async def test_auto_thread_answers_inside_the_new_thread(

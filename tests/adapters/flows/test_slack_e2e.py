@@ -72,10 +72,12 @@ def answered(
 async def test_a_mention_gets_a_threaded_reply_and_a_follow_up_needs_no_mention(
     web: Processes, slack: FakeSlack, llm: FakeLLM
 ) -> None:
+    llm.first_token_delay = 1.5  # past the thinking grace: the reaction shows meanwhile
     top = mention("what is the plan?")
     assert (await deliver(web, top)).status_code == 200
     [reply] = answered(slack, "C1", top["ts"], "what is the plan?")  # the whole reply
     assert "<@" not in reply.text
+    llm.first_token_delay = 0.0
     # The eyes reaction went on the user's message while thinking, and came off after.
     assert slack.answered("reactions.add")[0].args["timestamp"] == top["ts"]
     slack.wait_for(lambda: not slack.reactions)

@@ -29,6 +29,7 @@ async def test_an_assistant_thread_shows_the_running_tool_and_is_cleared_with_th
     sender = SlackSender(web_client("xoxb-test-token", slack.api_url), 0.2)
     config = write_config(tmp_path, new_effects(tmp_path), confirm="never")
     llm.reply = tools_then_text([FakeToolCall("desk__slow", '{"seconds": 1}')])
+    llm.first_token_delay = 1.5  # past the thinking grace: the status line goes out
     message = inbound("wait a second", platform="slack", channel="D1", thread=THREAD)
     async for h in tool_workers(redis_url, llm, config, senders={"slack": sender}):
         await h.ingest.receive(message)

@@ -38,7 +38,24 @@ async def test_stream_posts_once_then_edits_and_delivers_the_final_text() -> Non
     gaps = [b.at - a.at for a, b in zip(sender.calls, sender.calls[1:], strict=False)]
     assert all(gap >= 0.045 for gap in gaps[:-1]) or len(edits) <= 1
     assert ids == [["1"]]
-    assert sender.thinking_calls[0] is True and sender.thinking_calls[-1] is False
+    assert sender.thinking_calls == []  # shown within the thinking grace: no signal
+
+
+async def test_a_reply_slower_than_the_grace_shows_the_thinking_signal_and_clears_it() -> None:
+    sender = RecordingSender(edit_interval=0.05)
+
+    async def on_ids(new: list[str]) -> None:
+        return None
+
+    stream = ReplyStream(
+        sender, ADDRESS, pacing=None, known_ids=[], on_ids=on_ids, thinking_grace=0.05
+    )
+    stream.start()
+    await sender.wait_for(lambda: sender.thinking_calls == [True])
+    stream.feed("late")
+    await stream.finish("late answer")
+    assert sender.thinking_calls == [True, False]
+    assert sender.messages["1"] == "late answer"
 
 
 async def test_rerun_edits_known_messages_instead_of_posting() -> None:
