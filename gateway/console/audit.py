@@ -29,8 +29,8 @@ class AuditEntry:
 
 
 class AuditLog:
-    def __init__(self, redis: Redis) -> None:
-        self.redis = redis
+    def __init__(self, redis: Redis, kept: int = KEPT) -> None:
+        self.redis, self.kept = redis, kept
 
     async def record(
         self, who: str, action: str, target: str, address: str, detail: str = ""
@@ -38,7 +38,7 @@ class AuditLog:
         entry = AuditEntry(time.time(), who, action, target, detail, address)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.lpush(Keys.ADMIN_AUDIT, json.dumps(asdict(entry), ensure_ascii=False))
-            pipe.ltrim(Keys.ADMIN_AUDIT, 0, KEPT - 1)
+            pipe.ltrim(Keys.ADMIN_AUDIT, 0, self.kept - 1)
             await pipe.execute()
 
     async def recent(self, limit: int = 200) -> list[AuditEntry]:
