@@ -286,14 +286,9 @@ async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
         names = ["console", *settings.enabled_platforms]
         admin = console_routes(settings, redis, ingest, names)
         app = create_app(redis, ingest, platforms, names, admin)
-        log.info(
-            "web listening on %s:%d (%s)",
-            settings.host,
-            settings.port,
-            ", ".join(p.name for p in platforms) or "health and metrics only",
-        )
-        if admin:
-            log.info("the operator console is on /admin")
+        served = [p.name for p in platforms] + (["the console on /admin"] if admin else [])
+        what = ", ".join(served) or "health and metrics only"
+        log.info("web listening on %s:%d (%s)", settings.host, settings.port, what)
         started()
         await serve_web(settings, app, stop_event())
     return 0

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 from redis.asyncio import Redis
+from starlette.applications import Starlette
 
 from gateway.console.app import console_routes
 from gateway.http.app import create_app
@@ -46,12 +47,18 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
+def build_app(redis: Redis, settings: Settings) -> tuple[Starlette, Ingest]:
+    """`gateway web`'s app with the console, as the command builds it."""
+    ingest = Ingest(settings, redis)
+    routes = console_routes(settings, redis, ingest, ["test"])
+    return create_app(redis, ingest, [], ["test"], routes), ingest
+
+
 def build(
     redis: Redis, settings: Settings, address: str = "127.0.0.1"
 ) -> tuple[httpx.AsyncClient, Ingest]:
-    ingest = Ingest(settings, redis)
-    routes = console_routes(settings, redis, ingest, ["test"])
-    app = create_app(redis, ingest, [], ["test"], routes)
+    """The app behind a client through the ASGI transport, as if from `address`."""
+    app, ingest = build_app(redis, settings)
     transport = httpx.ASGITransport(app=app, client=(address, 50000))
     return httpx.AsyncClient(transport=transport, base_url="http://testserver"), ingest
 

@@ -250,5 +250,5 @@ async def test_the_console_refuses_an_oversized_form_before_reading_it(console: 
 
 
 def test_the_admin_token_must_be_long() -> None:
-    with pytest.raises(ValueError, match="GATEWAY_ADMIN_TOKEN|at least"):
+    with pytest.raises(ValueError, match="at least 16 characters"):
         make_settings("redis://127.0.0.1:1", GATEWAY_ADMIN_TOKEN="short")
