@@ -16,7 +16,7 @@ from gateway.settings.env import Settings
 
 # What still runs this long after the stop is cancelled: the console's live pages
 # (server-sent events) never end by themselves, and a webhook is answered well within it.
-STOP_GRACE = 5.0
+STOP_GRACE = 5  # seconds
 
 
 async def serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
