@@ -63,7 +63,8 @@ async def setting(console: Console, request: Request, admin: Admin, form: FormDa
             removed = await scoped.unset(scope, key)
             detail = f"{key} unset" if removed else f"{key} was not set"
     except ConfigError as exc:
-        return await pages.settings_page(console, request, admin, error=str(exc), status=400)
+        scope_text = field(form, "scope")
+        return await pages.settings_at(console, request, admin, scope_text, str(exc), 400)
     await console.record(request, admin, "setting", scope, detail)
     return RedirectResponse(f"{ROOT}/settings?{urlencode({'scope': scope})}", status_code=303)
 

@@ -158,10 +158,19 @@ def _numbers(totals: Totals) -> list[str]:
     ]
 
 
-async def settings_page(
-    console: Console, request: Request, admin: Admin, error: str = "", status: int = 200
+async def settings_page(console: Console, request: Request, admin: Admin) -> Response:
+    return await settings_at(console, request, admin, request.query_params.get("scope", ""))
+
+
+async def settings_at(
+    console: Console,
+    request: Request,
+    admin: Admin,
+    scope_text: str,
+    error: str = "",
+    status: int = 200,
 ) -> Response:
-    scope_text = request.query_params.get("scope", "")
+    """The settings page at a scope as typed (its error shown when it is not one)."""
     scope = ""
     if scope_text:
         try:

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from tests.support.redis_servers import free_port
+
+# Where the browser tests save a screenshot of each console page: CONSOLE_SCREENSHOTS, or
+# a folder of the system's temporary directory.
+SCREENSHOTS = Path(
+    os.environ.get("CONSOLE_SCREENSHOTS")
+    or Path(tempfile.gettempdir()) / "chat-gateway-console-screenshots"
+)
 
 
 class _Server(uvicorn.Server):
