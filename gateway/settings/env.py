@@ -192,7 +192,6 @@ class Settings(BaseSettings):
 
     # The operator console on `gateway web` (/admin): unset, there is none.
     admin_token: SecretStr | None = Field(default=None, alias="GATEWAY_ADMIN_TOKEN")
-    admin_users: str = Field(default="", alias="GATEWAY_ADMIN_USERS")
 
     @field_validator("log_level")
     @classmethod
