@@ -71,7 +71,7 @@ async def setting(console: Console, request: Request, admin: Admin, form: FormDa
 
 async def approve(console: Console, request: Request, admin: Admin, form: FormData) -> Response:
     code = field(form, "code", 40)
-    if not code or "\x00" in code:
+    if not code:
         return await _pairing_with(console, request, admin, "Give the code the user was sent.", 400)
     status, detail = await console.ingest.access.pairing.approve(code)
     await console.record(
@@ -96,7 +96,7 @@ async def approve(console: Console, request: Request, admin: Admin, form: FormDa
 
 async def revoke(console: Console, request: Request, admin: Admin, form: FormData) -> Response:
     user = field(form, "user", 200)
-    if ":" not in user or "\x00" in user:
+    if ":" not in user:
         return await _pairing_with(console, request, admin, "A user is platform:id.", 400)
     revoked = await console.ingest.access.pairing.revoke(user)
     await console.record(

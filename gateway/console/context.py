@@ -131,7 +131,10 @@ class Console:
                     message="This form has expired or did not come from the console. "
                     "Reload the page and try again.",
                 )
-            return await handler(self, request, admin, form)
+            try:
+                return await handler(self, request, admin, form)
+            except FormError as exc:
+                return self.render(request, admin, "error.html", status=400, message=str(exc))
 
         return guarded
 
@@ -150,9 +153,14 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+class FormError(ValueError):
+    """A form field the console cannot take; its text is what the operator reads."""
+
+
 def field(form: FormData, name: str, limit: int = 200) -> str:
-    """A form field as text, trimmed; '' when missing; cut to nothing past `limit` (so a
-    check on it fails with its message rather than silently taking part of it)."""
+    """A form field as text, trimmed; '' when missing; FormError past `limit` characters."""
     value = form.get(name)
     text = value.strip() if isinstance(value, str) else ""
-    return text if len(text) <= limit else "\x00"
+    if len(text) > limit:
+        raise FormError(f"{name} is at most {limit} characters")
+    return text

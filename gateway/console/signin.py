@@ -13,6 +13,7 @@ from gateway.console.context import (
     MAX_FIELDS,
     ROOT,
     Console,
+    FormError,
     address,
     field,
     is_https,
@@ -36,7 +37,11 @@ async def sign_in(console: Console, request: Request) -> Response:
         return console.render(
             request, None, "signin.html", status=403, error="Sign in from the console's own page."
         )
-    who = clean_name(field(form, "name", 100))
+    try:
+        who = clean_name(field(form, "name", 100))
+        token = field(form, "token", 1000)
+    except FormError:
+        who = None
     if who is None:
         return console.render(
             request,
@@ -45,7 +50,7 @@ async def sign_in(console: Console, request: Request) -> Response:
             status=400,
             error="A name is at most 64 printable characters.",
         )
-    result = await console.access.sign_in(field(form, "token", 1000), who, where)
+    result = await console.access.sign_in(token, who, where)
     if result.locked_for:
         log.warning("console: sign-in locked for %s", where)
         return console.render(

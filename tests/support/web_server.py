@@ -31,9 +31,9 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[int]:
-    """`app` served on 127.0.0.1 until the block ends; yields the port. Streams still open
-    at the end are cancelled after a second."""
+async def serving(app: Any, **options: Any) -> AsyncIterator[int]:
+    """`app` served on 127.0.0.1 until the block ends (`options` for uvicorn's Config);
+    yields the port. Streams still open at the end are cancelled after a second."""
     port = free_port()
     config = uvicorn.Config(
         app,
@@ -43,6 +43,7 @@ async def serving(app: Any) -> AsyncIterator[int]:
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=1,
+        **options,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve())

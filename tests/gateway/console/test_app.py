@@ -252,3 +252,11 @@ async def test_the_console_refuses_an_oversized_form_before_reading_it(console: 
 def test_the_admin_token_must_be_long() -> None:
     with pytest.raises(ValueError, match="at least 16 characters"):
         make_settings("redis://127.0.0.1:1", GATEWAY_ADMIN_TOKEN="short")
+
+
+async def test_a_field_past_its_limit_is_a_clear_400(console: Console) -> None:
+    await _seed(console)
+    csrf = await console.sign_in()
+    answer = await console.change("/admin/pairing/approve", csrf, code="A" * 41)
+    assert answer.status_code == 400 and "code is at most 40 characters" in answer.text
+    await _nothing_changed(console)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import httpx
 from redis.asyncio import Redis
 
+from gateway.console.audit import AuditLog
 from gateway.console.live import event
 from gateway.state.health import Health
 from tests.gateway.console.conftest import TOKEN, Console, build_app
@@ -93,3 +94,26 @@ def test_an_event_carries_each_line_of_its_fragment() -> None:
     assert event("history", "<p>a</p>\n<p>b</p>") == (
         "event: history\ndata: <p>a</p>\ndata: <p>b</p>\n\n"
     )
+
+
+async def test_behind_a_trusted_proxy_that_says_https_the_cookie_is_secure(
+    console: Console, redis_client: Redis
+) -> None:
+    """uvicorn (as `gateway web` runs it) takes X-Forwarded-Proto only from the addresses
+    in FORWARDED_ALLOW_IPS; the console's cookie follows what uvicorn decided."""
+    app, _ = build_app(redis_client, console.settings)
+    said = {"x-forwarded-proto": "https", "x-forwarded-for": "203.0.113.5"}
+    for trusted, secure in (("127.0.0.1", True), ("10.9.9.9", False)):
+        async with serving(app, forwarded_allow_ips=trusted) as port:
+            base = f"http://127.0.0.1:{port}"
+            origin = "https" if secure else "http"
+            async with httpx.AsyncClient(base_url=base) as client:
+                answer = await client.post(
+                    "/admin/signin",
+                    data={"token": TOKEN},
+                    headers={**said, "origin": f"{origin}://127.0.0.1:{port}"},
+                )
+        assert answer.status_code == 303
+        assert ("secure" in answer.headers["set-cookie"].lower()) is secure
+    signed = [e.address for e in await AuditLog(redis_client).recent() if e.action == "sign-in"]
+    assert signed == ["127.0.0.1", "203.0.113.5"]  # newest first: the proxy's word, when trusted
