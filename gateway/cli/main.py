@@ -192,7 +192,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         working = task(worker.run(stop, grace=RUN_GRACE))
         tasks = [working]
         http = [p for p in platforms if p.uses_http()]
-        admin = console_routes(settings, redis, ingest, sorted(senders))
+        admin = console_routes(settings, redis, ingest, sorted(senders), platforms)
         if http or admin:  # the console, when configured, is served by the all-in-one run too
             app = create_app(redis, ingest, http, sorted(senders), admin)
             tasks.append(task(serve_web(settings, app, stop)))
@@ -284,7 +284,7 @@ async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
         await _preflight(platforms)
         ingest = Ingest(settings, redis)
         names = ["console", *settings.enabled_platforms]
-        admin = console_routes(settings, redis, ingest, names)
+        admin = console_routes(settings, redis, ingest, names, platforms)
         app = create_app(redis, ingest, platforms, names, admin)
         served = [p.name for p in platforms] + (["the console on /admin"] if admin else [])
         what = ", ".join(served) or "health and metrics only"

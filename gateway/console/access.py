@@ -26,6 +26,7 @@ LOCK_WINDOW = 900  # seconds the attempts of one window are counted for
 ADDRESS_ATTEMPTS = 5  # attempts from one address in a window, before it is locked
 ANYWHERE_FAILURES = 50  # wrong tokens from all addresses in a window, before all are locked
 NAME_CHARS = 64
+STATE_TTL = 600  # seconds a platform sign-in may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,10 @@ class Access:
             await self._failed()
             return SignIn()
         await self.redis.delete(Keys.admin_failures(address))
+        return SignIn(cookie=await self.start(who, address))
+
+    async def start(self, who: str, address: str) -> str:
+        """A new sign-in for `who` (the token's, or a platform's): its cookie."""
         cookie = secrets.token_urlsafe(32)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
@@ -91,7 +96,7 @@ class Access:
             )
             pipe.expire(Keys.admin_session(_digest(cookie)), SESSION_TTL)
             await pipe.execute()
-        return SignIn(cookie=cookie)
+        return cookie
 
     async def _attempt(self, address: str) -> int:
         """Counts the attempt; the seconds left of a lock that applies, else 0."""
@@ -124,6 +129,18 @@ class Access:
         if not found.get("csrf"):
             return None
         return Admin(found["who"], found["address"], found["csrf"], float(found["since"]))
+
+    async def new_state(self, nonce: str) -> str:
+        """A platform sign-in's one-time state, holding its nonce until it comes back."""
+        state = secrets.token_urlsafe(24)
+        await self.redis.set(Keys.admin_sign_in_state(state), nonce, ex=STATE_TTL)
+        return state
+
+    async def take_state(self, state: str) -> str | None:
+        """The nonce of a state this console handed out, once; None for any other."""
+        if not state or len(state) > 100:
+            return None
+        return cast(str | None, await self.redis.getdel(Keys.admin_sign_in_state(state)))
 
     async def sign_out(self, cookie: str) -> None:
         await self.redis.delete(Keys.admin_session(_digest(cookie)))

@@ -22,6 +22,7 @@ from gateway.console.access import Access
 from gateway.console.audit import AuditLog
 from gateway.console.context import HERE, ROOT, Console, templates
 from gateway.inbound.ingest import Ingest
+from gateway.platform import Platform
 from gateway.settings.env import Settings
 
 POLICY = "; ".join(
@@ -71,9 +72,15 @@ class SecurityHeaders:
 
 
 def console_routes(
-    settings: Settings, redis: Redis, ingest: Ingest, platforms: Sequence[str]
+    settings: Settings,
+    redis: Redis,
+    ingest: Ingest,
+    names: Sequence[str],
+    platforms: Sequence[Platform] = (),
 ) -> list[BaseRoute]:
-    """`/admin` and everything under it; none when no admin token is configured."""
+    """`/admin` and everything under it (with "Sign in with <platform>" for each of
+    `platforms` that offers it); none when no admin token is configured. `names` are the
+    job streams' platforms."""
     if settings.admin_token is None:
         return []
     console = Console(
@@ -83,7 +90,8 @@ def console_routes(
         Access(redis, settings.admin_token.get_secret_value()),
         AuditLog(redis),
         templates(),
-        tuple(platforms),
+        tuple(names),
+        {s.platform: s for p in platforms if (s := p.operator_sign_in()) is not None},
     )
     page, change, stream = console.page, console.change, console.stream
     routes = [
@@ -91,6 +99,8 @@ def console_routes(
         Route("/signin", partial(signin.sign_in_page, console), methods=["GET"]),
         Route("/signin", partial(signin.sign_in, console), methods=["POST"]),
         Route("/signout", partial(signin.sign_out, console), methods=["POST"]),
+        Route("/signin/{platform}", partial(signin.platform_start, console)),
+        Route("/signin/{platform}/callback", partial(signin.platform_callback, console)),
         Route("/health", page(pages.health_page)),
         Route("/conversations", page(pages.conversations_page)),
         Route("/conversation", page(pages.conversation_page)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -24,6 +24,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from gateway.console.access import Access, Admin, csrf_matches
 from gateway.console.audit import AuditLog
 from gateway.inbound.ingest import Ingest
+from gateway.ports import OperatorSignIn
 from gateway.settings.env import Settings
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,17 @@ class Console:
     audit: AuditLog
     jinja: Environment
     platforms: Sequence[str]  # the job streams' platform names
+    sign_ins: Mapping[str, OperatorSignIn]  # "Sign in with <platform>", by platform
 
     def render(
         self, request: Request, admin: Admin | None, name: str, status: int = 200, **values: Any
     ) -> HTMLResponse:
         body = self.jinja.get_template(name).render(
-            admin=admin, path=request.url.path, query=request.query_params, **values
+            admin=admin,
+            path=request.url.path,
+            query=request.query_params,
+            sign_ins=sorted(self.sign_ins),
+            **values,
         )
         return HTMLResponse(body, status_code=status)
 

@@ -1,8 +1,10 @@
-"""The sign-in and sign-out routes: the token form, the cookie, the lock's answer."""
+"""The sign-in and sign-out routes: the token form, the cookie, the lock's answer, and
+"Sign in with <platform>" (OpenID Connect) where a platform offers it."""
 
 from __future__ import annotations
 
 import logging
+import secrets
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -19,6 +21,7 @@ from gateway.console.context import (
     is_https,
     same_origin,
 )
+from gateway.errors import PlatformError
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +67,7 @@ async def sign_in(console: Console, request: Request) -> Response:
         await console.audit.record(who, "sign-in refused", "", where, "wrong token")
         return console.render(request, None, "signin.html", status=401, error="Wrong token.")
     await console.audit.record(who, "sign-in", "", where)
-    response = RedirectResponse(f"{ROOT}/", status_code=303)
-    response.set_cookie(
-        COOKIE,
-        result.cookie,
-        max_age=SESSION_TTL,
-        path=ROOT,
-        httponly=True,
-        samesite="lax",
-        secure=is_https(request),
-    )
-    return response
+    return _signed_in(request, result.cookie)
 
 
 async def sign_out(console: Console, request: Request) -> Response:
@@ -96,3 +89,70 @@ async def sign_out(console: Console, request: Request) -> Response:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _redirect_uri(request: Request, platform: str) -> str:
+    """Where the platform sends the operator back: this console's callback, on the scheme
+    and host the browser used (uvicorn's, behind a trusted proxy)."""
+    return str(request.url.replace(path=f"{ROOT}/signin/{platform}/callback", query=""))
+
+
+async def platform_start(console: Console, request: Request) -> Response:
+    """ "Sign in with <platform>": to the platform's page, with a one-time state and nonce."""
+    platform = request.path_params["platform"]
+    sign_in = console.sign_ins.get(platform)
+    if sign_in is None:
+        return console.render(request, None, "signin.html", status=404, error="No such sign-in.")
+    nonce = secrets.token_urlsafe(24)
+    state = await console.access.new_state(nonce)
+    url = sign_in.authorize_url(state, nonce, _redirect_uri(request, platform))
+    return RedirectResponse(url, status_code=303)
+
+
+async def platform_callback(console: Console, request: Request) -> Response:
+    """The platform's redirect: its state checked once, its code exchanged, then a sign-in
+    for a workspace admin (or a user GATEWAY_ADMIN_USERS names), nobody else."""
+    platform = request.path_params["platform"]
+    sign_in = console.sign_ins.get(platform)
+    where = address(request)
+    nonce = await console.access.take_state(request.query_params.get("state", ""))
+    code = request.query_params.get("code", "")
+    if sign_in is None or nonce is None or not code or len(code) > 500:
+        return _refused(console, request, 400, "This sign-in has expired or was not started here.")
+    try:
+        operator = await sign_in.identify(code, nonce, _redirect_uri(request, platform))
+    except PlatformError as exc:
+        log.warning("console: %s sign-in failed: %s", platform, exc)
+        return _refused(console, request, 502, f"{platform} could not be asked; try again.")
+    if operator is None:
+        return _refused(console, request, 401, f"{platform} did not sign you in.")
+    who = f"{operator.name} ({operator.user_key})"
+    if not operator.admin:
+        await console.audit.record(who, "sign-in refused", "", where, f"not a {platform} admin")
+        return _refused(
+            console,
+            request,
+            403,
+            f"{operator.user_key} is not an admin of its workspace, nor named in "
+            "GATEWAY_ADMIN_USERS.",
+        )
+    await console.audit.record(who, "sign-in", "", where, f"with {platform}")
+    return _signed_in(request, await console.access.start(who, where))
+
+
+def _refused(console: Console, request: Request, status: int, error: str) -> Response:
+    return console.render(request, None, "signin.html", status=status, error=error)
+
+
+def _signed_in(request: Request, cookie: str) -> Response:
+    response = RedirectResponse(f"{ROOT}/", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=SESSION_TTL,
+        path=ROOT,
+        httponly=True,
+        samesite="lax",
+        secure=is_https(request),
+    )
+    return response

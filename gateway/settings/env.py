@@ -192,6 +192,8 @@ class Settings(BaseSettings):
 
     # The operator console on `gateway web` (/admin): unset, there is none.
     admin_token: SecretStr | None = Field(default=None, alias="GATEWAY_ADMIN_TOKEN")
+    # `platform:user_id` entries who may sign in with Slack beside its workspaces' admins.
+    admin_users_text: str = Field(default="", alias="GATEWAY_ADMIN_USERS")
 
     @field_validator("log_level")
     @classmethod
@@ -305,6 +307,11 @@ class Settings(BaseSettings):
     @property
     def allowed_user_set(self) -> frozenset[str]:
         return frozenset(u.strip() for u in self.allowed_users.split(",") if u.strip())
+
+    @property
+    def admin_users(self) -> frozenset[str]:
+        """Who may sign in to the console with a platform, beside its workspaces' admins."""
+        return frozenset(u.strip() for u in self.admin_users_text.split(",") if u.strip())
 
     @property
     def feedback_platforms(self) -> frozenset[str]:

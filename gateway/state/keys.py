@@ -293,6 +293,11 @@ class Keys:
         return f"{PREFIX}:admin:session:{digest}"
 
     @staticmethod
+    def admin_sign_in_state(state: str) -> str:
+        """A "Sign in with Slack" under way: its one-time state -> its nonce (EX 10 min)."""
+        return f"{PREFIX}:admin:sign_in_state:{state}"
+
+    @staticmethod
     def admin_failures(source: str) -> str:
         """Wrong sign-ins from one address (or `*`: from anywhere) in the lock window."""
         return f"{PREFIX}:admin:failures:{source}"
