@@ -12,13 +12,17 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
 from gateway import metrics
+from gateway.errors import ConfigError
 from gateway.state import health
 from gateway.state.keys import GROUP, Keys
+from gateway.tools.config import load_tool_config
+from gateway.tools.spec import SEPARATOR
 
 WORKER_IDLE = 120.0  # a consumer silent for longer is not counted as a live worker
 
@@ -35,9 +39,29 @@ class Health:
     errors: dict[str, int]
     tools: dict[str, int]  # `tool outcome` -> count
     side: dict[str, int]
+    servers: dict[str, dict[str, int]] = field(default_factory=dict)  # server -> outcome -> calls
+    servers_error: str = ""  # GATEWAY_MCP_CONFIG cannot be read here
 
 
-async def read(redis: Redis, platforms: Sequence[str]) -> Health:
+def tool_servers(
+    mcp_config: Path | None, tools: dict[str, int]
+) -> tuple[dict[str, dict[str, int]], str]:
+    """The configured MCP servers (GATEWAY_MCP_CONFIG, read here, never started) with their
+    tools' calls by outcome; the file's error instead, when it cannot be read."""
+    try:
+        config = load_tool_config(mcp_config)
+    except ConfigError as exc:
+        return {}, str(exc)
+    servers: dict[str, dict[str, int]] = {server.name: {} for server in config.servers}
+    for name, count in tools.items():
+        tool, _, outcome = name.rpartition(" ")
+        server = tool.split(SEPARATOR, 1)[0]
+        if server in servers:
+            servers[server][outcome] = servers[server].get(outcome, 0) + count
+    return servers, ""
+
+
+async def read(redis: Redis, platforms: Sequence[str], mcp_config: Path | None = None) -> Health:
     values, depth = await metrics.snapshot(redis, platforms)
     info = await redis.info()
     turns: dict[str, int] = {}
@@ -56,6 +80,7 @@ async def read(redis: Redis, platforms: Sequence[str]) -> Health:
             tools[f"{tool} {outcome}"] = int(raw)
         elif kind == "side":
             side[rest] = int(raw)
+    servers, servers_error = tool_servers(mcp_config, tools)
     return Health(
         at=time.time(),
         redis={
@@ -72,6 +97,8 @@ async def read(redis: Redis, platforms: Sequence[str]) -> Health:
         errors=errors,
         tools=tools,
         side=side,
+        servers=servers,
+        servers_error=servers_error,
     )
 
 

@@ -59,7 +59,7 @@ async def health_events(console: Console, request: Request, admin: Admin) -> Res
     rate = health.TurnRate()
 
     async def signature() -> object:
-        found = await health.read(console.redis, console.platforms)
+        found = await health.read(console.redis, console.platforms, console.settings.mcp_config)
         turns = await conversations.running(console.redis)
         per_minute = rate.add(found.at, found.turns_total)
         state["health"], state["turns"], state["rate"] = found, turns, per_minute

@@ -29,7 +29,7 @@ async def home(console: Console, request: Request, admin: Admin) -> Response:
 
 
 async def health_page(console: Console, request: Request, admin: Admin) -> Response:
-    found = await health.read(console.redis, console.platforms)
+    found = await health.read(console.redis, console.platforms, console.settings.mcp_config)
     turns = await conversations.running(console.redis)
     return console.render(request, admin, "health.html", health=found, running=turns, rate=None)
 
