@@ -19,7 +19,7 @@ from gateway.feedback.store import FeedbackStore
 from gateway.settings.scoped import BUDGET_KEYS, KEYS, ScopedSettings, parse_scope
 from gateway.spend.usage import Totals, UsageLedger, day_of
 
-USAGE_BY = ("user", "workspace", "model", "session")
+USAGE_BY = ("user", "workspace", "model", "session", "day")
 TEXT_FILTER = 200
 WAITING_SHOWN = 200
 
@@ -108,8 +108,8 @@ async def usage_page(console: Console, request: Request, admin: Admin) -> Respon
     if by not in USAGE_BY:
         by, error = "user", f"by is one of {', '.join(USAGE_BY)}"
     ledger = UsageLedger(console.redis)
-    rows = await ledger.by(by, since)
-    days = await ledger.by_day("model", since)
+    days = await ledger.by_day("model", since)  # every call counts for its model
+    rows = days if by == "day" else await ledger.by(by, since)
     chart = {
         "days": list(days),
         "tokens": [t.prompt + t.completion for t in days.values()],
@@ -133,7 +133,8 @@ async def usage_csv(console: Console, request: Request, admin: Admin) -> Respons
     since, error = _since(request)
     if by not in USAGE_BY or error:
         return Response(error or "by is not known", status_code=400, media_type="text/plain")
-    rows = await UsageLedger(console.redis).by(by, since)
+    ledger = UsageLedger(console.redis)
+    rows = await (ledger.by_day("model", since) if by == "day" else ledger.by(by, since))
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow([by, "calls", "prompt_tokens", "completion_tokens", "cost_usd", "unpriced"])
@@ -153,7 +154,7 @@ def _numbers(totals: Totals) -> list[str]:
         str(totals.calls),
         str(totals.prompt),
         str(totals.completion),
-        f"{totals.cost:.6f}",
+        "" if totals.unpriced == totals.calls else f"{totals.cost:.6f}",  # unknown is not 0
         str(totals.unpriced),
     ]
 

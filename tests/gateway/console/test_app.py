@@ -6,10 +6,16 @@ answer carries the security headers."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from gateway.console.audit import AuditLog
+from gateway.feedback.store import Reply
+from gateway.messages import Address
+from gateway.models import Charge, ModelCall, Usage
 from gateway.settings.scoped import ScopedSettings
+from gateway.spend.usage import UsageLedger, day_of
 from tests.gateway.console.conftest import ORIGIN, TOKEN, Console, build
 from tests.support.helpers import inbound
 from tests.support.helpers import settings as make_settings
@@ -260,3 +266,49 @@ async def test_a_field_past_its_limit_is_a_clear_400(console: Console) -> None:
     answer = await console.change("/admin/pairing/approve", csrf, code="A" * 41)
     assert answer.status_code == 400 and "code is at most 40 characters" in answer.text
     await _nothing_changed(console)
+
+
+async def test_the_approvals_page_shows_who_asked_what_and_until_when(console: Console) -> None:
+    address = Address(platform="test", workspace="W", channel="C1")
+    await console.ingest.approvals.open(
+        KEY, "t1", "call-1", "files__delete", '{"path": "/tmp/<x>"}', "U1", address, 600
+    )
+    await console.sign_in()
+    page = (await console.client.get("/admin/approvals")).text
+    assert KEY in page and "files__delete" in page and "test:U1" in page
+    assert "/tmp/&lt;x&gt;" in page
+
+
+async def test_the_feedback_page_shows_the_thumbs_down_with_their_conversations(
+    console: Console,
+) -> None:
+    store = console.ingest.feedback_store
+    for message, session in (("m1", "test:W:C1"), ("m2", "test:W:C2")):
+        await store.register(Reply("test", "W", "C1", message, session, "t1", "openai/x"))
+    await store.record("test", "C1", "m1", "U5", "down")
+    await store.record("test", "C1", "m2", "U6", "up")
+    await console.sign_in()
+    page = (await console.client.get("/admin/feedback")).text
+    assert "conversation?key=test%3AW%3AC1" in page and "test:U5" in page
+    assert "test:W:C2" not in page
+
+
+async def test_usage_by_day_and_its_csv(console: Console) -> None:
+    charge = Charge("test:W:C1", "U1", "turn")
+    ledger = UsageLedger(console.redis)
+    await ledger.record(ModelCall("openai/x", [], 10.0, charge=charge), Usage(100, 20, 0.5))
+    await ledger.record(ModelCall("openai/y", [], 10.0, charge=charge), Usage(1, 2, None))
+    await console.sign_in()
+    today = day_of(dt.datetime.now(dt.UTC))
+    page = (await console.client.get("/admin/usage?by=day")).text
+    assert today in page and "$0.5000" in page
+    csv = (await console.client.get("/admin/usage.csv?by=model")).text.splitlines()
+    assert csv == [
+        "model,calls,prompt_tokens,completion_tokens,cost_usd,unpriced",
+        "openai/x,1,100,20,0.500000,0",
+        "openai/y,1,1,2,,1",
+    ]
+    bad = await console.client.get("/admin/usage.csv?by=nobody")
+    assert bad.status_code == 400
+    shown = await console.client.get("/admin/usage?since=yesterday")
+    assert shown.status_code == 200 and "since must be a day" in shown.text
