@@ -101,13 +101,17 @@ class Access:
     async def _attempt(self, address: str) -> int:
         """Counts the attempt; the seconds left of a lock that applies, else 0."""
         mine, anywhere = Keys.admin_failures(address), Keys.admin_failures("*")
+        # Each key in a transaction of its own (one slot each, on a Cluster too): the
+        # window's expiry is set with its first attempt, so no count outlives it.
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(mine, 0, ex=LOCK_WINDOW, nx=True)  # the window opens at its first attempt
+            pipe.set(mine, 0, ex=LOCK_WINDOW, nx=True)
             pipe.incr(mine)
-            pipe.get(anywhere)
             pipe.ttl(mine)
+            _, tries, mine_left = await pipe.execute()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(anywhere)
             pipe.ttl(anywhere)
-            _, tries, failures, mine_left, anywhere_left = await pipe.execute()
+            failures, anywhere_left = await pipe.execute()
         if int(failures or 0) >= ANYWHERE_FAILURES:
             return max(int(anywhere_left), 1)
         if int(tries) > ADDRESS_ATTEMPTS:
