@@ -105,7 +105,8 @@ async def timed(client: httpx.AsyncClient, path: str, loads: int) -> list[float]
         answer = await client.get(path)
         times.append(time.perf_counter() - started)
         assert answer.status_code == 200, (path, answer.status_code)
-        assert answer.text.count('<li class="entry') in (0, PAGE), path
+        if "conversation?" in path:  # the page holds its newest PAGE entries, all rendered
+            assert answer.text.count('<li class="entry') == PAGE, path
     return times
 
 
