@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from gateway.ports import FileSource, PlainSource, Sender
+from gateway.ports import FileSource, OperatorSignIn, PlainSource, Sender
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -49,6 +49,10 @@ class Platform(ABC):
     def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
         """HTTP routes mounted on `gateway web` (none by default)."""
         return ()
+
+    def operator_sign_in(self) -> OperatorSignIn | None:
+        """How operators sign in to the console with this platform (none by default)."""
+        return None
 
     def uses_http(self) -> bool:
         """Whether this platform, as configured, receives events over `gateway web`."""

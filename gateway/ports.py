@@ -244,3 +244,29 @@ class PlainSource:
         if not attachment.url:
             raise DownloadFailed("the platform gave no address for it")
         return Download(attachment.url)
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """Who signed in to the operator console through a platform, and whether they may."""
+
+    user_key: str  # `platform:user_id`
+    name: str
+    admin: bool  # a workspace admin or owner, or named in GATEWAY_ADMIN_USERS
+
+
+class OperatorSignIn(Protocol):
+    """ "Sign in with <platform>" for the operator console (OpenID Connect), optional: a
+    platform that offers it gives one (`Platform.operator_sign_in`)."""
+
+    platform: str  # its name, as the console's sign-in link shows it
+
+    def authorize_url(self, state: str, nonce: str, redirect_uri: str) -> str:
+        """The platform's page where the operator agrees to sign in."""
+        ...
+
+    async def identify(self, code: str, nonce: str, redirect_uri: str) -> Operator | None:
+        """The operator the redirect's one-time `code` stands for; None when the platform
+        refuses it or its nonce is not `nonce`. Raises PlatformError when the platform
+        cannot be asked."""
+        ...

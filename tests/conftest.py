@@ -13,8 +13,20 @@ import redis.asyncio as aioredis
 
 from adapters.telegram.client import prepare_process
 from tests.support.redis_servers import start_redis
+from tests.support.web_server import SCREENSHOTS
 
 pytest_plugins = ["tests.fakes.fixtures"]
+
+
+_STARTED = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Names the folder of the console's screenshots when this run took any."""
+    if SCREENSHOTS.is_dir() and any(
+        shot.stat().st_mtime >= _STARTED for shot in SCREENSHOTS.glob("*.png")
+    ):
+        terminalreporter.write_line(f"console screenshots: {SCREENSHOTS}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -43,6 +43,7 @@ ORDER = (
     "inbound",
     "platform",
     "http",
+    "console",
     "turn",
     "answers",
     "shutdown",

@@ -43,6 +43,7 @@ from adapters.slack.names import UserNames
 from adapters.slack.oauth import oauth_settings
 from adapters.slack.rotation import Rotation, rotating_store
 from adapters.slack.sender import SlackSender
+from adapters.slack.signin import SlackSignIn
 from adapters.slack.workspaces import Workspaces
 from gateway.errors import ConfigError, PlatformError
 from gateway.platform import Mode, Platform
@@ -172,6 +173,20 @@ class SlackPlatform(Platform):
         if self.settings.slack_many_workspaces:
             return SlackSender(web_client(None, api_url), interval, workspaces=self.workspaces)
         return SlackSender(web_client(self._bot_token(), api_url), interval)
+
+    def operator_sign_in(self) -> SlackSignIn | None:
+        """Sign in with Slack for the console, where the app's client id and secret are set."""
+        settings, secret = self.settings, self.settings.slack_client_secret
+        if settings.slack_client_id is None or secret is None:
+            return None
+        return SlackSignIn(
+            web_client(None, settings.slack_api_url),
+            self.sender(),
+            settings.slack_client_id,
+            secret.get_secret_value(),
+            settings.slack_api_url,
+            settings.admin_users,
+        )
 
     def file_source(self) -> SlackFileSource | WorkspaceFileSource:
         """Files' private URLs, fetched with the bot token (Slack's hosts only)."""

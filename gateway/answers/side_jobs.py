@@ -108,6 +108,10 @@ class Answers:
         except ModelError as exc:
             body, outcome = side_question.failure_text(exc), "failed"
         await self.send(address, f"{marker}\n\n{body}", job)
+        asker = str(job.payload.get("speaker") or job.payload.get("user") or "")
+        await self.sessions.note_side_answer(
+            key, {"at": time.time(), "who": asker, "question": question, "answer": body}
+        )
         await self.metrics.count("side", outcome)
         log.info("side question in %s %s in %.2fs", key, outcome, time.monotonic() - started)
 

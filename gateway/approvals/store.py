@@ -169,6 +169,11 @@ class ApprovalStore:
         ]
         return [name.removesuffix(":status") for _, name in sorted(waiting)]
 
+    async def waiting(self, limit: int) -> list[tuple[str, str]]:
+        """Every session's pending approvals, soonest deadline first: (session, id) pairs."""
+        found = await self.redis.zrange(Keys.APPROVALS_DUE, 0, limit - 1)
+        return [cast(tuple[str, str], tuple(str(m).rsplit(" ", 1))) for m in found]
+
     async def session_of(self, approval_id: str) -> str | None:
         """The session a click's approval id belongs to (None once it is long gone)."""
         found = await self.redis.get(Keys.approval_session(approval_id))

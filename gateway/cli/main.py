@@ -124,6 +124,7 @@ def _setup_logging(settings: Settings, *, quiet: bool) -> None:
             settings.telegram_bot_token,
             settings.telegram_webhook_secret,
             settings.discord_bot_token,
+            settings.admin_token,
         )
         if s is not None
     ]
@@ -160,6 +161,7 @@ async def _preflight(platforms: Sequence[Platform]) -> None:
 
 
 async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.console.app import console_routes
     from gateway.http.app import create_app
     from gateway.worker import Worker
 
@@ -190,8 +192,9 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         working = task(worker.run(stop, grace=RUN_GRACE))
         tasks = [working]
         http = [p for p in platforms if p.uses_http()]
-        if http:
-            app = create_app(redis, ingest, http, sorted(senders))
+        admin = console_routes(settings, redis, ingest, sorted(senders), platforms)
+        if http or admin:  # the console, when configured, is served by the all-in-one run too
+            app = create_app(redis, ingest, http, sorted(senders), admin)
             tasks.append(task(serve_web(settings, app, stop)))
         # What only brings work in (connections) just closes on a stop; the console ends
         # by itself, once the line it is sending is sent.
@@ -273,19 +276,19 @@ def _banner(settings: Settings, platforms: Sequence[Platform], use_console: bool
 
 
 async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.console.app import console_routes
     from gateway.http.app import create_app
 
     async with keys.open_redis(settings.redis_url, settings.data_dir) as redis:
         platforms = [p for p in _platforms(settings, redis, "http") if p.uses_http()]
         await _preflight(platforms)
         ingest = Ingest(settings, redis)
-        app = create_app(redis, ingest, platforms, ["console", *settings.enabled_platforms])
-        log.info(
-            "web listening on %s:%d (%s)",
-            settings.host,
-            settings.port,
-            ", ".join(p.name for p in platforms) or "health and metrics only",
-        )
+        names = ["console", *settings.enabled_platforms]
+        admin = console_routes(settings, redis, ingest, names, platforms)
+        app = create_app(redis, ingest, platforms, names, admin)
+        served = [p.name for p in platforms] + (["the console on /admin"] if admin else [])
+        what = ", ".join(served) or "health and metrics only"
+        log.info("web listening on %s:%d (%s)", settings.host, settings.port, what)
         started()
         await serve_web(settings, app, stop_event())
     return 0

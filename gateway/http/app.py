@@ -1,4 +1,5 @@
-"""The HTTP app of `gateway web`: adapter routes, `/healthz`, `/metrics`.
+"""The HTTP app of `gateway web`: adapter routes, `/healthz`, `/metrics` (and `/admin`,
+the operator console, which the command passes in: gateway/console/).
 
 Stateless: every request reads or writes Redis, so any number of these can
 run behind a load balancer. It never imports litellm. Every route sits behind
@@ -37,9 +38,14 @@ REDIS_DOWN = (RedisError, OSError, TimeoutError)
 
 
 def create_app(
-    redis: Redis, ingest: Ingest, platforms: Sequence[Platform], platform_names: Sequence[str]
+    redis: Redis,
+    ingest: Ingest,
+    platforms: Sequence[Platform],
+    platform_names: Sequence[str],
+    extra: Sequence[BaseRoute] = (),
 ) -> Starlette:
-    """The app, with each HTTP platform's routes mounted and started in the lifespan."""
+    """The app, with each HTTP platform's routes mounted and started in the lifespan, and
+    `extra` routes beside them (the operator console, when it is configured)."""
 
     async def healthz(request: Request) -> Response:
         try:
@@ -77,4 +83,5 @@ def create_app(
     routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
     for platform in platforms:
         routes.extend(platform.routes(ingest))
+    routes.extend(extra)
     return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(BodyLimit)])

@@ -14,6 +14,10 @@ from typing import Any
 
 from gateway.settings.env import Settings
 
+# What still runs this long after the stop is cancelled: the console's live pages
+# (server-sent events) never end by themselves, and a webhook is answered well within it.
+STOP_GRACE = 5  # seconds
+
 
 async def serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
     """uvicorn on HOST:PORT until `stop` is set; what it is serving then is finished first.
@@ -32,6 +36,7 @@ async def serve_web(settings: Settings, app: Any, stop: asyncio.Event) -> None:
         log_level="warning",
         access_log=False,
         lifespan="on",
+        timeout_graceful_shutdown=STOP_GRACE,
     )
     server = Server(config)
     serving = asyncio.create_task(server.serve())

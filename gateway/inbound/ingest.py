@@ -134,6 +134,17 @@ class Ingest:
         """The most recently active session in a channel (Slack's `/btw` applies to it)."""
         return await self.sessions.latest_in_channel(channel_key)
 
+    async def stop(self, session_key: str) -> bool:
+        """`/stop`: cancels the session's running turn, wherever it runs; whether one was."""
+        running = await self.sessions.is_running(session_key)
+        await self._cancel(session_key)
+        return running
+
+    async def reset(self, session_key: str) -> None:
+        """`/reset`: the running turn cancelled, and a fresh conversation."""
+        await self._cancel(session_key)
+        await self.sessions.reset(session_key)
+
     async def _addressed(self, inbound: Inbound) -> bool:
         if inbound.is_dm or inbound.mentions_bot or inbound.replies_to_bot:
             return True
@@ -204,12 +215,10 @@ class Ingest:
         if command.name == "btw":
             return await self._side_question(inbound, command.argument)
         if command.name == "reset":
-            await self._cancel(key)
-            await self.sessions.reset(key)
+            await self.reset(key)
             return await self._notice(inbound, inbound.reply, "Started a fresh conversation.")
         if command.name == "stop":
-            running = await self.sessions.is_running(key)
-            await self._cancel(key)
+            running = await self.stop(key)
             text = "Stopping the reply." if running else "Nothing is running."
             return await self._notice(inbound, inbound.reply, text)
         if command.name == "approve":

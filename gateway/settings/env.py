@@ -20,6 +20,7 @@ from gateway.settings.values import Rate, budget_amount, parse_rate
 from gateway.state.cipher import check_keys
 
 ECHO_MODEL = "echo"
+ADMIN_TOKEN_MIN = 16  # the console's sign-in token: long enough that the sign-in lock is enough
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant taking part in a team chat. Answer clearly and "
     "concisely, in Markdown. Several people may be talking; each user message "
@@ -189,6 +190,11 @@ class Settings(BaseSettings):
         default=None, alias="GATEWAY_BUDGET_WORKSPACE_MONTHLY"
     )
 
+    # The operator console on `gateway web` (/admin): unset, there is none.
+    admin_token: SecretStr | None = Field(default=None, alias="GATEWAY_ADMIN_TOKEN")
+    # `platform:user_id` entries who may sign in with Slack beside its workspaces' admins.
+    admin_users_text: str = Field(default="", alias="GATEWAY_ADMIN_USERS")
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -215,6 +221,13 @@ class Settings(BaseSettings):
                 f"(got {unknown[0]!r})"
             )
         return ",".join(named)
+
+    @field_validator("admin_token")
+    @classmethod
+    def _admin_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < ADMIN_TOKEN_MIN:
+            raise ValueError(f"must be at least {ADMIN_TOKEN_MIN} characters (a random string)")
+        return value
 
     @field_validator("secret_key")
     @classmethod
@@ -294,6 +307,11 @@ class Settings(BaseSettings):
     @property
     def allowed_user_set(self) -> frozenset[str]:
         return frozenset(u.strip() for u in self.allowed_users.split(",") if u.strip())
+
+    @property
+    def admin_users(self) -> frozenset[str]:
+        """Who may sign in to the console with a platform, beside its workspaces' admins."""
+        return frozenset(u.strip() for u in self.admin_users_text.split(",") if u.strip())
 
     @property
     def feedback_platforms(self) -> frozenset[str]:

@@ -146,6 +146,18 @@ class UsageLedger:
                 found[str(key)[len(prefix) :]] = totals
         return dict(sorted(found.items()))
 
+    async def by_day(self, scope: str, since: str) -> dict[str, Totals]:
+        """Every day since `since` with usage, and the totals of all ids of `scope` on it."""
+        prefix = Keys.usage(scope, "")
+        found: dict[str, Totals] = {}
+        async for key in self.redis.scan_iter(match=f"{prefix}*", count=500):
+            fields = cast(dict[str, str], await self.redis.hgetall(key))
+            for field, raw in fields.items():
+                day, _, part = field.partition("|")
+                if day >= since:
+                    found.setdefault(day, Totals()).add(part, raw)
+        return dict(sorted(found.items()))
+
 
 def _sum(fields: Iterable[tuple[str, str]], since: str, until: str) -> Totals:
     totals = Totals()

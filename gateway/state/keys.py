@@ -101,6 +101,12 @@ class Keys:
         return Keys.session(session_key, "approvals")
 
     @staticmethod
+    def side_answers(session_key: str) -> str:
+        """The newest `/btw` side answers given in the session (capped list, oldest first):
+        never part of its history, kept for the operator console to show beside it."""
+        return Keys.session(session_key, "side_answers")
+
+    @staticmethod
     def rate(session_key: str) -> str:
         """The conversation's rate-limit bucket (`gateway/inbound/rate_limit.py`); not a part a
         reset removes, so `/reset` does not refill it. It expires once full."""
@@ -119,6 +125,7 @@ class Keys:
         "compressing": "compressing",
         "approvals": "approvals",
         "media": "media",
+        "side_answers": "side_answers",
     }
 
     @staticmethod
@@ -275,6 +282,25 @@ class Keys:
     def oauth_state(platform: str, state: str) -> str:
         """An install's one-time OAuth state (EX its lifetime), consumed by the redirect."""
         return f"{PREFIX}:oauth_state:{platform}:{state}"
+
+    # The operator console (gateway/console/): its sign-ins, the sign-in lock's failure
+    # counts, and the audit log of every change made through it (newest first, capped).
+    ADMIN_AUDIT = f"{PREFIX}:admin:audit"
+
+    @staticmethod
+    def admin_session(digest: str) -> str:
+        """A console sign-in, by the SHA-256 of its cookie (the cookie itself is not stored)."""
+        return f"{PREFIX}:admin:session:{digest}"
+
+    @staticmethod
+    def admin_sign_in_state(state: str) -> str:
+        """A "Sign in with Slack" under way: its one-time state -> its nonce (EX 10 min)."""
+        return f"{PREFIX}:admin:sign_in_state:{state}"
+
+    @staticmethod
+    def admin_failures(source: str) -> str:
+        """Wrong sign-ins from one address (or `*`: from anywhere) in the lock window."""
+        return f"{PREFIX}:admin:failures:{source}"
 
 
 def connect(url: str, max_connections: int = 256) -> aioredis.Redis:

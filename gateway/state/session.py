@@ -31,6 +31,7 @@ from gateway.state.scripts import Arg, load
 Entry = dict[str, Any]
 
 EARLY_ENTRY_MAX = 64 * 1024  # larger messages are not copied into their job
+SIDE_ANSWERS_KEPT = 50  # the newest `/btw` answers of a session the console shows
 LIVE_TTL = 600  # a running reply's text outlives a writer that died by this much at most
 
 
@@ -450,6 +451,13 @@ class SessionStore:
 
     async def live(self, session_key: str) -> str | None:
         return cast(str | None, await self.redis.get(Keys.live(session_key)))
+
+    async def note_side_answer(self, session_key: str, answer: Mapping[str, Any]) -> None:
+        """A `/btw` answer given, for the operator console (never for a turn to read)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(Keys.side_answers(session_key), json.dumps(answer, ensure_ascii=False))
+            pipe.ltrim(Keys.side_answers(session_key), -SIDE_ANSWERS_KEPT, -1)
+            await pipe.execute()
 
     async def inject(self, session_key: str, text: str) -> None:
         """Queue a text for the next turn's reminder block (consumed once)."""

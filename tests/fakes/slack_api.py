@@ -203,6 +203,7 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
         self._refresh_tokens: dict[str, Install] = {}  # refresh tokens not yet used
         self._token_numbers = itertools.count(1)
         self._codes: dict[str, Install] = {}  # one-time codes not yet exchanged
+        self._sign_in_codes: dict[str, dict[str, Any]] = {}  # Sign in with Slack's codes
         self._code_numbers = itertools.count(1)
         self._failures: dict[str, list[_Failure]] = {}
         self.stream_expiry: float | None = None  # seconds a stream lives without a call
@@ -238,6 +239,7 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
         app.router.add_get("/oauth/v2/authorize", self._authorize)
+        app.router.add_get("/openid/connect/authorize", self._authorize)
         self.files.install(app)
         return app
 
@@ -285,6 +287,21 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
         code = f"code-{owner}-{next(self._code_numbers)}"
         with self._lock:
             self._codes[code] = install
+        return code
+
+    def sign_in_consent(self, user_id: str, team_id: str, name: str = "") -> str:
+        """A user agrees on Sign in with Slack's page (the latest visit to it): the code
+        Slack would send to that visit's redirect URL, standing for the user, with its nonce."""
+        visit = self.authorize_visits[-1]
+        code = f"oidc-{user_id}-{next(self._code_numbers)}"
+        claims = {
+            "https://slack.com/user_id": user_id,
+            "https://slack.com/team_id": team_id,
+            "name": name or user_id,
+            "nonce": visit.get("nonce"),
+        }
+        with self._lock:
+            self._sign_in_codes[code] = {"claims": claims, "redirect": visit.get("redirect_uri")}
         return code
 
     def uninstall(self, team_or_org: str) -> None:
@@ -487,6 +504,23 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
                 return "invalid_code"
             self._issue(install)
         return install.oauth_answer()
+
+    def _openid_connect_token(self, args: dict[str, Any], token: str) -> dict[str, Any] | str:
+        basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        if token != f"Basic {basic}":
+            return "invalid_client_id"
+        with self._lock:
+            found = self._sign_in_codes.pop(str(args.get("code")), None)
+        if found is None:
+            return "invalid_code"
+        if args.get("redirect_uri") != found["redirect"]:
+            return "bad_redirect_uri"
+
+        def part(value: dict[str, Any]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+        id_token = f"{part({'alg': 'RS256'})}.{part(found['claims'])}.c2lnbmF0dXJl"
+        return {"access_token": "xoxp-sign-in", "token_type": "Bearer", "id_token": id_token}
 
     def _refresh(self, refresh_token: str) -> dict[str, Any] | str:
         """A refresh token exchanged once: new tokens, the used one revoked. The access

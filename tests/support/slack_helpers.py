@@ -6,7 +6,7 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 from redis.asyncio import Redis
 from slack_sdk.signature import SignatureVerifier
+from starlette.routing import BaseRoute
 
 from adapters.slack import SlackPlatform
 from adapters.slack.rotation import Rotation
@@ -261,11 +262,15 @@ async def events_app(slack: FakeSlack, redis_url: str) -> AsyncIterator[EventsAp
 
 @contextlib.asynccontextmanager
 async def serving(
-    platform: SlackPlatform, ingest: Ingest, redis: Redis, base_url: str
+    platform: SlackPlatform,
+    ingest: Ingest,
+    redis: Redis,
+    base_url: str,
+    extra: Sequence[BaseRoute] = (),
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """`gateway web`'s app with the Slack platform, started, and a client of it; on the
-    way out the platform stops and `redis` is closed."""
-    app = create_app(redis, ingest, [platform], ["slack"])
+    """`gateway web`'s app with the Slack platform (and `extra` routes), started, and a
+    client of it; on the way out the platform stops and `redis` is closed."""
+    app = create_app(redis, ingest, [platform], ["slack"], extra)
     await platform.startup()
     try:
         transport = httpx.ASGITransport(app=app)

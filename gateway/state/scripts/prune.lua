@@ -1,4 +1,4 @@
--- KEYS: sessions channel meta history inbox live replies injections turn_injections segments compressing side lease queued approvals media
+-- KEYS: sessions channel meta history inbox live replies injections turn_injections segments compressing side lease queued approvals media side_answers
 -- ARGV: session cutoff
 -- Remove an idle session: every part of it, and its place in the index and its
 -- channel's set. Everything that made it a candidate is checked again here, in
@@ -10,6 +10,7 @@ local live, replies, injections, turn_injections = KEYS[6], KEYS[7], KEYS[8], KE
 local segments, compressing, side, lease, queued = KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local approvals = KEYS[15]
 local media = KEYS[16]
+local side_answers = KEYS[17]
 local session, cutoff = ARGV[1], tonumber(ARGV[2])
 
 local score = redis.call('ZSCORE', sessions, session)
@@ -26,7 +27,8 @@ if redis.call('LLEN', history) > tonumber(redis.call('HGET', meta, 'answered') o
 end
 local removed = redis.call('ZREM', sessions, session)
 removed = removed + redis.call('DEL', meta, history, inbox, live, replies, injections,
-                               turn_injections, segments, compressing, side, approvals, media)
+                               turn_injections, segments, compressing, side, approvals, media,
+                               side_answers)
 redis.call('ZREM', channel, session)
 if removed > 0 then return 1 end
 return 0

@@ -1,4 +1,4 @@
--- KEYS: meta history inbox live replies injections turn_injections segments compressing approvals media
+-- KEYS: meta history inbox live replies injections turn_injections segments compressing approvals media side_answers
 -- ARGV: now
 -- Start a fresh conversation: a new epoch, which fences every write of a turn
 -- still running, and every part of the session gone. The jobs still owed stay

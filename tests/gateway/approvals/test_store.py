@@ -77,6 +77,7 @@ async def test_an_opened_approval_is_pending_with_everything_its_turn_needs(
     assert approval.deadline == pytest.approx(time.time() + 600, abs=5)
     assert await store.session_of(approval_id) == KEY
     assert await redis_client.zscore(Keys.APPROVALS_DUE, f"{KEY} {approval_id}") is not None
+    assert await store.waiting(10) == [(KEY, approval_id)]
 
 
 async def test_opening_the_same_call_twice_gives_one_id_and_one_record(

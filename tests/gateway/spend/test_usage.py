@@ -221,6 +221,12 @@ async def test_a_call_is_written_at_once_by_day_and_kept_400_days(redis_client: 
     assert both.cost_text == "$0.5000 (+ cost unknown for 1 calls)"
     assert list(await ledger.by("user", "2026-03-03")) == ["slack:U7"]
     assert await ledger.by("user", "2026-03-04") == {}
+    days = await ledger.by_day("model", "2026-03-02")
+    assert [(day, t.calls, t.prompt) for day, t in days.items()] == [
+        ("2026-03-02", 1, 100),
+        ("2026-03-03", 1, 10),
+    ]
+    assert list(await ledger.by_day("model", "2026-03-03")) == ["2026-03-03"]
 
 
 async def test_metrics_show_tokens_and_cost_by_platform_workspace_and_model(

@@ -106,6 +106,7 @@ async def test_an_idle_session_is_removed_with_every_key_and_its_index_entries(
     recent = await deployment.talk("hello too", thread="T2")
     await deployment.sessions.inject(old, "a note for the next turn")
     await deployment.redis.rpush(Keys.segments(old), json.dumps({"summary": "earlier"}))
+    await deployment.sessions.note_side_answer(old, {"question": "q", "answer": "a"})
     await deployment.age(old, 31)
 
     result = await Retention(deployment.redis, 30 * DAY).prune()

@@ -4,11 +4,12 @@ a reset, the reply's ids kept for a re-run."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import redis.asyncio as aioredis
 
 from gateway.state.keys import Keys
-from gateway.state.session import Finish, SessionStore, assistant_entry
+from gateway.state.session import SIDE_ANSWERS_KEPT, Finish, SessionStore, assistant_entry
 from tests.support.helpers import inbound
 
 TTL = 5.0
@@ -113,3 +114,20 @@ async def test_a_rerun_finds_the_reply_ids_its_predecessor_stored_for_that_messa
     # re-run edits what it posted).
     assert not await sessions.show_progress(key, "token-a", first, text="Once upon a stale")
     assert await sessions.live(key) != "Once upon a stale"
+
+
+async def test_side_answers_are_kept_newest_last_capped_and_gone_with_a_reset(
+    redis_client: aioredis.Redis,
+) -> None:
+    sessions = SessionStore(redis_client)
+    key = "test:W:C1"
+    for n in range(SIDE_ANSWERS_KEPT + 2):
+        await sessions.note_side_answer(key, {"question": f"q{n}", "answer": "a"})
+    kept = [
+        json.loads(item)["question"]
+        for item in await redis_client.lrange(Keys.side_answers(key), 0, -1)
+    ]
+    assert kept == [f"q{n}" for n in range(2, SIDE_ANSWERS_KEPT + 2)]
+    assert await sessions.history(key) == []
+    await sessions.reset(key)
+    assert not await redis_client.exists(Keys.side_answers(key))
