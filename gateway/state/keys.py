@@ -130,6 +130,15 @@ class Keys:
         return list(Keys.parts(session_key).values())
 
     @staticmethod
+    def acked(written_key: str) -> str:
+        """A short-lived mark written with each WAIT for replicas (gateway/state/replicas.py),
+        in the slot of `written_key`: its hash tag, or the whole key as the tag."""
+        start = written_key.find("{")
+        end = written_key.find("}", start + 1)
+        tag = written_key[start + 1 : end] if 0 <= start < end - 1 else written_key
+        return f"{PREFIX}:{{{tag}}}:acked"
+
+    @staticmethod
     def jobs(platform: str) -> str:
         return f"{PREFIX}:jobs:{platform}"
 

@@ -89,12 +89,13 @@ async def _sentinel_nodes(target: RedisTarget, options: RedisOptions) -> list[st
     finally:
         for sentinel in manager.sentinels:
             await sentinel.aclose()
-    nodes = [f"{_text(host)}:{port} primary"] + [f"{_text(h)}:{p} replica" for h, p in replicas]
+    nodes = [f"{_text(host)}:{_text(port)} primary"]
+    nodes += [f"{_text(h)}:{_text(p)} replica" for h, p in replicas]
     return [*nodes, f"{answering} of {len(manager.sentinels)} sentinels answer"]
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def _cluster(client: RedisCluster) -> Topology:
