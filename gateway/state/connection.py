@@ -303,6 +303,19 @@ class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     standalone one when every connection is busy."""
 
 
+class SentinelPrimary(aioredis.Redis):
+    """The client of a Sentinel set's primary: closing it closes the sentinels' clients
+    too (redis-py leaves them open)."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            pool = self.connection_pool
+            assert isinstance(pool, SentinelConnectionPool)
+            await pool.sentinel_manager.aclose()
+
+
 # -- the clients -------------------------------------------------------------------------------
 
 
@@ -369,6 +382,7 @@ def _sentinel_primary(target: RedisTarget, options: RedisOptions) -> aioredis.Re
         connection_class, extra = GuardedSentinelSSLConnection, _tls(options)
     return sentinel_manager(target, options).master_for(  # type: ignore[no-any-return]
         target.service,
+        redis_class=SentinelPrimary,
         connection_pool_class=BlockingSentinelPool,
         connection_class=connection_class,
         max_connections=options.max_connections,

@@ -85,6 +85,8 @@ async def _on_node_of(
     """The commands on one connection to the primary of `key`'s slot (a cluster pipeline
     would send WAIT, which names no key, to a node of its own choosing)."""
     node = cluster.get_node_from_key(key)
+    if node is None:
+        raise NotReplicated(f"no primary holds the slot of {key} yet")
     connection = node.acquire_connection()
     try:
         await connection.send_packed_command(connection.pack_commands(commands))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import redis
 
+from gateway.state.embedded_redis import find_redis_server
 from tests.support.redis_servers import free_port, redis_command
 
 SERVICE = "gw"
@@ -68,12 +69,12 @@ class SentinelSet:
             f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
             f"sentinel parallel-syncs {SERVICE} 1\n"
         )
-        command = redis_command(port, str(self.workdir))[:1] + [str(config), "--sentinel"]
+        command = [find_redis_server(), str(config), "--sentinel"]
         self._spawn(port, command)
 
     def _spawn(self, port: int, command: list[str]) -> None:
-        log = (self.workdir / f"{port}.log").open("ab")
-        self.processes[port] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        with (self.workdir / f"{port}.log").open("ab") as log:
+            self.processes[port] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, within: float) -> None:
         """Until every sentinel names a primary with a replica in sync and two peers."""
@@ -113,6 +114,11 @@ class SentinelSet:
             if isinstance(found, list | tuple) and len(found) == 2:
                 return int(found[1])
         return None
+
+    def replica_port(self) -> int:
+        """The data node that is not the primary."""
+        primary = self.primary_port()
+        return next(port for port in self.data_ports if port != primary)
 
     def kill(self, port: int) -> None:
         """SIGKILL a node: no shutdown, no final write."""
