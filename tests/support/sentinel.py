@@ -34,6 +34,7 @@ class SentinelSet:
     data_ports: list[int] = field(default_factory=lambda: [free_port(), free_port()])
     sentinel_ports: list[int] = field(default_factory=lambda: [free_port() for _ in range(3)])
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    commands: dict[int, list[str]] = field(default_factory=dict)
     appendonly: bool = False
 
     @property
@@ -73,6 +74,7 @@ class SentinelSet:
         self._spawn(port, command)
 
     def _spawn(self, port: int, command: list[str]) -> None:
+        self.commands[port] = command
         with (self.workdir / f"{port}.log").open("ab") as log:
             self.processes[port] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
@@ -126,6 +128,11 @@ class SentinelSet:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again, as it was started: the sentinels make a former
+        primary a replica of the new one."""
+        self._spawn(port, self.commands[port])
 
     def failover(self, within: float = 30.0) -> int:
         """A coordinated failover (SENTINEL FAILOVER): the replica promoted, the old
