@@ -41,7 +41,7 @@ from gateway.platform import Mode, Platform
 from gateway.ports import FileSource, Sender
 from gateway.settings.env import Settings, load_settings
 from gateway.state import embedded_redis, keys
-from gateway.state.connection import redact_url
+from gateway.state.connection import redact_url, url_password
 from gateway.state.console_jobs import ConsoleJobs
 from gateway.state.health import Health
 
@@ -129,7 +129,8 @@ def _setup_logging(settings: Settings, *, quiet: bool) -> None:
         )
         if s is not None
     ]
-    logs.setup(level, settings.log_format, secrets)
+    redis_password = url_password(settings.redis_url or "")  # redis-py's own log lines too
+    logs.setup(level, settings.log_format, [*secrets, *filter(None, [redis_password])])
 
 
 # --- shared pieces ---------------------------------------------------------------------------

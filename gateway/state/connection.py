@@ -21,6 +21,10 @@ or one whose repeat changes nothing, `REPEATABLE`); any other raises
 `OutcomeUnknown`, a `ConnectionError`, which takes the path every Redis outage
 takes (the platform is answered 503 and delivers the event again, and ingest's
 dedupe makes the second delivery a no-op).
+
+Long because: the URL's grammar (`parse_url`), the three clients `connect` builds from
+it and the retry policy they share (`BoundedRetry`, `_Guarded`) are one decision about
+how the gateway reaches Redis; split, each part would name the others' details.
 """
 
 from __future__ import annotations
@@ -419,11 +423,12 @@ def _cluster(target: RedisTarget, options: RedisOptions) -> RedisCluster:
 
 def redact_text(text: str, url: str) -> str:
     """`text` (a driver's error message) without the password `url` carries."""
-    password = _password_of(url)
+    password = url_password(url)
     return text.replace(password, "***") if password else text
 
 
-def _password_of(url: str) -> str | None:
+def url_password(url: str) -> str | None:
+    """The password `url` carries (decoded), if any."""
     authority = url.partition("://")[2].partition("/")[0]
     creds, at, _ = authority.rpartition("@")
     if not at:
