@@ -9,7 +9,7 @@ p99, in µs) and the messages per second with many in flight, then what the wait
 adds. WAITAOF is measured when the server has it (Redis 7.2 and later), with the
 replica's append-only file synced on every write.
 
-    python bench/wait_replicas.py [--messages 2000] [--in-flight 32]
+    python bench/wait_replicas.py [--messages 2000] [--in-flight 32] [--no-aof]
 """
 
 from __future__ import annotations
@@ -95,13 +95,14 @@ def server_version(port: int) -> tuple[int, ...]:
 
 
 async def amain(args: argparse.Namespace) -> None:
-    replicas = SentinelSet(appendonly=True).start()
+    replicas = SentinelSet(appendonly=not args.no_aof).start()
     try:
         primary = replicas.primary_port()
         version = server_version(primary or 0)
         print(
             f"wait_replicas: {args.messages} messages per row through Ingest.receive, a primary "
-            f"and one replica (append-only, fsync always), redis-server "
+            f"and one replica ({'in memory' if args.no_aof else 'append-only, fsync always'}), "
+            "redis-server "
             f"{'.'.join(map(str, version))}, loopback"
         )
         rows: list[Figures] = []
@@ -134,6 +135,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=2000, help="messages per row")
     parser.add_argument("--warm-up", type=int, default=200, help="unmeasured messages first")
     parser.add_argument("--in-flight", type=int, default=32, help="senders at once")
+    parser.add_argument("--no-aof", action="store_true", help="servers without append-only files")
     return parser.parse_args(argv)
 
 
