@@ -34,6 +34,7 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from gateway.state import keys
 from gateway.state.embedded_redis import find_redis_server
 from gateway.state.keys import GROUP, Keys
 from tests.fakes.discord_api import FakeDiscord
@@ -42,6 +43,7 @@ from tests.fakes.llm_shapes import JSON, error_body, last_user_text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram, Message
 from tests.support.processes import environment
+from tests.support.sentinel import SentinelSet
 from tests.support.slack_helpers import BOT_TOKEN, SIGNING_SECRET
 
 TELEGRAM_SECRET = "drill_webhook-secret"
@@ -333,6 +335,7 @@ class Stack:
     slack: StampedSlack
     env: dict[str, str]
     discord: FakeDiscord | None = None
+    sentinels: SentinelSet | None = None  # when the drill runs on a Sentinel set
     procs: list[Proc] = field(default_factory=list)
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -344,7 +347,7 @@ class Stack:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def client(self) -> aioredis.Redis:
-        return aioredis.Redis.from_url(self.redis.url, decode_responses=True)
+        return keys.connect(self.env["REDIS_URL"])
 
     def spawn(self, command: str, **env: str) -> Proc:
         name = f"{command}-{next(self._counter)}"
@@ -460,19 +463,28 @@ async def stack(
     llm: FakeLLM | None = None,
     durable: bool = False,
     discord: FakeDiscord | None = None,
+    sentinel: bool = False,
     **extra: str,
 ) -> AsyncIterator[Stack]:
-    """Start Redis and the fakes (not yet the gateway); stop everything on the way out."""
+    """Start Redis and the fakes (not yet the gateway); stop everything on the way out.
+    `sentinel`: a primary, a replica and three sentinels instead of one server."""
     workdir = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
     server = RedisServer(workdir, durable=durable)
-    server.start()
+    sentinels = None
+    if sentinel:
+        sentinels = SentinelSet(workdir / "sentinel", appendonly=durable)
+        (workdir / "sentinel").mkdir()
+        sentinels.start()
+        _LIVE.update(sentinels.processes.values())
+    else:
+        server.start()
     model = (llm or FakeLLM()).start()
     telegram, slack = StampedTelegram(), StampedSlack()
     slack.start()
     await telegram.start()
     if discord is not None:
         await discord.start()
-    env = base_env(server.url, model, telegram, slack, **extra)
+    env = base_env(sentinels.url if sentinels else server.url, model, telegram, slack, **extra)
     if discord is not None:
         env.update(
             DISCORD_BOT_TOKEN=discord.token,
@@ -480,7 +492,7 @@ async def stack(
             DISCORD_GATEWAY_URL=discord.gateway_url,
             DISCORD_EDIT_INTERVAL="0.3",
         )
-    running = Stack(workdir, server, model, telegram, slack, env, discord)
+    running = Stack(workdir, server, model, telegram, slack, env, discord, sentinels)
     try:
         yield running
     finally:
@@ -491,6 +503,8 @@ async def stack(
         slack.stop()
         model.stop()
         server.stop()
+        if sentinels is not None:
+            sentinels.stop()
 
 
 # -- what Redis says about a session -----------------------------------------------------------

@@ -180,25 +180,40 @@ class Slack:
         self.stack, self.fake = stack, stack.slack
 
     async def send(
-        self, http: httpx.AsyncClient, label: str, *, copies: int = 3, channel: str = "C1"
+        self,
+        http: httpx.AsyncClient,
+        label: str,
+        *,
+        copies: int = 3,
+        channel: str = "C1",
+        retry_for: float = 0.0,
     ) -> Sent:
         """A mention at the top of a channel (a thread of its own), delivered `copies` times
-        at once: the first as Slack sends it, the rest as its retries."""
+        at once: the first as Slack sends it, the rest as its retries; delivered again
+        (as Slack's retries, sooner) until a 2xx or `retry_for` seconds."""
         ts = f"1720000000.{next(_slack_ts):06d}"
         body = json.dumps(
             event_body(mention(f"{label} please answer", channel=channel, ts=ts))
         ).encode()
         url = self.stack.url("/slack/events")
-        statuses = await asyncio.gather(
-            *(
-                post(http, url, body, signed_headers(body, retry=attempt or None))
-                for attempt in range(copies)
+        sent = Sent(f"slack:{TEAM_ID}:{channel}:{ts}", channel, ts, label)
+        deadline = time.monotonic() + retry_for
+        attempts = 0
+        while True:
+            statuses = await asyncio.gather(
+                *(
+                    post(http, url, body, signed_headers(body, retry=attempts + n or None))
+                    for n in range(copies)
+                )
             )
-        )
-        sent = Sent(f"slack:{TEAM_ID}:{channel}:{ts}", channel, ts, label, list(statuses))
-        if any(200 <= s < 300 for s in statuses):
-            sent.acked_at = time.monotonic()
-        return sent
+            attempts += copies
+            sent.statuses.extend(statuses)
+            if any(200 <= s < 300 for s in statuses):
+                sent.acked_at = time.monotonic()
+                return sent
+            if time.monotonic() > deadline:
+                return sent
+            await asyncio.sleep(0.25)
 
     def replies(self, sent: Sent) -> list[Any]:
         return self.fake.thread_messages(sent.chat, sent.ref)

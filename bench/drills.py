@@ -34,6 +34,11 @@ from typing import Any
 
 import httpx
 from drill_console import console_interrupt
+from drill_failover import (
+    sentinel_failover,
+    sentinel_failover_nowait,
+    sentinel_failover_telegram,
+)
 from drill_faults import (
     crash,
     crash_drafts,
@@ -507,6 +512,9 @@ DRILLS: dict[str, Drill] = {
     "crash-slack": crash_slack,
     "crash-drafts": crash_drafts,
     "redis-restart": redis_restart,
+    "sentinel-failover": sentinel_failover,
+    "sentinel-failover-nowait": sentinel_failover_nowait,
+    "sentinel-failover-telegram": sentinel_failover_telegram,
     "model-chaos": model_chaos,
     "silent-model": silent_model,
     "platform-429": platform_429,

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from adapters.telegram.client import prepare_process
 from tests.support.redis_servers import start_redis
+from tests.support.sentinel import SentinelSet
 from tests.support.web_server import SCREENSHOTS
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -50,6 +51,15 @@ def redis_server() -> Iterator[str]:
     yield url
     process.terminate()
     process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def sentinel_set() -> Iterator[SentinelSet]:
+    """One primary, one replica and three sentinels on loopback, started the first time a
+    test of this run (of this xdist worker) asks for them, stopped at its end."""
+    started = SentinelSet().start()
+    yield started
+    started.stop()
 
 
 def _answers(process: subprocess.Popen[bytes], url: str) -> bool:

@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def cmd_feedback(settings: Settings, args: argparse.Namespace) -> int:
     since = args.since or day_of(dt.datetime.now(dt.UTC))[:8] + "01"
     start = dt.datetime.fromisoformat(since).replace(tzinfo=dt.UTC)
-    async with open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with open_redis(settings.redis_url, settings.data_dir, settings.redis_options) as redis:
         votes = await FeedbackStore(redis).since(start)
     if args.json:
         print(json.dumps({"since": since, "feedback": [v.as_dict() for v in votes]}, indent=2))

@@ -22,6 +22,7 @@ from gateway import logs, shutdown
 from gateway.cli import feedback as cli_feedback
 from gateway.cli import settings as cli_settings
 from gateway.cli import usage as cli_usage
+from gateway.cli.doctor_redis import doctor_redis
 from gateway.cli.sessions import cmd_sessions, positive_days
 from gateway.cli.tasks import (
     FORCED_CLEANUP,
@@ -40,6 +41,7 @@ from gateway.platform import Mode, Platform
 from gateway.ports import FileSource, Sender
 from gateway.settings.env import Settings, load_settings
 from gateway.state import embedded_redis, keys
+from gateway.state.connection import redact_url, url_password
 from gateway.state.console_jobs import ConsoleJobs
 from gateway.state.health import Health
 
@@ -128,7 +130,8 @@ def _setup_logging(settings: Settings, *, quiet: bool) -> None:
         )
         if s is not None
     ]
-    logs.setup(level, settings.log_format, secrets)
+    redis_password = url_password(settings.redis_url or "")  # redis-py's own log lines too
+    logs.setup(level, settings.log_format, [*secrets, *filter(None, [redis_password])])
 
 
 # --- shared pieces ---------------------------------------------------------------------------
@@ -165,7 +168,9 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.http.app import create_app
     from gateway.worker import Worker
 
-    async with keys.open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with keys.open_redis(
+        settings.redis_url, settings.data_dir, settings.redis_options
+    ) as redis:
         platforms = _platforms(settings, redis, "send")
         for platform in platforms:
             platform.validate("http" if platform.uses_http() else "connect")
@@ -255,7 +260,7 @@ def _banner(settings: Settings, platforms: Sequence[Platform], use_console: bool
             f"  redis: embedded, data in {settings.data_dir}/ (set REDIS_URL to use your own)"
         )
     else:
-        lines.append(f"  redis: {keys.redact_url(settings.redis_url)}")
+        lines.append(f"  redis: {redact_url(settings.redis_url)}")
     if settings.uses_echo:
         lines.append(
             "  model: echo, an offline stand-in that repeats your message (set "
@@ -279,7 +284,9 @@ async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.console.app import console_routes
     from gateway.http.app import create_app
 
-    async with keys.open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with keys.open_redis(
+        settings.redis_url, settings.data_dir, settings.redis_options
+    ) as redis:
         platforms = [p for p in _platforms(settings, redis, "http") if p.uses_http()]
         await _preflight(platforms)
         ingest = Ingest(settings, redis)
@@ -297,7 +304,9 @@ async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.worker import Worker
 
-    async with keys.open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with keys.open_redis(
+        settings.redis_url, settings.data_dir, settings.redis_options
+    ) as redis:
         platforms = _platforms(settings, redis, "send")
         if not platforms:
             raise ConfigError(
@@ -323,7 +332,9 @@ def _connect_command(
     async def command(settings: Settings, args: argparse.Namespace) -> int:
         import adapters
 
-        async with keys.open_redis(settings.redis_url, settings.data_dir) as redis:
+        async with keys.open_redis(
+            settings.redis_url, settings.data_dir, settings.redis_options
+        ) as redis:
             if name not in settings.enabled_platforms:
                 raise ConfigError(f"{name.upper()}_BOT_TOKEN is required for `gateway {name}`")
             platform = adapters.load(name)(settings, redis)
@@ -355,19 +366,7 @@ async def cmd_redis(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.models import ModelCall, Models
 
-    results: list[tuple[str, bool, str]] = []
-    url = settings.redis_url
-    if url is None:
-        results.append(("redis", True, "embedded (REDIS_URL unset); started on demand"))
-    else:
-        client = keys.connect(url)
-        try:
-            await keys.ping(client, url)
-            results.append(("redis", True, keys.redact_url(url)))
-        except GatewayError as exc:
-            results.append(("redis", False, str(exc)))
-        finally:
-            await client.aclose()
+    results = await doctor_redis(settings)
     try:
         call = ModelCall(
             settings.model,
@@ -411,7 +410,9 @@ async def _doctor_redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
         finally:
             await client.aclose()
         return
-    async with keys.open_redis(settings.redis_url, settings.data_dir) as client:
+    async with keys.open_redis(
+        settings.redis_url, settings.data_dir, settings.redis_options
+    ) as client:
         yield client
 
 

@@ -29,7 +29,7 @@ async def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
         raise ConfigError(f"`gateway sessions {args.action}` needs a session KEY")
     if args.action == "prune":
         return await _prune_sessions(settings, args)
-    async with open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with open_redis(settings.redis_url, settings.data_dir, settings.redis_options) as redis:
         sessions = SessionStore(redis)
         if args.action == "list":
             _print_rows(await _rows(sessions), args.json)
@@ -73,7 +73,7 @@ async def _prune_sessions(settings: Settings, args: argparse.Namespace) -> int:
         raise ConfigError(
             "`gateway sessions prune` needs GATEWAY_SESSION_RETENTION_DAYS or --older-than DAYS"
         )
-    async with open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with open_redis(settings.redis_url, settings.data_dir, settings.redis_options) as redis:
         result = await Retention(redis, days * DAY).prune()
     if args.json:
         print(json.dumps({"removed": result.removed, "kept": result.kept, "older_than_days": days}))

@@ -46,7 +46,7 @@ async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     scope = parse_scope(args.scope)
     if args.action != "show":
         validate_key(args.key)
-    async with open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with open_redis(settings.redis_url, settings.data_dir, settings.redis_options) as redis:
         scoped = ScopedSettings(redis, settings)
         await scoped.load()
         if args.action == "set":

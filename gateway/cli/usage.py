@@ -31,7 +31,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def cmd_usage(settings: Settings, args: argparse.Namespace) -> int:
     since = args.since or day_of(dt.datetime.now(dt.UTC))[:8] + "01"
-    async with open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with open_redis(settings.redis_url, settings.data_dir, settings.redis_options) as redis:
         rows = await UsageLedger(redis).by(args.by, since)
     if args.json:
         found = [{args.by: name, **totals.as_dict()} for name, totals in rows.items()]

@@ -16,7 +16,7 @@ async def cmd_users(settings: Settings, args: argparse.Namespace) -> int:
     if args.action in {"approve", "revoke"} and not args.value:
         what = "CODE" if args.action == "approve" else "USER (platform:id)"
         raise ConfigError(f"`gateway users {args.action}` needs a {what}")
-    async with open_redis(settings.redis_url, settings.data_dir) as redis:
+    async with open_redis(settings.redis_url, settings.data_dir, settings.redis_options) as redis:
         pairing = Pairing(redis)
         if args.action == "list":
             return await _list(pairing, args.json)

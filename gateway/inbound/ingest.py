@@ -29,6 +29,7 @@ from gateway.messages import Address, Decision, FeedbackClick, Inbound
 from gateway.metrics import Metrics
 from gateway.settings.env import Settings
 from gateway.state.keys import Keys
+from gateway.state.replicas import ReplicaWait
 from gateway.state.session import SessionStore
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,24 @@ class Ingest:
         self.rate_limits = RateLimiter(redis, settings.rate_user, settings.rate_conversation)
         self.metrics = Metrics(redis)
         self.access = Access(settings, redis)
+        self.replicas = ReplicaWait(
+            redis,
+            settings.redis_wait_replicas,
+            settings.redis_wait_timeout,
+            aof=settings.redis_wait_aof,
+        )
 
     async def receive(self, inbound: Inbound) -> Receipt:
+        """What became of the message, once it is stored (and, with
+        GATEWAY_REDIS_WAIT_REPLICAS, once replicas have it: a platform may then
+        acknowledge it). A retried delivery waits again, finding it stored."""
         if inbound.speaker.is_bot:
             return Receipt.IGNORED
+        receipt = await self._receive(inbound)
+        await self.replicas.confirm(Keys.meta(inbound.session_key))
+        return receipt
+
+    async def _receive(self, inbound: Inbound) -> Receipt:
         inbound = inbound.model_copy(update={"text": clean_text(inbound.text)})
         command = commands.parse(inbound.text)
         if not await self._addressed(inbound):
@@ -113,6 +128,7 @@ class Ingest:
         if session_key is None:
             return Verdict.CLOSED
         verdict = Verdict(await self.approvals.decide(decision, session_key))
+        await self.replicas.confirm(Keys.meta(session_key))
         log.info("approval %s in %s: %s", decision.approval_id, session_key, verdict)
         return verdict
 

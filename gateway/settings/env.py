@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gateway.errors import ConfigError
 from gateway.settings.values import Rate, budget_amount, parse_rate
 from gateway.state.cipher import check_keys
+from gateway.state.connection import RedisOptions, parse_url
 
 ECHO_MODEL = "echo"
 ADMIN_TOKEN_MIN = 16  # the console's sign-in token: long enough that the sign-in lock is enough
@@ -64,6 +65,17 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(default=None, alias="REDIS_URL")
     data_dir: Path = Field(default=Path(".gateway"), alias="GATEWAY_DATA_DIR")
+    # TLS (rediss://): the authorities a server's certificate is checked against; unset,
+    # the system's. Certificates and host names are always checked.
+    redis_ca_file: Path | None = Field(default=None, alias="GATEWAY_REDIS_CA_FILE")
+    # How long a command the server did not run (no connection, a redirect, a failover
+    # in progress) is retried before it counts as Redis being down.
+    redis_retry_seconds: float = Field(default=10.0, alias="GATEWAY_REDIS_RETRY_SECONDS", ge=0)
+    # An event is acknowledged to its platform only once this many replicas have it
+    # (WAIT, or WAITAOF with GATEWAY_REDIS_WAIT_AOF); 0: once the primary has it.
+    redis_wait_replicas: int = Field(default=0, alias="GATEWAY_REDIS_WAIT_REPLICAS", ge=0)
+    redis_wait_timeout: float = Field(default=1.0, alias="GATEWAY_REDIS_WAIT_TIMEOUT", gt=0)
+    redis_wait_aof: bool = Field(default=False, alias="GATEWAY_REDIS_WAIT_AOF")
 
     model: str = Field(default=ECHO_MODEL, alias="GATEWAY_MODEL")
     api_base: str | None = Field(default=None, alias="GATEWAY_API_BASE")
@@ -195,6 +207,20 @@ class Settings(BaseSettings):
     # `platform:user_id` entries who may sign in with Slack beside its workspaces' admins.
     admin_users_text: str = Field(default="", alias="GATEWAY_ADMIN_USERS")
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value:
+            parse_url(value)  # its ValueError names no password
+        return value or None
+
+    @field_validator("redis_ca_file")
+    @classmethod
+    def _ca_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value} is not a file")
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -291,6 +317,10 @@ class Settings(BaseSettings):
             return json.loads(value) if value.strip() else {}
         except json.JSONDecodeError as exc:
             raise ValueError(f"must be JSON ({exc.msg} at character {exc.pos})") from None
+
+    @property
+    def redis_options(self) -> RedisOptions:
+        return RedisOptions(ca_file=self.redis_ca_file, retry_seconds=self.redis_retry_seconds)
 
     @property
     def side_model(self) -> str:

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import ClassVar
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from gateway.errors import StoreUnavailable
+from gateway.state import connection
+from gateway.state.connection import RedisOptions, redact_text, redact_url
 from gateway.state.embedded_redis import EmbeddedRedis
 
 PREFIX = "gw"
@@ -136,6 +135,15 @@ class Keys:
     @staticmethod
     def all_parts(session_key: str) -> list[str]:
         return list(Keys.parts(session_key).values())
+
+    @staticmethod
+    def acked(written_key: str) -> str:
+        """A short-lived mark written with each WAIT for replicas (gateway/state/replicas.py),
+        in the slot of `written_key`: its hash tag, or the whole key as the tag."""
+        start = written_key.find("{")
+        end = written_key.find("}", start + 1)
+        tag = written_key[start + 1 : end] if 0 <= start < end - 1 else written_key
+        return f"{PREFIX}:{{{tag}}}:acked"
 
     @staticmethod
     def jobs(platform: str) -> str:
@@ -303,28 +311,15 @@ class Keys:
         return f"{PREFIX}:admin:failures:{source}"
 
 
-def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
-    """An asyncio client that retries dropped connections with backoff.
-
-    The pool blocks (up to 10 s) when every connection is busy, so a burst
-    waits for a connection instead of failing with "too many connections".
-    """
-    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8)
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=10,
-        decode_responses=True,
-        retry=retry,
-        retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        health_check_interval=15,
-        socket_connect_timeout=2.0,
-    )
-    return aioredis.Redis.from_pool(pool)
+def connect(url: str, options: RedisOptions | None = None) -> aioredis.Redis:
+    """The client for `url`, a server, a Sentinel set or a Cluster (`gateway.state.connection`)."""
+    return connection.connect(url, options)
 
 
 @asynccontextmanager
-async def open_redis(url: str | None, data_dir: Path) -> AsyncIterator[aioredis.Redis]:
+async def open_redis(
+    url: str | None, data_dir: Path, options: RedisOptions | None = None
+) -> AsyncIterator[aioredis.Redis]:
     """Redis at `url` (REDIS_URL), or the embedded server under `data_dir` when it is
     None (stopped again on exit, if this process started it). Fails with
     StoreUnavailable when nothing answers."""
@@ -332,7 +327,7 @@ async def open_redis(url: str | None, data_dir: Path) -> AsyncIterator[aioredis.
     if url is None:
         embedded = EmbeddedRedis(data_dir)
         url = embedded.start()
-    client = connect(url)
+    client = connect(url, options)
     try:
         await ping(client, url)
         yield client
@@ -346,17 +341,8 @@ async def ping(client: aioredis.Redis, url_for_errors: str) -> None:
     """Fail with StoreUnavailable (naming the host, never a password) when Redis is down."""
     try:
         await client.ping()
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+    except (RedisError, OSError) as exc:
         raise StoreUnavailable(
-            f"Redis at {redact_url(url_for_errors)} does not answer: {exc}"
+            f"Redis at {redact_url(url_for_errors)} does not answer: {type(exc).__name__}: "
+            f"{redact_text(str(exc), url_for_errors)}"
         ) from None
-
-
-def redact_url(url: str) -> str:
-    """`redis://user:secret@host` -> `redis://user:***@host`."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://***@{host}"

@@ -262,6 +262,10 @@ async def test_a_report_with_redis_gone_is_logged_not_raised(
             await reporter.report(False, "connection lost; reconnecting")
     finally:
         await client.aclose()
-    assert [r.getMessage() for r in caplog.records if r.name == "gateway.state.health"] == [
-        "health of slack not reported: Redis does not answer (TimeoutError)"
-    ]
+    (logged,) = [r.getMessage() for r in caplog.records if r.name == "gateway.state.health"]
+    # Its timeout while the client retries, or at once: a write the server may have
+    # taken before it died is not sent again (gateway/state/connection.py).
+    assert logged in {
+        f"health of slack not reported: Redis does not answer ({name})"
+        for name in ("TimeoutError", "OutcomeUnknown")
+    }

@@ -1,0 +1,95 @@
+"""Acknowledging an event only once replicas have it (GATEWAY_REDIS_WAIT_REPLICAS).
+
+Redis replicates asynchronously: a primary that fails over can take with it writes
+it had already answered. With `replicas` set, ingest's last step for an event asks
+the primary to wait until that many replicas have everything it wrote so far (WAIT,
+or WAITAOF, which waits until the replicas have also written it to their
+append-only files). A shortfall when the timeout ends raises `NotReplicated`, a
+Redis error: the platform is answered 503 and delivers the event again, and ingest,
+finding it stored already, waits again before acknowledging it.
+
+WAIT counts the writes of the connection it is sent on, so it travels with a small
+write of its own (`Keys.acked`) in one pipeline on one connection: whatever the
+event wrote before, on any connection, comes earlier in the primary's replication
+stream. On a Cluster that connection is to the node holding the key given, the one
+the event's atomic step wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+from gateway.state.keys import Keys
+
+log = logging.getLogger(__name__)
+
+MARK_TTL_MS = 5000
+
+
+class NotReplicated(RedisError):
+    """Fewer replicas than asked acknowledged an event's writes within the timeout."""
+
+
+class ReplicaWait:
+    """Waits, after an event is written, until `replicas` replicas have it."""
+
+    def __init__(self, redis: Redis, replicas: int, timeout: float, aof: bool = False) -> None:
+        self.redis = redis
+        self.replicas = replicas
+        self.timeout_ms = max(1, int(timeout * 1000))
+        self.aof = aof
+
+    @property
+    def active(self) -> bool:
+        return self.replicas > 0
+
+    async def confirm(self, written_key: str) -> None:
+        """Return once the replicas have everything written so far on the node of
+        `written_key`; raise NotReplicated when they do not within the timeout."""
+        if not self.active:
+            return
+        commands = [("SET", Keys.acked(written_key), "1", "PX", MARK_TTL_MS), self._wait()]
+        if isinstance(self.redis, RedisCluster):
+            replies = await _on_node_of(self.redis, written_key, commands)
+        else:
+            replies = await _pipelined(self.redis, commands)
+        acked = int(replies[-1][1] if self.aof else replies[-1])
+        if acked < self.replicas:
+            log.warning("%d of %d replicas have the event's writes", acked, self.replicas)
+            raise NotReplicated(
+                f"{acked} of {self.replicas} replicas have the event after "
+                f"{self.timeout_ms} ms (GATEWAY_REDIS_WAIT_REPLICAS)"
+            )
+
+    def _wait(self) -> tuple[Any, ...]:
+        if self.aof:
+            return ("WAITAOF", 0, self.replicas, self.timeout_ms)
+        return ("WAIT", self.replicas, self.timeout_ms)
+
+
+async def _pipelined(redis: Redis, commands: list[tuple[Any, ...]]) -> list[Any]:
+    async with redis.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute())
+
+
+async def _on_node_of(
+    cluster: RedisCluster, key: str, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """The commands on one connection to the primary of `key`'s slot (a cluster pipeline
+    would send WAIT, which names no key, to a node of its own choosing)."""
+    node = cluster.get_node_from_key(key)
+    if node is None:
+        raise NotReplicated(f"no primary holds the slot of {key} yet")
+    connection = node.acquire_connection()
+    try:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        return [await connection.read_response() for _ in commands]
+    finally:
+        node.release(connection)

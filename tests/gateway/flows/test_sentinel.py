@@ -1,0 +1,144 @@
+"""The gateway on a Sentinel-watched primary: the core's tests and Telegram's end-to-end
+ones run here again with `REDIS_URL=redis+sentinel://...` (the imported tests are
+collected in this module, where `redis_url` names the Sentinel set); the doctor's
+report; acknowledgements that wait for the replica.
+
+The set (tests/support/sentinel.py) is started once, by the xdist worker that runs
+this file, the first time a test here asks for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from gateway.cli.doctor_redis import doctor_redis
+from gateway.inbound.ingest import Ingest, Receipt
+from gateway.messages import Inbound
+from gateway.state import keys
+from gateway.state.keys import Keys
+from gateway.state.replicas import NotReplicated
+from tests.adapters.flows.test_telegram_e2e import (  # noqa: F401  (collected here)
+    test_private_message_is_answered,
+    test_the_same_update_twice_gets_one_reply,
+    web,
+)
+from tests.gateway.inbound.test_ingest import (  # noqa: F401  (collected here)
+    test_a_retried_command_acts_once,
+    test_the_same_event_twice_is_answered_once,
+)
+from tests.gateway.state.test_session import (  # noqa: F401  (collected here)
+    test_a_claim_moves_the_inbox_into_the_history_and_holds_out_another_token,
+    test_a_finished_turn_is_recorded_once_and_moves_the_answered_mark,
+)
+from tests.gateway.test_worker import (  # noqa: F401  (collected here)
+    test_a_message_gets_a_streamed_reply_recorded_once,
+    test_invariant_holds_with_two_workers_and_messages_landing_as_turns_end,
+)
+from tests.support.helpers import inbound, settings
+from tests.support.sentinel import SentinelSet
+
+pytestmark = pytest.mark.timeout(150)
+
+_dbs = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture
+def redis_url(sentinel_set: SentinelSet) -> str:
+    """A database of its own on the Sentinel set's primary, emptied first."""
+    db = next(_dbs)
+    primary = sentinel_set.primary_port()
+    assert primary is not None
+    client = redis.Redis(port=primary, db=db)
+    client.flushdb()
+    client.close()
+    return f"{sentinel_set.url}/{db}"
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = keys.connect(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def test_doctor_names_the_mode_the_primary_its_replica_and_the_sentinels(
+    redis_url: str, sentinel_set: SentinelSet
+) -> None:
+    rows = await doctor_redis(settings(redis_url))
+    assert [(name, ok) for name, ok, _ in rows] == [("redis", True), ("scripts", True)]
+    nodes = rows[0][2]
+    primary, replica = sentinel_set.primary_port(), sentinel_set.replica_port()
+    assert nodes.startswith(f"sentinel: 127.0.0.1:{primary} primary, 127.0.0.1:{replica} replica")
+    assert nodes.endswith("3 of 3 sentinels answer")
+    assert rows[1][2].endswith("load on each of 1 primary")
+
+
+def _stall_replica(sentinel_set: SentinelSet, seconds: float) -> threading.Thread:
+    """The replica busy for `seconds` (DEBUG SLEEP): it applies and acknowledges nothing."""
+    replica = sentinel_set.replica_port()
+
+    def sleep() -> None:
+        client = redis.Redis(port=replica, socket_timeout=seconds + 5)
+        client.execute_command("DEBUG", "SLEEP", seconds)
+        client.close()
+
+    thread = threading.Thread(target=sleep)
+    thread.start()
+    time.sleep(0.05)  # DEBUG SLEEP under way
+    return thread
+
+
+async def _receive(redis_url: str, message: Inbound, **values: object) -> tuple[Receipt, float]:
+    client = keys.connect(redis_url)
+    try:
+        ingest = Ingest(settings(redis_url, **values), client)
+        started = time.monotonic()
+        receipt = await ingest.receive(message)
+        return receipt, time.monotonic() - started
+    finally:
+        await client.aclose()
+
+
+async def test_with_the_wait_on_an_event_is_acknowledged_once_the_replica_has_it(
+    redis_url: str, sentinel_set: SentinelSet
+) -> None:
+    db = int(redis_url.rsplit("/", 1)[1])
+    stalled = _stall_replica(sentinel_set, 0.5)
+    message = inbound("hello")
+    receipt, took = await _receive(redis_url, message, GATEWAY_REDIS_WAIT_REPLICAS=1)
+    stalled.join()
+    assert receipt is Receipt.QUEUED
+    assert took > 0.3  # it waited for the replica to wake and take the write
+    replica = redis.Redis(port=sentinel_set.replica_port(), db=db)
+    assert replica.exists(Keys.meta(message.session_key))
+    replica.close()
+
+
+async def test_without_the_wait_an_event_is_acknowledged_with_the_replica_behind(
+    redis_url: str, sentinel_set: SentinelSet
+) -> None:
+    stalled = _stall_replica(sentinel_set, 0.5)
+    receipt, took = await _receive(redis_url, inbound("hello"))
+    stalled.join()
+    assert receipt is Receipt.QUEUED
+    assert took < 0.3
+
+
+async def test_fewer_replicas_than_asked_is_an_outage_and_the_retry_waits_again(
+    redis_url: str,
+) -> None:
+    wanting_two = {"GATEWAY_REDIS_WAIT_REPLICAS": 2, "GATEWAY_REDIS_WAIT_TIMEOUT": 0.2}
+    message = inbound("hello")
+    with pytest.raises(NotReplicated, match="1 of 2 replicas"):
+        await _receive(redis_url, message, **wanting_two)
+    with pytest.raises(NotReplicated):  # the redelivery finds it stored, and waits again
+        await _receive(redis_url, message, **wanting_two)
+    receipt, _ = await _receive(redis_url, message, GATEWAY_REDIS_WAIT_REPLICAS=1)
+    assert receipt is Receipt.DUPLICATE
