@@ -12,6 +12,7 @@ import redis
 import redis.asyncio as aioredis
 
 from adapters.telegram.client import prepare_process
+from gateway.state import shards
 from tests.support.redis_servers import start_redis
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -22,6 +23,18 @@ def telegram_process() -> None:
     """The test process set up as the CLI's is when it starts Telegram, whichever test
     builds a Telegram client first."""
     prepare_process()
+
+
+# The suite names its keys for one job shard (streams such as `Keys.jobs("test", 0)`
+# are then every job of a platform); the processes it starts are told the same
+# (tests/support/processes.py). The tests of the shards themselves, and those run
+# against a Redis Cluster, set their own count (`tests/support/clusters.py`).
+TEST_SHARDS = 1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection: test modules name keys at import."""
+    shards.configure(TEST_SHARDS)
 
 
 @pytest.fixture(scope="session")

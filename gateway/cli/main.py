@@ -39,7 +39,7 @@ from gateway.inbound.ingest import Ingest
 from gateway.platform import Mode, Platform
 from gateway.ports import FileSource, Sender
 from gateway.settings.env import Settings, load_settings
-from gateway.state import embedded_redis, keys
+from gateway.state import embedded_redis, keys, shards
 from gateway.state.console_jobs import ConsoleJobs
 from gateway.state.health import Health
 
@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
         settings = load_settings()
+        shards.configure(settings.job_shards)
         _setup_logging(settings, quiet=args.command == "run")
         code = asyncio.run(args.handler(settings, args))
     except GatewayError as exc:

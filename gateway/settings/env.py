@@ -63,6 +63,9 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(default=None, alias="REDIS_URL")
     data_dir: Path = Field(default=Path(".gateway"), alias="GATEWAY_DATA_DIR")
+    # How many shards the job streams and the sessions are spread over (gateway/state/shards.py):
+    # fixed for the life of a deployment (the keys are named by it).
+    job_shards: int = Field(default=16, alias="GATEWAY_JOB_SHARDS", ge=1, le=1024)
 
     model: str = Field(default=ECHO_MODEL, alias="GATEWAY_MODEL")
     api_base: str | None = Field(default=None, alias="GATEWAY_API_BASE")

@@ -157,7 +157,7 @@ class Budgets:
         hold of a worker that died mid-call does."""
         groups = by_slot(keys) if on_cluster(self.redis) else [list(range(len(keys)))]
         args = {"tokens": tokens, "usd": usd}
-        warn, held = -1, []
+        warn, held = -1, list[str]()
         for group in groups:
             rest = [term for position in group for term in terms[position]]
             verdict, index = await self._hold(keys=[keys[p] for p in group], args=args, rest=rest)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.crc import key_slot
@@ -161,6 +161,8 @@ class Keys:
     def session_jobs(session_key: str, platform: str) -> str:
         """The job stream a session's jobs go to: its platform's, in its shard."""
         return Keys.jobs(platform, shards.shard_of(session_key))
+
+    JOB_STREAMS_MATCH = f"{PREFIX}:{{*}}:jobs:*"  # a SCAN pattern of every job stream
 
     # Every stream that takes jobs PUBLISHes its name here as each job is added (in the
     # same script): what wakes a worker, which reads that stream alone.
@@ -363,12 +365,19 @@ def _workspace_tag(session_key: str) -> str:
     return f"w:{platform}:{workspace}"
 
 
+CLUSTER_SCHEME = "redis+cluster://"
+
+
 def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
     """An asyncio client that retries dropped connections with backoff.
 
     The pool blocks (up to 10 s) when every connection is busy, so a burst
     waits for a connection instead of failing with "too many connections".
+    A `redis+cluster://host:port,host:port` URL names a Redis Cluster by some
+    of its nodes (`connect_cluster`).
     """
+    if url.startswith(CLUSTER_SCHEME):
+        return connect_cluster(url)
     retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8)
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
@@ -383,11 +392,32 @@ def connect(url: str, max_connections: int = 256) -> aioredis.Redis:
     return aioredis.Redis.from_pool(pool)
 
 
+def connect_cluster(url: str) -> aioredis.Redis:
+    """redis-py's cluster client on the nodes a `redis+cluster://` URL names: it finds
+    the rest, and follows MOVED and ASK redirections and failovers itself."""
+    nodes = []
+    for address in url.removeprefix(CLUSTER_SCHEME).strip("/").split(","):
+        host, _, port = address.rpartition(":")
+        nodes.append(ClusterNode(host or "127.0.0.1", int(port or 6379)))
+    cluster = RedisCluster(
+        startup_nodes=nodes,
+        decode_responses=True,
+        socket_connect_timeout=2.0,
+        require_full_coverage=True,
+    )
+    return cast(aioredis.Redis, cluster)  # the commands the gateway sends are the same
+
+
 @asynccontextmanager
-async def open_redis(url: str | None, data_dir: Path) -> AsyncIterator[aioredis.Redis]:
+async def open_redis(
+    url: str | None, data_dir: Path, *, check_layout: bool = True
+) -> AsyncIterator[aioredis.Redis]:
     """Redis at `url` (REDIS_URL), or the embedded server under `data_dir` when it is
     None (stopped again on exit, if this process started it). Fails with
-    StoreUnavailable when nothing answers."""
+    StoreUnavailable when nothing answers, and with LayoutMismatch when it holds keys
+    of another layout (`gateway/state/layout.py`; not checked by `gateway migrate`)."""
+    from gateway.state import layout  # it names its keys here: imported once both exist
+
     embedded = None
     if url is None:
         embedded = EmbeddedRedis(data_dir)
@@ -395,6 +425,8 @@ async def open_redis(url: str | None, data_dir: Path) -> AsyncIterator[aioredis.
     client = connect(url)
     try:
         await ping(client, url)
+        if check_layout:
+            await layout.ensure(client)
         yield client
     finally:
         await client.aclose()

@@ -148,7 +148,7 @@ async def test_a_worker_killed_mid_stream_leaves_one_reply_closed_and_complete(
             while not await streaming_and_stored():
                 assert time.monotonic() < deadline, "the reply did not start streaming"
                 await asyncio.sleep(0.05)
-            (job,) = await client.xpending_range(Keys.jobs("slack"), GROUP, "-", "+", 10)
+            (job,) = await client.xpending_range(Keys.jobs("slack", 0), GROUP, "-", "+", 10)
             os.kill(int(str(job["consumer"]).split("-")[-2]), signal.SIGKILL)
             reply = answered(slack, "C1", top["ts"], "word39")
     finally:

@@ -123,7 +123,7 @@ def _ingest(redis_url: str, client: aioredis.Redis, **values: object) -> Ingest:
 
 
 async def _notice_texts(client: aioredis.Redis) -> list[str]:
-    entries = await client.xrange(Keys.jobs("test"))
+    entries = await client.xrange(Keys.jobs("test", 0))
     return [json.loads(f["payload"])["text"] for _, f in entries if f["kind"] == "notice"]
 
 
