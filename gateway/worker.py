@@ -113,7 +113,7 @@ class Worker:
         self.retention = Retention(redis, days * DAY) if days is not None else None
         self.slots = asyncio.Semaphore(concurrency or settings.worker_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.running_jobs: set[str] = set()
+        self.running_jobs: set[str] = set()  # their `Job.key`s
         self.ready = asyncio.Event()
 
     async def run(self, stop: asyncio.Event, grace: float | None = None) -> None:
@@ -281,7 +281,7 @@ class Worker:
         self.turns.claims.stop(session_key)
 
     def _start(self, job: Job, *, slot_taken: bool) -> None:
-        if job.id in self.running_jobs:
+        if job.key in self.running_jobs:
             # Found twice (a reclaim round and the check for unstarted jobs both saw
             # it before either started it): it runs once.
             if slot_taken:
@@ -289,11 +289,11 @@ class Worker:
             return
         task = asyncio.create_task(self._run_job(job))
         self.tasks.add(task)
-        self.running_jobs.add(job.id)
+        self.running_jobs.add(job.key)
 
         def done(finished: asyncio.Task[None]) -> None:
             self.tasks.discard(finished)
-            self.running_jobs.discard(job.id)
+            self.running_jobs.discard(job.key)
             if slot_taken:
                 self.slots.release()
 

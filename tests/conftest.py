@@ -13,7 +13,8 @@ import redis.asyncio as aioredis
 
 from adapters.telegram.client import prepare_process
 from gateway.state import shards
-from tests.support.redis_servers import start_redis
+from tests.support.clusters import Cluster, start_cluster
+from tests.support.redis_servers import client_for, start_redis
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -86,6 +87,16 @@ def redis_url(redis_server: str) -> Iterator[str]:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """A Redis Cluster (three primaries, a replica each) for the whole run, started by
+    the first test that asks for it: only the test process that runs cluster tests
+    (tests/test_cluster.py) pays its two seconds."""
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()

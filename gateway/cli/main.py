@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from gateway import logs, shutdown
 from gateway.cli import feedback as cli_feedback
+from gateway.cli import migrate as cli_migrate
 from gateway.cli import settings as cli_settings
 from gateway.cli import usage as cli_usage
 from gateway.cli.sessions import cmd_sessions, positive_days
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_settings.add_parser(commands)
     cli_usage.add_parser(commands)
     cli_feedback.add_parser(commands)
+    cli_migrate.add_parser(commands)
     return parser
 
 

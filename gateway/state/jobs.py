@@ -88,6 +88,11 @@ class Job:
         return cls(stream, job_id, kind, session, payload, fresh, deliveries)
 
     @property
+    def key(self) -> str:
+        """The job among every stream's (an id is unique only within its stream)."""
+        return f"{self.stream} {self.id}"
+
+    @property
     def exhausted(self) -> bool:
         return self.deliveries > MAX_DELIVERIES
 
@@ -247,7 +252,8 @@ class JobQueue:
         ]
 
     async def unstarted(self, running: Collection[str], count: int) -> list[Job]:
-        """Jobs already delivered to this consumer that it is not running.
+        """Jobs already delivered to this consumer that it is not running (`running`: the
+        `Job.key`s of those it is).
 
         A read whose answer never reached this process (a dropped connection, a
         retried command) leaves its jobs pending under this consumer's name;
@@ -276,7 +282,7 @@ class JobQueue:
         wanted = {
             str(row["message_id"]): int(row["times_delivered"])
             for row in rows
-            if str(row["message_id"]) not in running
+            if f"{stream} {row['message_id']}" not in running
         }
         ids: list[Any] = list(wanted)[:count]
         if not ids:

@@ -11,8 +11,6 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from gateway.inbound.ingest import Ingest
 from gateway.ports import FileSource, Sender
 from gateway.state.keys import Keys
@@ -21,6 +19,7 @@ from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.support.helpers import settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 
 @dataclass
@@ -87,7 +86,7 @@ async def start_workers(
         "GATEWAY_MODEL_RETRIES": 1,
     }
     config = settings(redis_url, **(defaults | values))
-    clients = [aioredis.Redis.from_url(redis_url, decode_responses=True) for _ in range(count + 1)]
+    clients = [client_for(redis_url) for _ in range(count + 1)]
     sender = RecordingSender()
     senders = senders or {"test": sender}
     workers = [Worker(config, client, senders, sources=sources) for client in clients[1:]]

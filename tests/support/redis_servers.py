@@ -10,7 +10,10 @@ import socket
 import subprocess
 import tempfile
 
+import redis.asyncio as aioredis
+
 from gateway.state.embedded_redis import find_redis_server
+from gateway.state.keys import CLUSTER_SCHEME, connect_cluster
 
 
 def free_port() -> int:
@@ -42,3 +45,11 @@ def redis_command(port: int, data: str, *options: str) -> list[str]:
         "",
         *options,
     ]
+
+
+def client_for(url: str) -> aioredis.Redis:
+    """A test's own asyncio client of `url`: a cluster client for a `redis+cluster://`
+    URL (tests/support/clusters.py), a plain one otherwise."""
+    if url.startswith(CLUSTER_SCHEME):
+        return connect_cluster(url)
+    return aioredis.Redis.from_url(url, decode_responses=True)

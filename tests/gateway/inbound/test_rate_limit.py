@@ -16,6 +16,7 @@ from gateway.settings.values import Rate, parse_rate
 from gateway.state.keys import Keys
 from gateway.state.scripts import BoundScript, load
 from tests.support.helpers import inbound
+from tests.support.redis_servers import client_for
 
 USER, CONVERSATION = Keys.user_rate("test:U1", "test:W:C1"), Keys.rate("test:W:C1")
 
@@ -143,7 +144,7 @@ async def test_the_notice_is_due_once_per_window(take: BoundScript) -> None:
 
 
 async def test_two_clients_share_one_bucket(redis_url: str, take: BoundScript) -> None:
-    other = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    other = client_for(redis_url)
     try:
         take_elsewhere = load("rate_limit").bind(other)
         args = _args(user=(60_000, 4, 60_000))

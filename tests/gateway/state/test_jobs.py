@@ -17,6 +17,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Harness, start_workers
 from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 STREAM = Keys.jobs("test", 0)
 
@@ -107,7 +108,7 @@ async def test_a_job_read_but_never_started_runs_without_waiting_for_reclaim(
         GATEWAY_API_KEY="sk-test-key",
         GATEWAY_LEASE_TTL=30.0,
     )
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    redis = client_for(redis_url)
     worker = Worker(config, redis, {"test": RecordingSender()})
     await worker.queue.ensure_groups()
     message = inbound("hello")
@@ -204,7 +205,7 @@ async def test_a_busy_worker_claims_no_job_it_cannot_start(one_slot: Harness) ->
 
 async def test_a_job_found_twice_runs_once(redis_url: str, llm: FakeLLM) -> None:
     config = settings(redis_url)
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    redis = client_for(redis_url)
     sender = RecordingSender()
     worker = Worker(config, redis, {"test": sender})
     await worker.queue.ensure_groups()
@@ -233,7 +234,7 @@ async def test_the_check_for_unstarted_jobs_does_not_count_running_ones_as_deliv
     running_id = await redis_client.xadd(STREAM, {"kind": "notice", "session": "s", "payload": ""})
     (job,) = await queue.read(count=1, block_ms=100)
     for _ in range(6):
-        assert await queue.unstarted({job.id}, 1) == []
+        assert await queue.unstarted({job.key}, 1) == []
     (row,) = await redis_client.xpending_range(STREAM, GROUP, "-", "+", 10)
     assert row["message_id"] == running_id and row["times_delivered"] == 1
     queue.mark([STREAM])

@@ -22,6 +22,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Harness, start_workers
 from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ async def test_an_early_call_from_a_view_compressed_elsewhere_is_replaced(
     harness.llm.reply = "noted"
     for number in range(4):
         key = await say(harness, f"message {number}")
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     try:
         config = harness.workers[0].settings
         other = Compressor(config, client, Models.for_settings(config))
@@ -127,7 +128,7 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
     """The lease is taken between the job's enqueue and its claim: the early call is
     cancelled at once, nothing reaches the chat, and the turn runs once the lease is free."""
     caplog.set_level(logging.INFO, logger="gateway.turn.claims")
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     worker, sender = await unstarted_worker(client, redis_url, llm)
     config = worker.settings
     reading = asyncio.create_task(worker.queue.read(count=1, block_ms=10_000))
@@ -157,7 +158,7 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
 async def test_a_job_read_from_a_backlog_is_not_started_early(redis_url: str, llm: FakeLLM) -> None:
     """Messages queued before any worker reads them may be several in one turn: the first
     one's job says nothing of the others, so its turn waits for the claim."""
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     ingest = Ingest(settings(redis_url), client)
     for text in ("one", "two", "three"):
         await ingest.receive(inbound(text))
@@ -197,7 +198,7 @@ async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
     offset (here one pretending this machine runs 5 s ahead); measured, it does not."""
     from gateway.state.jobs import JobQueue
 
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     queue = JobQueue(client, ["test"])
     await queue.ensure_groups()
     assert abs(queue.clock_offset) < 0.25  # one machine, one clock
@@ -220,7 +221,7 @@ async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
 async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
     redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     worker, sender = await unstarted_worker(client, redis_url, llm)
     config = worker.settings
     message = inbound("hello")
@@ -241,7 +242,7 @@ async def test_a_slow_clock_measure_does_not_make_a_new_job_stale(redis_url: str
     trip ahead of where it is: a job that arrives while the read waits is still fresh."""
     from gateway.state.jobs import JobQueue
 
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     queue = JobQueue(client, ["test"])
     await queue.ensure_groups()
     # As measured over a 400 ms round trip answered at its very end.
