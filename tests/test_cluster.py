@@ -19,8 +19,9 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from gateway.errors import LayoutMismatch
 from gateway.feedback.store import FeedbackStore, FeedbackVerdict, Reply
-from gateway.state import layout, shards
+from gateway.state import keys, shards
 from gateway.state.jobs import SWEEP_STREAMS, JobQueue
 from gateway.state.keys import Keys
 from gateway.state.scripts import load
@@ -116,10 +117,10 @@ def test_the_shards_spread_over_the_primaries(redis_cluster: Cluster) -> None:
 async def test_an_empty_cluster_takes_the_layout_and_a_wrong_count_is_refused(
     redis_client: aioredis.Redis,
 ) -> None:
-    await layout.ensure(redis_client)
-    assert await layout.stored(redis_client) == layout.Layout(layout.VERSION, 16)
-    with cluster_shards(8), pytest.raises(layout.LayoutMismatch, match="16 job shards"):
-        await layout.ensure(redis_client)
+    await keys.ensure_layout(redis_client)
+    assert await keys.stored_layout(redis_client) == keys.Layout(keys.LAYOUT_VERSION, 16)
+    with cluster_shards(8), pytest.raises(LayoutMismatch, match="16 job shards"):
+        await keys.ensure_layout(redis_client)
 
 
 async def test_a_worker_reads_a_job_of_any_shard_from_its_doorbell(

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from gateway.settings.env import Settings
-from gateway.state import layout, shards
+from gateway.state import keys, shards
 from gateway.state.keys import open_redis
 from gateway.state.migrate import Migration, workers_connected
 
@@ -26,12 +26,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     async with open_redis(settings.redis_url, settings.data_dir, check_layout=False) as redis:
-        found = await layout.stored(redis)
+        found = await keys.stored_layout(redis)
         if found is None:
-            await layout.record(redis)
+            await keys.record_layout(redis)
             print(f"nothing to move: an empty database, laid out for {shards.count()} shards")
             return 0
-        if found.version == layout.VERSION:
+        if found.version == keys.LAYOUT_VERSION:
             return _already(found)
         workers = await workers_connected(redis)
         if workers and not args.force:
@@ -47,7 +47,7 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _already(found: layout.Layout) -> int:
+def _already(found: keys.Layout) -> int:
     if found.shards == shards.count():
         print(f"nothing to move: already laid out for {found.shards} shards")
         return 0

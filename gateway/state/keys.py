@@ -9,12 +9,25 @@ on one slot of a Redis Cluster (docs/architecture.md, "Keys on a cluster"):
   health, the layout) shares `{gw}`;
 - a spend key's day and month share their owner's tag; a conversation's and its
   user's rate buckets share their workspace's.
+
+Which layout a database holds is recorded in it (`Keys.LAYOUT`) and checked when a
+process opens it (`ensure_layout`): version 1 named a session's keys by the session
+(`gw:{<session key>}:…`), kept one job stream per platform and left the global keys
+untagged; version 2 is this one, for a given number of shards. A process refuses
+(LayoutMismatch) a database of version 1 or of another shard count: its keys would
+not be found, and new ones would be written beside them. `gateway migrate` moves a
+version 1 database (`gateway/state/migrate.py`).
+
+Long because: every key name is here, in one table (`Keys`), and the check of the
+layout they form (`ensure_layout`) sits with the connection every process opens
+through `open_redis`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, cast
 
@@ -26,7 +39,7 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.errors import StoreUnavailable
+from gateway.errors import LayoutMismatch, StoreUnavailable
 from gateway.state import shards
 from gateway.state.embedded_redis import EmbeddedRedis
 
@@ -346,6 +359,55 @@ class Keys:
         return f"{PREFIX}:oauth_state:{platform}:{state}"
 
 
+LAYOUT_VERSION = 2
+# Keys every version 1 database that took any message has (its session index, its
+# metrics); one that has neither holds nothing that must be moved.
+V1_MARKS = ("gw:sessions", "gw:metrics", "gw:settings:version")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A database's key layout: its version, and its shard count."""
+
+    version: int
+    shards: int
+
+
+async def stored_layout(redis: aioredis.Redis) -> Layout | None:
+    """The layout recorded here; version 1 when none is but version 1 keys are found;
+    None for an empty database."""
+    found = cast(dict[str, str], await redis.hgetall(Keys.LAYOUT))
+    if found:
+        return Layout(int(found["version"]), int(found["shards"]))
+    for key in V1_MARKS:
+        if await redis.exists(key):
+            return Layout(1, 1)
+    return None
+
+
+async def record_layout(redis: aioredis.Redis) -> None:
+    """This process's layout, recorded as the database's."""
+    mapping: dict[str | bytes, str | int] = {"version": LAYOUT_VERSION, "shards": shards.count()}
+    await redis.hset(Keys.LAYOUT, mapping=mapping)  # type: ignore[arg-type]
+
+
+async def ensure_layout(redis: aioredis.Redis) -> None:
+    """Record the layout in an empty database; refuse one laid out otherwise."""
+    found = await stored_layout(redis)
+    if found is None:
+        await record_layout(redis)
+    elif found.version != LAYOUT_VERSION:
+        raise LayoutMismatch(
+            "Redis holds an older key layout (version 1): stop the gateway's processes "
+            "and run `gateway migrate` once"
+        )
+    elif found.shards != shards.count():
+        raise LayoutMismatch(
+            f"Redis holds keys laid out for {found.shards} job shards but "
+            f"GATEWAY_JOB_SHARDS is {shards.count()}: the count is fixed for a deployment"
+        )
+
+
 def on_cluster(redis: object) -> bool:
     """Whether `redis` is a Redis Cluster client (its multi-key calls must be single-slot)."""
     return isinstance(redis, RedisCluster)
@@ -415,9 +477,7 @@ async def open_redis(
     """Redis at `url` (REDIS_URL), or the embedded server under `data_dir` when it is
     None (stopped again on exit, if this process started it). Fails with
     StoreUnavailable when nothing answers, and with LayoutMismatch when it holds keys
-    of another layout (`gateway/state/layout.py`; not checked by `gateway migrate`)."""
-    from gateway.state import layout  # it names its keys here: imported once both exist
-
+    of another layout (`ensure_layout`; not checked by `gateway migrate`)."""
     embedded = None
     if url is None:
         embedded = EmbeddedRedis(data_dir)
@@ -426,7 +486,7 @@ async def open_redis(
     try:
         await ping(client, url)
         if check_layout:
-            await layout.ensure(client)
+            await ensure_layout(client)
         yield client
     finally:
         await client.aclose()

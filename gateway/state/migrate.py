@@ -1,6 +1,6 @@
 """Moving a database of the version 1 key layout to this one (`gateway migrate`).
 
-Version 1 (`gateway/state/layout.py`) named a session's keys `gw:{<session key>}:<part>`,
+Version 1 (`gateway/state/keys.py`, "layout") named a session's keys `gw:{<session key>}:<part>`,
 kept one job stream per platform (`gw:jobs:<platform>`, a console run's
 `gw:jobs:console:<run>`) and one session index (`gw:sessions`), and left the global
 keys untagged. Each key is moved on its own, in a step that is safe to repeat:
@@ -30,7 +30,7 @@ from typing import Any, cast
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from gateway.state import layout
+from gateway.state import keys
 from gateway.state.keys import GLOBAL, GROUP, PREFIX, Keys
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class Migration:
         if await self.redis.exists(V1_SESSIONS):
             await self._split_index()
         await self.redis.delete(V1_CONSOLES)  # runs register again; left jobs: below
-        await layout.record(self.redis)
+        await keys.record_layout(self.redis)
         return self.moved
 
     async def _each(self, match: str, move: Callable[..., Awaitable[None]], *extra: str) -> None:

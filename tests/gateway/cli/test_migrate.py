@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.messages import Inbound
-from gateway.state import layout
+from gateway.state import keys
 from gateway.state.keys import GROUP, Keys
 from gateway.state.session import user_entry
 from tests.fakes.llm_server import FakeLLM
@@ -60,7 +60,7 @@ async def test_a_version_1_database_moves_and_its_waiting_message_is_answered(
         "moved 1 global keys, 2 indexes, 1 jobs, 3 session keys, 1 spend keys, "
         "1 user rate buckets; laid out for 16 shards\n"
     )
-    assert await layout.stored(redis_client) == layout.Layout(2, 16)
+    assert await keys.stored_layout(redis_client) == keys.Layout(2, 16)
     assert await redis_client.get(Keys.queued(key)) == f"{Keys.session_jobs(key, 'test')} {job_id}"
     assert [entry for entry, _ in await redis_client.xrange(Keys.session_jobs(key, "test"))] == [
         job_id
@@ -87,7 +87,7 @@ async def test_a_move_is_refused_while_a_worker_reads_unless_forced(
 
     refused = await run_against(redis_url, tmp_path, "migrate", GATEWAY_JOB_SHARDS="16")
     assert refused.returncode == 1 and "a-running-worker" in refused.stderr
-    assert await layout.stored(redis_client) == layout.Layout(1, 1)  # nothing moved
+    assert await keys.stored_layout(redis_client) == keys.Layout(1, 1)  # nothing moved
 
     forced = await run_against(redis_url, tmp_path, "migrate", "--force", GATEWAY_JOB_SHARDS="16")
     assert forced.returncode == 0 and "1 jobs" in forced.stdout
