@@ -11,6 +11,7 @@ import json
 import sys
 
 from gateway.inbound.ingest import Ingest
+from gateway.state import shards
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.support.helpers import inbound, settings
@@ -26,6 +27,7 @@ async def main(redis_url: str, api_base: str) -> None:
         GATEWAY_API_KEY="sk-test-key",
         GATEWAY_MODEL_PROCESSES=1,
     )
+    shards.configure(config.job_shards)  # as the test process names its keys
     client = client_for(redis_url)
     sender = RecordingSender()
     worker = Worker(config, client, {"test": sender})

@@ -30,6 +30,7 @@ from tests.support.model_turns import (  # noqa: F401  (collected again, with a 
     test_many_sessions_run_at_once,
     test_stop_cancels_the_running_turn,
 )
+from tests.support.processes import shards_env
 from tests.support.redis_servers import client_for
 
 
@@ -168,6 +169,7 @@ async def test_a_worker_with_model_processes_never_imports_litellm(
         redis_url,
         llm.api_base,
         stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, **shards_env()},
     )
     out, _ = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0
