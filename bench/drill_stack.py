@@ -375,7 +375,7 @@ class Stack:
         """Start workers and wait until each reads its job streams."""
         started = [self.spawn("worker") for _ in range(count)]
         for proc in started:
-            await self.wait_log(proc, "reading gw:jobs", within)
+            await self.wait_log(proc, "job streams of", within)
         return started
 
     async def wait_log(self, proc: Proc, text: str, within: float) -> None:

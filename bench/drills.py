@@ -73,6 +73,7 @@ from drill_traffic import (
     wait_finished,
 )
 
+from gateway.state.keys import Keys
 from tests.fakes.discord_api import FakeDiscord, FakeGuild
 from tests.fakes.llm_server import FakeLLM
 from tests.support.processes import request_text
@@ -236,11 +237,11 @@ def _failures(counts: dict[int, int]) -> int:
 
 async def _written(client: Any) -> dict[str, int]:
     """Monotonic write counters: entries ever added to each job stream, and sessions."""
-    counters = {"sessions": int(await client.zcard("gw:sessions"))}
+    counters = {"sessions": sum([int(await client.zcard(k)) for k in Keys.session_indexes()])}
     for platform in ("slack", "telegram"):
-        stream = f"gw:jobs:{platform}"
-        info = await client.xinfo_stream(stream) if await client.exists(stream) else {}
-        counters[stream] = int(info.get("entries-added", 0))
+        for stream in Keys.job_streams(platform):
+            info = await client.xinfo_stream(stream) if await client.exists(stream) else {}
+            counters[stream] = int(info.get("entries-added", 0))
     return counters
 
 
@@ -340,7 +341,8 @@ async def _quiet(s: Stack, discord: FakeDiscord, within: float = 30.0) -> None:
             calls = len(s.telegram.calls) + len(discord.calls)
             if calls != seen:
                 seen, since = calls, time.monotonic()
-            jobs = sum([await client.xlen(f"gw:jobs:{p}") for p in ("telegram", "discord")])
+            streams = [*Keys.job_streams("telegram"), *Keys.job_streams("discord")]
+            jobs = sum([await client.xlen(stream) for stream in streams])
             if jobs == 0 and time.monotonic() - since > 2.0:
                 return
             await asyncio.sleep(0.1)

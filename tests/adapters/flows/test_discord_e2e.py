@@ -108,7 +108,7 @@ class Stack:
         await self.wait(
             lambda: self.fake_discord.identifies and self.fake_discord.commands, within=60
         )
-        await self.wait(lambda: all("reading gw:jobs" in p.output() for p in workers), within=90)
+        await self.wait(lambda: all("job streams of" in p.output() for p in workers), within=90)
 
     async def wait(self, condition: Any, within: float = 45.0) -> Any:
         def met() -> Any:

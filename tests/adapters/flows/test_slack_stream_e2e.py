@@ -132,7 +132,7 @@ async def test_a_worker_killed_mid_stream_leaves_one_reply_closed_and_complete(
     try:
         async with gateway(tmp_path, env, "web", "worker", "worker") as processes:
             deadline = time.monotonic() + 150
-            while processes.output().count("reading gw:jobs:slack") < 2:
+            while processes.output().count("job streams of slack") < 2:
                 assert time.monotonic() < deadline, "the workers did not start"
                 await asyncio.sleep(0.1)
             top = mention("tell me a story")

@@ -49,7 +49,7 @@ async def until(condition: object, within: float, what: str) -> None:
 
 async def workers_ready(processes: Gateway, count: int) -> bool:
     text = processes.output()
-    return text.count("reading gw:jobs:telegram") >= count
+    return text.count("job streams of telegram") >= count
 
 
 @pytest.mark.parametrize("chat", [None, GROUP_CHAT], ids=["private-draft", "group-edit"])
