@@ -45,7 +45,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from gateway.state.keys import GROUP, Keys
+from gateway.state.keys import GROUP, Keys, on_cluster
 from gateway.state.lease import every
 from gateway.state.scripts import load
 
@@ -233,9 +233,7 @@ class JobQueue:
         self._to_check.add(stream)
         since = self._server_ms()
         try:
-            response: Any = await self.redis.xreadgroup(
-                GROUP, self.consumer, {stream: ">"}, count=count
-            )
+            response = await self._xreadgroup(stream, count)
         except (RedisError, OSError):
             self._marked[stream] = None
             raise
@@ -250,6 +248,18 @@ class JobQueue:
             for job_id, fields in entries
             if fields
         ]
+
+    async def _xreadgroup(self, stream: str, count: int) -> Any:
+        if not on_cluster(self.redis):
+            return await self.redis.xreadgroup(GROUP, self.consumer, {stream: ">"}, count=count)
+        # XREADGROUP's key moves with its arguments: unless told the node (its slot map
+        # knows it), redis-py asks the server where the key is (COMMAND GETKEYS) on every
+        # read, on a server that lists no key specs (before Redis 7).
+        node = self.redis.get_node_from_key(stream)  # type: ignore[attr-defined]
+        pieces = ("GROUP", GROUP, self.consumer, "COUNT", count, "STREAMS", stream, ">")
+        return await self.redis.execute_command(  # type: ignore[no-untyped-call]
+            "XREADGROUP", *pieces, target_nodes=node
+        )
 
     async def unstarted(self, running: Collection[str], count: int) -> list[Job]:
         """Jobs already delivered to this consumer that it is not running (`running`: the
