@@ -53,14 +53,17 @@ TURN_PATIENCE = 20.0  # seconds a user waits for a reply before sending again
 
 @dataclass
 class FinalSender(BenchSender):
-    """Wakes each session's user when its reply is final."""
+    """Wakes each session's user when its reply is final; counts each message's finals."""
 
     done: dict[str, asyncio.Event] = field(default_factory=dict)
-    answered: Counter[str] = field(default_factory=Counter)
+    finals: Counter[str] = field(default_factory=Counter)  # by message number
+    answered_at: dict[str, float] = field(default_factory=dict)  # the first final's time
 
     def record(self, address: Address, markdown: str, final: bool) -> None:
         if final:
-            self.answered[address.channel] += 1
+            number = str(address.reply_to)
+            self.finals[number] += 1
+            self.answered_at.setdefault(number, time.monotonic())
             event = self.done.get(address.channel)
             if event is not None:
                 event.set()
@@ -73,7 +76,7 @@ class Load:
     ingest: Ingest
     sender: FinalSender
     answers: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, channel)
-    taken: Counter[str] = field(default_factory=Counter)  # messages ingest took, by channel
+    taken_at: dict[str, float] = field(default_factory=dict)  # by message number
     numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     async def user(self, channel: str, stop: asyncio.Event) -> None:
@@ -87,10 +90,11 @@ class Load:
 
     async def _send(self, channel: str, stop: asyncio.Event) -> None:
         """As a platform does: again after a failure (a 503), until it is taken."""
+        number = next(self.numbers)
         while not stop.is_set():
             try:
-                await self.ingest.receive(inbound(channel, "hello", next(self.numbers)))
-                self.taken[channel] += 1
+                await self.ingest.receive(inbound(channel, "hello", number))
+                self.taken_at[str(number)] = time.monotonic()
                 return
             except (StoreUnavailable, RedisError, OSError):
                 await asyncio.sleep(0.2)
@@ -181,7 +185,33 @@ async def commands_per_turn(url: str, ports: list[int], turns: int = 200) -> tup
     return sum(monitor.sent.values()) / answered, common
 
 
-async def failover(cluster: Cluster, sessions: int) -> str:
+@dataclass
+class Failover:
+    """What a primary's death did: who was on it, how long until answers came again,
+    and each message taken in: answered once, more than once, or never."""
+
+    victim: int
+    shards_on_it: int
+    sessions_on_it: int
+    sessions: int
+    first_any: float | None
+    first_hit: float | None
+    trials: int
+    lost: int
+    duplicated: int
+    worst: float | None
+
+    def line(self) -> str:
+        return (
+            f"primary :{self.victim} killed ({self.shards_on_it} of {shards.count()} shards, "
+            f"{self.sessions_on_it} of {self.sessions} sessions on it): first answer after "
+            f"{_seconds(self.first_any)} (any session), {_seconds(self.first_hit)} "
+            f"(a session on it); of {self.trials} messages taken in, {self.lost} never "
+            f"answered, {self.duplicated} answered twice"
+        )
+
+
+async def failover(cluster: Cluster, sessions: int, before: float = 3.0) -> Failover:
     """Kill the primary that serves the most shards under load: the first answers after."""
     victim, on_victim = _busiest_primary(cluster)
     channels = [f"f{i}" for i in range(sessions)]
@@ -189,20 +219,32 @@ async def failover(cluster: Cluster, sessions: int) -> str:
     async with gateway(cluster.url) as load:
         stop = asyncio.Event()
         users = [asyncio.create_task(load.user(channel, stop)) for channel in channels]
-        await asyncio.sleep(3.0)
+        await asyncio.sleep(before)
         killed = time.monotonic()
         cluster.kill(victim)
         first_any = await _first_answer(load, killed, set(channels))
         first_hit = await _first_answer(load, killed, set(hit))
-        await asyncio.sleep(TURN_PATIENCE)  # what is still owed comes, or is lost
+        await asyncio.sleep(2.0)
         stop.set()
         await asyncio.gather(*users)
-        lost = sum(load.taken.values()) - sum(load.sender.answered.values())
-    return (
-        f"primary :{victim} killed ({len(on_victim)} of {shards.count()} shards, "
-        f"{len(hit)} of {sessions} sessions on it): first answer after "
-        f"{_seconds(first_any)} (any session), {_seconds(first_hit)} (a session on it); "
-        f"{max(0, lost)} message(s) taken in never answered"
+        await asyncio.sleep(TURN_PATIENCE)  # what is still owed comes, or is lost
+        finals, answered_at = load.sender.finals, load.sender.answered_at
+        latencies = [
+            answered_at[number] - taken
+            for number, taken in load.taken_at.items()
+            if number in answered_at
+        ]
+    return Failover(
+        victim,
+        len(on_victim),
+        len(hit),
+        sessions,
+        first_any,
+        first_hit,
+        len(load.taken_at),
+        sum(1 for number in load.taken_at if number not in answered_at),
+        sum(1 for number in load.taken_at if finals[number] > 1),
+        max(latencies) if latencies else None,
     )
 
 
@@ -255,8 +297,8 @@ async def amain(args: argparse.Namespace) -> None:
         print(
             f"cluster / single: {ratio:.2f} (target >= 0.8: {'ok' if ratio >= 0.8 else 'MISSED'})"
         )
-        line = await failover(cluster, args.sessions)
-        print(f"failover (node timeout {NODE_TIMEOUT_MS} ms): {line}")
+        found = await failover(cluster, args.sessions)
+        print(f"failover (node timeout {NODE_TIMEOUT_MS} ms): {found.line()}")
     finally:
         cluster.stop()
         process.terminate()
