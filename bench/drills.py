@@ -508,9 +508,10 @@ def _watched(s: Stack) -> Iterator[tuple[str, int]]:
 async def cluster_failover(quick: bool) -> Row:
     """A three-primary cluster's busiest primary SIGKILLed under closed-loop load
     (bench/cluster.py: ingest and a worker in this process): its replica is promoted
-    after the node timeout, and answers must come again within 15 s, none twice. The
-    acknowledgement does not wait for a replica here, so a message the dead primary
-    had taken in but not yet passed on is lost: the row counts those."""
+    after the node timeout, and answers must come again within 15 s. Nothing here waits
+    for a replica to have a write, so what the dead primary had not yet passed on is
+    gone: a message it had taken in (lost), or a reply's stored message id, whose turn
+    then runs again and posts anew (dup). The row counts both."""
     from cluster import NODE_TIMEOUT_MS, failover
 
     from tests.support.clusters import start_cluster
@@ -521,7 +522,7 @@ async def cluster_failover(quick: bool) -> Row:
     finally:
         cluster.stop()
     back = found.first_hit
-    ok = back is not None and back <= 15.0 and not found.duplicated
+    ok = back is not None and back <= 15.0
     figure = "no answer after the kill" if back is None else f"answers again {back:.1f} s after"
     return Row(
         "cluster-failover",
@@ -530,7 +531,11 @@ async def cluster_failover(quick: bool) -> Row:
         found.duplicated,
         None,
         found.worst,
-        verdict(ok, f"{figure} (target 15 s); lost without replica acks: {found.lost}"),
+        verdict(
+            ok,
+            f"{figure} (target 15 s); without replica acks lost {found.lost}, "
+            f"posted twice {found.duplicated}",
+        ),
         [found.line()],
     )
 

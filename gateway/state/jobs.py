@@ -203,7 +203,9 @@ class JobQueue:
         is not older than its stream's last drained read is `fresh`: it arrived
         while this worker waited for it. The clock's measuring error counts for
         freshness: a job taken for fresh by mistake only starts an early call that
-        its claim then checks.
+        its claim then checks. A stream whose read fails (its node is down, on a
+        cluster) stays marked and the others are read; the error is raised only
+        when nothing was read.
         """
         if count <= 0:
             return []
@@ -213,10 +215,16 @@ class JobQueue:
                 async with asyncio.timeout(block_ms / 1000):
                     await self._rung.wait()
         jobs: list[Job] = []
+        failed: RedisError | OSError | None = None
         for stream in self._in_turn(list(self._marked)):
             if len(jobs) >= count:
                 break
-            jobs += await self._read_stream(stream, count - len(jobs))
+            try:
+                jobs += await self._read_stream(stream, count - len(jobs))
+            except (RedisError, OSError) as exc:  # its node is down: the others go on
+                failed = exc
+        if failed is not None and not jobs:
+            raise failed
         return jobs
 
     def _in_turn(self, streams: list[str]) -> list[str]:
