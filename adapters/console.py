@@ -156,7 +156,8 @@ async def run(
     """Feed standard input (a file descriptor) to the gateway, then wait for the replies
     still owed; return early once `stop` is set."""
     stop = stop or asyncio.Event()
-    jobs = jobs or ConsoleJobs(ingest.redis, SESSION_KEY, ingest.sessions.stream(PLATFORM))
+    stream = ingest.sessions.stream(PLATFORM, SESSION_KEY)
+    jobs = jobs or ConsoleJobs(ingest.redis, SESSION_KEY, stream)
     user = _user_name()
     number = 0
     async for line in _lines(sys.stdin.fileno() if stdin is None else stdin, stop):

@@ -50,7 +50,7 @@ async def seed(redis: Redis, sessions: int, entries: int) -> None:
                 "at": now - n,
                 "speaker": {"id": f"U{n % 300}", "name": f"user {n % 300}"},
             }
-            pipe.zadd(Keys.SESSIONS, {key: now - n})
+            pipe.zadd(Keys.session_index(key), {key: now - n})
             pipe.rpush(Keys.history(key), json.dumps(entry))
             pipe.hset(Keys.meta(key), "answered", 1)
             if n % 1000 == 999:
@@ -60,7 +60,7 @@ async def seed(redis: Redis, sessions: int, entries: int) -> None:
             pipe.rpush(Keys.history(BIG), json.dumps(_entry(n, now)))
             if n % 1000 == 999:
                 await pipe.execute()
-        pipe.zadd(Keys.SESSIONS, {BIG: now + 1})
+        pipe.zadd(Keys.session_index(BIG), {BIG: now + 1})
         pipe.hset(Keys.meta(BIG), "answered", entries)
         await pipe.execute()
 

@@ -456,7 +456,7 @@ async def start_gateway(
     worker = procs.spawn(
         "gateway-worker", [*command, "worker"], {**env, "GATEWAY_LOG_LEVEL": "INFO"}
     )
-    await procs.wait_log("gateway-worker", worker, "reading gw:jobs")
+    await procs.wait_log("gateway-worker", worker, "job streams of")
     assert server.process is not None
     roots = {"web": web.pid, "worker": worker.pid, "redis": server.process.pid}
     return Bot("gateway", f"http://127.0.0.1:{port}/slack/events", roots, redis_url)

@@ -120,7 +120,7 @@ def row(name: str, counted: Tally, ok: bool, figure: str) -> Row:
 async def job_holders(client: Redis) -> dict[str, int]:
     """Which worker process (pid, from its consumer name) holds each session's pending job."""
     holders: dict[str, int] = {}
-    async for stream in client.scan_iter(match=Keys.jobs("*")):
+    async for stream in client.scan_iter(match=Keys.JOB_STREAMS_MATCH):
         for item in await client.xpending_range(stream, GROUP, "-", "+", 1000):
             job_id = item["message_id"]
             for _, fields in await client.xrange(stream, job_id, job_id):
@@ -453,7 +453,7 @@ async def _drained(s: Stack, within: float) -> bool:
 
     async def empty() -> bool:
         total = 0
-        async for stream in client.scan_iter(match=Keys.jobs("*")):
+        async for stream in client.scan_iter(match=Keys.JOB_STREAMS_MATCH):
             total += await client.xlen(stream)
         return total == 0
 

@@ -378,7 +378,7 @@ class Stack:
         """Start workers and wait until each reads its job streams."""
         started = [self.spawn("worker") for _ in range(count)]
         for proc in started:
-            await self.wait_log(proc, "reading gw:jobs", within)
+            await self.wait_log(proc, "job streams of", within)
         return started
 
     async def wait_log(self, proc: Proc, text: str, within: float) -> None:
@@ -513,7 +513,7 @@ async def stack(
 async def stuck_sessions(client: aioredis.Redis, session_keys: list[str]) -> list[str]:
     """Sessions with unanswered messages, no lease holder and no job left in any stream."""
     with_jobs: set[str] = set()
-    async for stream in client.scan_iter(match=Keys.jobs("*")):
+    async for stream in client.scan_iter(match=Keys.JOB_STREAMS_MATCH):
         for _, fields in await client.xrange(stream):
             with_jobs.add(fields.get("session", ""))
     stuck = []
@@ -537,7 +537,7 @@ async def describe_session(client: aioredis.Redis, session_key: str) -> str:
     """A session's state in one line: what a lost or stuck message left behind in Redis."""
     meta = await client.hgetall(Keys.meta(session_key))
     jobs = []
-    async for stream in client.scan_iter(match=Keys.jobs("*")):
+    async for stream in client.scan_iter(match=Keys.JOB_STREAMS_MATCH):
         pending = {
             item["message_id"]: item
             for item in await client.xpending_range(stream, GROUP, "-", "+", 1000)

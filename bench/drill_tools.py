@@ -163,7 +163,7 @@ async def enough_workers(s: Stack, starting: list[asyncio.Task[list[Proc]]]) -> 
 
 
 def ready_workers(s: Stack) -> list[Proc]:
-    return [p for p in s.workers if "reading gw:jobs" in p.output()]
+    return [p for p in s.workers if "job streams of" in p.output()]
 
 
 async def one_trial(

@@ -3,6 +3,7 @@
     GatewayError
      ├── ConfigError              a setting is missing or contradicts another
      ├── StoreUnavailable         Redis does not answer
+     ├── LayoutMismatch           Redis holds keys of another layout (`gateway migrate`)
      ├── MalformedRequest         an HTTP request body is not what its route accepts
      ├── ContextMismatch          a compiler was handed another session's context
      ├── LeaseLost                a turn's session lease expired under it (left for a re-run)
@@ -43,6 +44,10 @@ class ConfigError(GatewayError):
 
 class StoreUnavailable(GatewayError):
     """Redis cannot be reached."""
+
+
+class LayoutMismatch(GatewayError):
+    """Redis holds keys of another layout or shard count than this process names."""
 
 
 class MalformedRequest(GatewayError):

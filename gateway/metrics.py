@@ -80,17 +80,22 @@ async def snapshot(redis: Redis, platforms: Sequence[str]) -> tuple[dict[str, st
     values = cast(dict[str, str], await redis.hgetall(Keys.METRICS))
     depth: dict[str, int] = {}
     for platform in platforms:
-        stream = Keys.jobs(platform)
-        if not await redis.exists(stream):
-            continue
-        groups = await redis.xinfo_groups(stream)
-        lag = sum(
-            int(g.get("lag") or 0) + int(g.get("pending") or 0)
-            for g in groups
-            if g.get("name") == GROUP
-        )
-        depth[platform] = lag
+        lags = [await _lag(redis, stream) for stream in Keys.job_streams(platform)]
+        if any(lag is not None for lag in lags):
+            depth[platform] = sum(lag or 0 for lag in lags)
     return values, depth
+
+
+async def _lag(redis: Redis, stream: str) -> int | None:
+    """Jobs not yet read or not yet completed in `stream`; None when it does not exist."""
+    if not await redis.exists(stream):
+        return None
+    groups = await redis.xinfo_groups(stream)
+    return sum(
+        int(g.get("lag") or 0) + int(g.get("pending") or 0)
+        for g in groups
+        if g.get("name") == GROUP
+    )
 
 
 class SnapshotCollector(Collector):

@@ -46,6 +46,7 @@ from gateway.turn.runner import TurnRunner
 log = logging.getLogger(__name__)
 
 APPROVAL_CHECK_PERIOD = 2.0  # seconds between looks for approvals past their deadline
+WORKER_GONE_MS = 600_000  # a worker not heard of for this long is no longer listed
 
 GIVE_UP_TEXT = (
     "⚠️ Sorry, something went wrong on my side and I could not answer that. Please ask again."
@@ -112,7 +113,7 @@ class Worker:
         self.retention = Retention(redis, days * DAY) if days is not None else None
         self.slots = asyncio.Semaphore(concurrency or settings.worker_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.running_jobs: set[str] = set()
+        self.running_jobs: set[str] = set()  # their `Job.key`s
         self.ready = asyncio.Event()
 
     async def run(self, stop: asyncio.Event, grace: float | None = None) -> None:
@@ -144,7 +145,10 @@ class Worker:
         if self.tools is not None:
             await self.tools.start()  # each server up, or retried in the background
             self.tools.check_commands()  # ...unless its command cannot be run at all
+        await self.turns.scoped.spread()  # every shard's copy of the settings' version
+        await self.say_alive()
         loops = [
+            asyncio.create_task(self.queue.listen()),
             asyncio.create_task(self._read_loop(stop)),
             asyncio.create_task(self._reclaim_loop(stop)),
             asyncio.create_task(self._cancel_listener()),
@@ -154,12 +158,26 @@ class Worker:
         if self.tools is not None:
             loops.append(asyncio.create_task(self._approval_deadlines()))
         self.ready.set()
-        log.info("worker %s reading %s", self.queue.consumer, ", ".join(self.queue.streams))
+        log.info(
+            "worker %s reading %d job streams of %s",
+            self.queue.consumer,
+            len(self.queue.streams),
+            ", ".join(sorted(self.senders)),
+        )
         try:
             await stop.wait()
         finally:
             await cancel_and_wait(loops)
         await self.drain(timeout=grace)
+
+    async def say_alive(self) -> None:
+        """Count as a running worker for a while (`Keys.WORKERS`: what `gateway migrate`
+        looks at before it moves anything); said again every reclaim round."""
+        now_ms = int(time.time() * 1000)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(Keys.WORKERS, {self.queue.consumer: now_ms})
+            pipe.zremrangebyscore(Keys.WORKERS, "-inf", now_ms - WORKER_GONE_MS)
+            await pipe.execute()
 
     async def _approval_deadlines(self) -> None:
         """Approvals nobody answered in time count as declined: their turns go on."""
@@ -231,6 +249,7 @@ class Worker:
             await self.slots.acquire()
             taken = 1 + await self._take_free_slots()
             try:
+                await self.say_alive()
                 jobs = await self.queue.reclaim(min_idle, taken)
             except RedisError as exc:
                 self._give_slots(taken)
@@ -262,7 +281,7 @@ class Worker:
         self.turns.claims.stop(session_key)
 
     def _start(self, job: Job, *, slot_taken: bool) -> None:
-        if job.id in self.running_jobs:
+        if job.key in self.running_jobs:
             # Found twice (a reclaim round and the check for unstarted jobs both saw
             # it before either started it): it runs once.
             if slot_taken:
@@ -270,11 +289,11 @@ class Worker:
             return
         task = asyncio.create_task(self._run_job(job))
         self.tasks.add(task)
-        self.running_jobs.add(job.id)
+        self.running_jobs.add(job.key)
 
         def done(finished: asyncio.Task[None]) -> None:
             self.tasks.discard(finished)
-            self.running_jobs.discard(job.id)
+            self.running_jobs.discard(job.key)
             if slot_taken:
                 self.slots.release()
 

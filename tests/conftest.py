@@ -12,7 +12,9 @@ import redis
 import redis.asyncio as aioredis
 
 from adapters.telegram.client import prepare_process
-from tests.support.redis_servers import start_redis
+from gateway.state import shards
+from tests.support.clusters import Cluster, start_cluster
+from tests.support.redis_servers import client_for, start_redis
 from tests.support.sentinel import SentinelSet
 from tests.support.web_server import SCREENSHOTS
 
@@ -35,6 +37,18 @@ def telegram_process() -> None:
     """The test process set up as the CLI's is when it starts Telegram, whichever test
     builds a Telegram client first."""
     prepare_process()
+
+
+# The suite names its keys for one job shard (streams such as `Keys.jobs("test", 0)`
+# are then every job of a platform); the processes it starts are told the same
+# (tests/support/processes.py). The tests of the shards themselves, and those run
+# against a Redis Cluster, set their own count (`tests/support/clusters.py`).
+TEST_SHARDS = 1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection: test modules name keys at import."""
+    shards.configure(TEST_SHARDS)
 
 
 @pytest.fixture(scope="session")
@@ -95,6 +109,16 @@ def redis_url(redis_server: str) -> Iterator[str]:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """A Redis Cluster (three primaries, a replica each) for the whole run, started by
+    the first test that asks for it: only the test process that runs cluster tests
+    (tests/test_cluster.py) pays its two seconds."""
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()

@@ -17,7 +17,12 @@ retention remove them with the rest of the session. Its fields, per approval:
 
 Outside the hash: the due index (`Keys.APPROVALS_DUE`) and the lookup a click
 finds its session by (`Keys.approval_session`), since a button's payload
-carries the approval id only.
+carries the approval id only. Both are global, so on a Redis Cluster they are
+in other slots than the session's: each is written in a step of its own, before
+the request is recorded (an entry for a request that was never recorded, or
+was settled, finds nothing pending when its deadline comes and is dropped), and
+removed after it is settled or closed (a removal that never happened is the
+same stale entry).
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ class Status(StrEnum):
     DECLINED = "declined"
     TIMEOUT = "timeout"
     RUNNING = "running"  # approved, and its call started: a run that dies must not repeat it
+
+
+# The verdicts of decide.lua that settled a request (its deadline no longer due).
+SETTLED = frozenset({Status.APPROVED, Status.DECLINED, Status.TIMEOUT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,20 +121,22 @@ class ApprovalStore:
             "deadline": repr(deadline),
             "address": address.model_dump_json(exclude_none=True),
         }
-        keys = {
-            "approvals": Keys.approvals(session_key),
-            "due": Keys.APPROVALS_DUE,
-            "lookup": Keys.approval_session(approval_id),
-        }
+        member = f"{session_key} {approval_id}"
+        # Before the request, so that no pending request lacks its deadline or lookup.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(Keys.APPROVALS_DUE, {member: deadline})
+            lookup_ttl = int(timeout) + LOOKUP_SLACK
+            pipe.set(Keys.approval_session(approval_id), session_key, ex=lookup_ttl)
+            await pipe.execute()
         args: dict[str, Arg] = {
             "pointer": _pointer(turn_id, call_id),
             "approval_id": approval_id,
             "record": json.dumps(record, ensure_ascii=False),
-            "deadline": deadline,
-            "session": session_key,
-            "lookup_ttl_s": int(timeout) + LOOKUP_SLACK,
         }
-        return str(await self._open(keys=keys, args=args))
+        found = str(await self._open(keys={"approvals": Keys.approvals(session_key)}, args=args))
+        if found != approval_id:  # this call asked before: its first id is in force
+            await self.redis.zrem(Keys.APPROVALS_DUE, member)
+        return found
 
     async def set_message(self, session_key: str, approval_id: str, message_id: str) -> None:
         """Remember the message with the buttons, so the outcome can replace them."""
@@ -214,7 +225,7 @@ class ApprovalStore:
         fields = [approval_id, f"{approval_id}:status", f"{approval_id}:message"]
         if approval is not None:
             fields.append(_pointer(approval.turn_id, approval.call_id))
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:  # each step idempotent
             pipe.hdel(Keys.approvals(session_key), *fields)
             pipe.zrem(Keys.APPROVALS_DUE, f"{session_key} {approval_id}")
             pipe.delete(Keys.approval_session(approval_id))
@@ -235,11 +246,10 @@ class ApprovalStore:
         keys = {
             "approvals": Keys.approvals(session_key),
             "seen": Keys.seen(session_key, event),
-            "due": Keys.APPROVALS_DUE,
             "queued": Keys.queued(session_key),
-            "stream": self.sessions.stream(platform),
+            "stream": self.sessions.stream(platform, session_key),
             "meta": Keys.meta(session_key),
-            "sessions": Keys.SESSIONS,
+            "sessions": Keys.session_index(session_key),
         }
         args: dict[str, Arg] = {
             "approval_id": approval_id,
@@ -250,4 +260,7 @@ class ApprovalStore:
             "now": now,
             "dedupe_ttl": DEDUPE_TTL,
         }
-        return str(await self._decide(keys=keys, args=args))
+        verdict = str(await self._decide(keys=keys, args=args))
+        if verdict in SETTLED:  # its deadline is no longer due (a step of its own)
+            await self.redis.zrem(Keys.APPROVALS_DUE, f"{session_key} {approval_id}")
+        return verdict

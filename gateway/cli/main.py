@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from gateway import logs, shutdown
 from gateway.cli import feedback as cli_feedback
+from gateway.cli import migrate as cli_migrate
 from gateway.cli import settings as cli_settings
 from gateway.cli import usage as cli_usage
 from gateway.cli.doctor_redis import doctor_redis
@@ -40,7 +41,7 @@ from gateway.inbound.ingest import Ingest
 from gateway.platform import Mode, Platform
 from gateway.ports import FileSource, Sender
 from gateway.settings.env import Settings, load_settings
-from gateway.state import embedded_redis, keys
+from gateway.state import embedded_redis, keys, shards
 from gateway.state.connection import redact_url, url_password
 from gateway.state.console_jobs import ConsoleJobs
 from gateway.state.health import Health
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
         settings = load_settings()
+        shards.configure(settings.job_shards)
         _setup_logging(settings, quiet=args.command == "run")
         code = asyncio.run(args.handler(settings, args))
     except GatewayError as exc:
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_settings.add_parser(commands)
     cli_usage.add_parser(commands)
     cli_feedback.add_parser(commands)
+    cli_migrate.add_parser(commands)
     return parser
 
 

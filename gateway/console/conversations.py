@@ -1,6 +1,6 @@
 """What the conversation pages show: the list (searched), and one conversation's history.
 
-The list reads every session's key from `gw:sessions` (keys only: ten thousand of
+The list reads every session's key from the shards' session indexes (keys only: ten thousand of
 them are a few hundred kilobytes) and filters them by their parts (platform,
 workspace, channel); user and text are matched in the recent history of the newest
 SEARCH_SESSIONS candidates only, so a search costs the same however many sessions
@@ -79,7 +79,7 @@ class Listing:
 
 async def listing(redis: Redis, search: Search, limit: int = LISTED) -> Listing:
     """The newest conversations that match `search`, at most `limit`."""
-    keys = [str(k) for k in await redis.zrevrange(Keys.SESSIONS, 0, -1)]
+    keys = [key for key, _ in await by_activity(redis)]
     matched = [k for k in keys if search.keeps_key(k)]
     searched = 0
     if search.reads_history:
@@ -100,11 +100,24 @@ async def listing(redis: Redis, search: Search, limit: int = LISTED) -> Listing:
     return Listing(await rows(redis, chosen[:limit]), len(matched), searched)
 
 
+async def by_activity(redis: Redis, newest: int | None = None) -> list[tuple[str, float]]:
+    """Sessions and their last activity, newest first: every shard's index (or its
+    `newest`), merged, in one round trip."""
+    stop = -1 if newest is None else newest - 1
+    async with redis.pipeline(transaction=False) as pipe:
+        for index in Keys.session_indexes():
+            pipe.zrevrange(index, 0, stop, withscores=True)
+        found = await pipe.execute()
+    merged = [(str(key), float(score)) for part in found for key, score in part]
+    merged.sort(key=lambda row: row[1], reverse=True)
+    return merged if newest is None else merged[:newest]
+
+
 async def rows(redis: Redis, keys: list[str]) -> list[Row]:
     """Each conversation's last activity, its messages, whether a turn runs (one round trip)."""
     async with redis.pipeline(transaction=False) as pipe:
         for key in keys:
-            pipe.zscore(Keys.SESSIONS, key)
+            pipe.zscore(Keys.session_index(key), key)
             pipe.hget(Keys.meta(key), "answered")
             pipe.exists(Keys.lease(key))
         found = await pipe.execute()
@@ -117,7 +130,7 @@ async def rows(redis: Redis, keys: list[str]) -> list[Row]:
 async def running(redis: Redis, newest: int = RUNNING_AMONG) -> list[Row]:
     """The turns in flight among the `newest` most recently active conversations (a turn
     marks its session active when it is enqueued and when it records)."""
-    keys = [str(k) for k in await redis.zrevrange(Keys.SESSIONS, 0, newest - 1)]
+    keys = [key for key, _ in await by_activity(redis, newest)]
     async with redis.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.exists(Keys.lease(key))
@@ -202,7 +215,7 @@ async def conversation(
         pipe.get(Keys.live(key))
         pipe.exists(Keys.lease(key))
         pipe.hgetall(Keys.meta(key))
-        pipe.zscore(Keys.SESSIONS, key)
+        pipe.zscore(Keys.session_index(key), key)
         history, inbox, segments, side, live, lease, meta, score = await pipe.execute()
     entries = [shown(e, start + i) for i, e in enumerate(parse_all(history or []))]
     if before is None:

@@ -103,15 +103,24 @@ async def read(redis: Redis, platforms: Sequence[str], mcp_config: Path | None =
 
 
 async def _workers(redis: Redis, platforms: Sequence[str]) -> dict[str, int]:
+    """Each platform's workers: the consumers of its shards' streams seen within
+    WORKER_IDLE (a worker reads every shard of its platforms), one round trip each."""
     found: dict[str, int] = {}
     for platform in platforms:
-        stream = Keys.jobs(platform)
-        if not await redis.exists(stream):
-            continue
-        if not any(g.get("name") == GROUP for g in await redis.xinfo_groups(stream)):
-            continue
-        consumers = await redis.xinfo_consumers(stream, GROUP)
-        found[platform] = sum(1 for c in consumers if float(c.get("idle", 0)) / 1000 <= WORKER_IDLE)
+        async with redis.pipeline(transaction=False) as pipe:
+            for stream in Keys.job_streams(platform):
+                pipe.xinfo_consumers(stream, GROUP)
+            replies = await pipe.execute(raise_on_error=False)  # a stream not made yet: an error
+        groups = [reply for reply in replies if isinstance(reply, list)]
+        if groups:
+            found[platform] = len(
+                {
+                    str(c.get("name"))
+                    for consumers in groups
+                    for c in consumers
+                    if float(c.get("idle", 0)) / 1000 <= WORKER_IDLE
+                }
+            )
     return found
 
 

@@ -43,8 +43,8 @@ class RateLimiter:
         if not self.active:
             return None
         keys = {
-            "user": Keys.user_rate(inbound.user_key),
-            "user_told": Keys.rate_told(Keys.user_rate(inbound.user_key)),
+            "user": Keys.user_rate(inbound.user_key, inbound.session_key),
+            "user_told": Keys.rate_told(Keys.user_rate(inbound.user_key, inbound.session_key)),
             "conversation": Keys.rate(inbound.session_key),
             "conversation_told": Keys.rate_told(Keys.rate(inbound.session_key)),
         }

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     redis_wait_replicas: int = Field(default=0, alias="GATEWAY_REDIS_WAIT_REPLICAS", ge=0)
     redis_wait_timeout: float = Field(default=1.0, alias="GATEWAY_REDIS_WAIT_TIMEOUT", gt=0)
     redis_wait_aof: bool = Field(default=False, alias="GATEWAY_REDIS_WAIT_AOF")
+    # How many shards the job streams and the sessions are spread over (gateway/state/shards.py):
+    # fixed for the life of a deployment (the keys are named by it).
+    job_shards: int = Field(default=16, alias="GATEWAY_JOB_SHARDS", ge=1, le=1024)
 
     model: str = Field(default=ECHO_MODEL, alias="GATEWAY_MODEL")
     api_base: str | None = Field(default=None, alias="GATEWAY_API_BASE")

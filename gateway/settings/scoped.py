@@ -20,6 +20,7 @@ GET.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -32,7 +33,9 @@ from gateway.errors import ConfigError
 from gateway.settings.env import Settings
 from gateway.settings.prompts import Prompt, parse_prompts, stored_prompts
 from gateway.settings.values import SLOTS, Budget, budget_amount
+from gateway.state import shards
 from gateway.state.keys import Keys
+from gateway.state.scripts import load
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +231,7 @@ class ScopedSettings:
         self.redis, self.settings = redis, settings
         self.version: int | None = None  # None: not loaded yet
         self._by_scope: dict[str, dict[str, str]] = {}
+        self._raise = load("raise_version").bind(redis)
 
     async def load(self) -> None:
         """Every scope's settings and their version, in one read."""
@@ -241,6 +245,22 @@ class ScopedSettings:
             by_scope.setdefault(scope, {})[key] = value
         self._by_scope, self.version = by_scope, int(version or 0)
         log.debug("settings by scope loaded at version %d", self.version)
+
+    async def spread(self, version: int | None = None) -> None:
+        """Raise every shard's copy of the version (what claims and ingest read, in
+        their slot) to `version`, or to the stored one: a step after the change's own,
+        idempotent. A change whose copies were not all raised (the process died
+        between) is spread again by the next change, or by any worker's start."""
+        if version is None:
+            version = int(await self.redis.get(Keys.SETTINGS_VERSION) or 0)
+        await asyncio.gather(
+            *(
+                self._raise(
+                    keys={"version": Keys.shard_settings_version(shard)}, args={"value": version}
+                )
+                for shard in range(shards.count())
+            )
+        )
 
     async def seen(self, version: int) -> None:
         """A version read elsewhere (the claim's): reload when it is newer than the one held."""
@@ -270,7 +290,8 @@ class ScopedSettings:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(Keys.SETTINGS, f"{scope}|{key}", stored)
             pipe.incr(Keys.SETTINGS_VERSION)
-            await pipe.execute()
+            _, version = await pipe.execute()
+        await self.spread(int(version))
         await self.load()
         return stored
 
@@ -280,7 +301,8 @@ class ScopedSettings:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hdel(Keys.SETTINGS, f"{scope}|{key}")
             pipe.incr(Keys.SETTINGS_VERSION)
-            removed, _ = await pipe.execute()
+            removed, version = await pipe.execute()
+        await self.spread(int(version))
         await self.load()
         return bool(removed)
 

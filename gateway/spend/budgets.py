@@ -33,7 +33,7 @@ from gateway.models.cost import Prices
 from gateway.settings.env import Settings
 from gateway.settings.values import SLOTS, Budget
 from gateway.state.counters import BUMP, Counters
-from gateway.state.keys import Keys
+from gateway.state.keys import Keys, by_slot, on_cluster
 from gateway.state.scripts import load
 
 DAY_TTL, MONTH_TTL = 2 * 86_400, 32 * 86_400
@@ -135,19 +135,45 @@ class Budgets:
         """Check every budget and hold the estimate; BudgetExceeded when one is used up."""
         now = now or dt.datetime.now(dt.UTC)
         keys = spend_keys(charge, now)
-        limits: list[str | float] = []
-        for budget in self.budgets:
-            limits += [budget.limit, budget.unit] if budget else [0, "tokens"]
-        verdict, index = await self._hold(
-            keys=dict(zip(self._hold.script.keys, keys, strict=True)),
-            args={"tokens": tokens, "usd": usd, "day_ttl_s": DAY_TTL, "month_ttl_s": MONTH_TTL},
-            rest=limits,
-        )
+        terms: list[list[str | float]] = [
+            [budget.limit, budget.unit, ttl] if budget else [0, "tokens", ttl]
+            for budget, ttl in zip(self.budgets, (DAY_TTL, MONTH_TTL) * 2, strict=True)
+        ]
+        verdict, index = await self._check_and_hold(keys, terms, tokens, usd)
         if verdict == "over":
-            raise BudgetExceeded(self._text(int(index) - 1, now, "is used up"))
-        warning = self._text(int(index) - 1, now, "is 80% used") if int(index) else None
+            raise BudgetExceeded(self._text(index, now, "is used up"))
+        warning = self._text(index, now, "is 80% used") if index >= 0 else None
         held = tuple(key for key, budget in zip(keys, self.budgets, strict=True) if budget)
         return Hold(charge, held, tokens, usd, warning)
+
+    async def _check_and_hold(
+        self, keys: Sequence[str], terms: Sequence[list[str | float]], tokens: int, usd: float
+    ) -> tuple[str, int]:
+        """`budget_hold.lua` on the keys: ("over", the budget used up) or ("ok", the first
+        to warn of, -1 for none). One call on a single Redis; on a cluster one per slot
+        (the user's keys, then the workspace's), and when a later one refuses, what the
+        earlier ones held is let go of in another step. If that step never runs (the
+        process dies between), the hold stays until its period's key expires, as the
+        hold of a worker that died mid-call does."""
+        groups = by_slot(keys) if on_cluster(self.redis) else [list(range(len(keys)))]
+        args = {"tokens": tokens, "usd": usd}
+        warn, held = -1, list[str]()
+        for group in groups:
+            rest = [term for position in group for term in terms[position]]
+            verdict, index = await self._hold(keys=[keys[p] for p in group], args=args, rest=rest)
+            found = group[int(index) - 1] if int(index) else -1
+            if verdict == "over":
+                await self._let_go(held, tokens, usd)
+                return "over", found
+            warn = warn if warn >= 0 else found
+            held += [keys[p] for p in group if terms[p][0]]
+        return "ok", warn
+
+    async def _let_go(self, keys: Sequence[str], tokens: int, usd: float) -> None:
+        if keys:
+            counters = Counters()
+            Hold(Charge("", "", ""), tuple(keys), tokens, usd).settle(counters)
+            await counters.write(self._bump)
 
     async def release(self, hold: Hold) -> None:
         """Let go of what a call held, unless its usage write settled it already."""

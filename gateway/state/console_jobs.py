@@ -1,11 +1,11 @@
 """A console run's job stream, and the jobs that earlier console runs left behind.
 
-Each `gateway run --console` reads a stream of its own (`gw:jobs:console:<run>`), so
+Each `gateway run --console` reads a stream of its own (`Keys.console_jobs`), so
 its replies print in its own terminal. A run that stops with jobs left (Ctrl-C
 while a reply was written, a kill, a crash) must not leave them where nobody
 reads: the session's queued-turn marker would point at its job, and every later
 message would wait behind it unanswered. So each run keeps an entry in the
-registry (`gw:consoles`):
+registry (`Keys.consoles`, in the console session's slot with the streams):
 
     start        ─> registered, alive for ALIVE_FOR s; renewed every BEAT_EVERY s
     every beat   ─> the streams of runs whose life ran out, or that ended with jobs
@@ -45,7 +45,7 @@ class ConsoleJobs:
     def __init__(self, redis: Redis, session_key: str, stream: str | None = None) -> None:
         self.redis = redis
         self.session_key = session_key
-        self.stream = stream or Keys.console_jobs(secrets.token_hex(4))
+        self.stream = stream or Keys.console_jobs(secrets.token_hex(4), session_key)
         self._beat = load("console_beat").bind(redis)
         self._adopt = load("console_adopt").bind(redis)
         self._release = load("console_release").bind(redis)
@@ -75,14 +75,14 @@ class ConsoleJobs:
         """Whether the entry was missing (this run's first beat, or its stream was
         taken over)."""
         args: dict[str, str | int] = {"stream": self.stream, "alive_ms": int(ALIVE_FOR * 1000)}
-        return bool(await self._beat(keys={"consoles": Keys.CONSOLES}, args=args))
+        return bool(await self._beat(keys={"consoles": Keys.consoles(self.session_key)}, args=args))
 
     async def adopt(self) -> int:
         """Move the jobs of every console stream whose run is gone into this one's."""
         moved = 0
         for stream in await self._others():
             keys = {
-                "consoles": Keys.CONSOLES,
+                "consoles": Keys.consoles(self.session_key),
                 "from": stream,
                 "into": self.stream,
                 "queued": Keys.queued(self.session_key),
@@ -105,7 +105,7 @@ class ConsoleJobs:
 
     async def release(self) -> int:
         """This run ends: how many of its jobs it leaves for the next run."""
-        keys = {"consoles": Keys.CONSOLES, "stream": self.stream}
+        keys = {"consoles": Keys.consoles(self.session_key), "stream": self.stream}
         return int(await self._release(keys=keys))
 
     async def end(self, within: float) -> str | None:
@@ -129,10 +129,12 @@ class ConsoleJobs:
     async def _others(self) -> list[str]:
         """Every other registered console stream, and the one the session's queued-turn
         marker names when no run registered it (left by a run of an earlier version)."""
-        registered = [str(name) for name in await self.redis.zrange(Keys.CONSOLES, 0, -1)]
+        registered = [
+            str(name) for name in await self.redis.zrange(Keys.consoles(self.session_key), 0, -1)
+        ]
         marker = await self.redis.get(Keys.queued(self.session_key))
         named = str(marker).partition(" ")[0] if marker else ""
-        if named.startswith(Keys.CONSOLE_JOBS_PREFIX) and named not in registered:
+        if Keys.CONSOLE_JOBS_MARK in named and named not in registered:
             registered.append(named)
         return [stream for stream in registered if stream != self.stream]
 

@@ -6,14 +6,23 @@ counters, the spend its budgets count) and lets go of what its budgets held.
 for, and `write` sends them as one call of `bump.lua`: atomic like the MULTI it
 replaces, at one command's cost to the client (a MULTI of thirty commands packs
 and parses each of them, about 0.8 ms of the worker's event loop per call).
+
+On a Redis Cluster the hashes of one call are in several slots (a user's, a
+session's, a workspace's, the global `/metrics`): `write` then sends one call per
+slot, all at once. Each is atomic; together they are not: a process that dies
+while they are on their way may leave one scope counted and another not (usage
+is a report; what budgets hold and use of one owner is always in one slot).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 from redis.exceptions import ResponseError
 
+from gateway.state.keys import by_slot, on_cluster
 from gateway.state.scripts import BoundScript, load
 
 BUMP = load("bump")
@@ -41,9 +50,22 @@ class Counters:
         a hundred arguments would cost the client more to pack than the MULTI saved."""
         if not self._ops:
             return
-        _, failed = await bump(keys=list(self._keys), args={"ops": json.dumps(self._ops)})
-        if failed:  # the others were written, as a MULTI writes around a failed command
-            raise ResponseError(f"{len(self._ops)} counter writes, one refused: {failed}")
+        keys = list(self._keys)
+        groups = by_slot(keys) if on_cluster(bump.redis) else [list(range(len(keys)))]
+        calls = [self._call(bump, keys, group) for group in groups]
+        refused = [failed for _, failed in await asyncio.gather(*calls) if failed]
+        if refused:  # the others were written, as a MULTI writes around a failed command
+            raise ResponseError(f"{len(self._ops)} counter writes, one refused: {refused[0]}")
+
+    def _call(self, bump: BoundScript, keys: list[str], group: list[int]) -> Any:
+        """One call of `bump` with the operations on the keys at `group`'s positions."""
+        renumbered = {position + 1: index + 1 for index, position in enumerate(group)}
+        ops = [
+            (kind, renumbered[key], field, amount)
+            for kind, key, field, amount in self._ops
+            if key in renumbered
+        ]
+        return bump(keys=[keys[position] for position in group], args={"ops": json.dumps(ops)})
 
     def _add(self, kind: str, key: str, field: str, amount: str) -> None:
         index = self._keys.setdefault(key, len(self._keys) + 1)

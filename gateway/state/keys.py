@@ -1,25 +1,48 @@
 """Redis: the connection and every key name the gateway uses.
 
-Every key of one session shares the hash tag `{<session key>}`, so a session's
-multi-key scripts run on one node of a Redis Cluster.
+Every multi-key script and transaction names keys of one hash tag, so each runs
+on one slot of a Redis Cluster (docs/architecture.md, "Keys on a cluster"):
+
+- a session's keys, its shard's job streams, session index, channel indexes and
+  settings version share the shard's tag (`gateway/state/shards.py`);
+- what is global (settings, metrics, feedback, pairing, approvals' deadlines,
+  health, the layout) shares `{gw}`;
+- a spend key's day and month share their owner's tag; a conversation's and its
+  user's rate buckets share their workspace's.
+
+Which layout a database holds is recorded in it (`Keys.LAYOUT`) and checked when a
+process opens it (`ensure_layout`): version 1 named a session's keys by the session
+(`gw:{<session key>}:…`), kept one job stream per platform and left the global keys
+untagged; version 2 is this one, for a given number of shards. A process refuses
+(LayoutMismatch) a database of version 1 or of another shard count: its keys would
+not be found, and new ones would be written beside them. `gateway migrate` moves a
+version 1 database (`gateway/state/migrate.py`).
+
+Long because: every key name is here, in one table (`Keys`), and the check of the
+layout they form (`ensure_layout`) sits with the connection every process opens
+through `open_redis`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from gateway.errors import StoreUnavailable
-from gateway.state import connection
+from gateway.errors import LayoutMismatch, StoreUnavailable
+from gateway.state import connection, shards
 from gateway.state.connection import RedisOptions, redact_text, redact_url
 from gateway.state.embedded_redis import EmbeddedRedis
 
 PREFIX = "gw"
+GLOBAL = f"{PREFIX}:{{gw}}"  # the keys every process shares, in one slot
 GROUP = "gw-workers"
 DEDUPE_TTL = 26 * 3600  # longer than Telegram's 24 h and Slack's ~5 min retry windows
 
@@ -29,7 +52,12 @@ class Keys:
 
     @staticmethod
     def session(session_key: str, part: str) -> str:
-        return f"{PREFIX}:{{{session_key}}}:{part}"
+        return f"{PREFIX}:{{{shards.session_tag(session_key)}}}:{session_key}:{part}"
+
+    @staticmethod
+    def shard(shard: int, part: str) -> str:
+        """A key of a shard's own (its job streams, its indexes), in the shard's slot."""
+        return f"{PREFIX}:{{{shards.tag(shard)}}}:{part}"
 
     @staticmethod
     def history(session_key: str) -> str:
@@ -108,8 +136,9 @@ class Keys:
     @staticmethod
     def rate(session_key: str) -> str:
         """The conversation's rate-limit bucket (`gateway/inbound/rate_limit.py`); not a part a
-        reset removes, so `/reset` does not refill it. It expires once full."""
-        return Keys.session(session_key, "rate")
+        reset removes, so `/reset` does not refill it. It expires once full. Under its
+        workspace's tag, beside its users' buckets (one script takes from both)."""
+        return f"{PREFIX}:{{{_workspace_tag(session_key)}}}:rate:conversation:{session_key}"
 
     # The parts of a session that a reset removes, by the names the reset script takes.
     _PARTS: ClassVar[dict[str, str]] = {
@@ -146,43 +175,92 @@ class Keys:
         return f"{PREFIX}:{{{tag}}}:acked"
 
     @staticmethod
-    def jobs(platform: str) -> str:
-        return f"{PREFIX}:jobs:{platform}"
+    def jobs(platform: str, shard: int) -> str:
+        """One shard's job stream of a platform."""
+        return Keys.shard(shard, f"jobs:{platform}")
 
     @staticmethod
-    def console_jobs(run: str) -> str:
-        """The job stream of one `gateway run --console` (its replies reach its terminal)."""
-        return Keys.jobs(f"console:{run}")
+    def job_streams(platform: str) -> list[str]:
+        """Every shard's job stream of a platform, in shard order."""
+        return [Keys.jobs(platform, shard) for shard in range(shards.count())]
 
-    CONSOLE_JOBS_PREFIX = f"{PREFIX}:jobs:console:"
-    # The console runs' job streams, scored by when each run's life ends unless it
-    # renews it (ms, server clock; 0: ended with jobs left): where a run finds the
-    # jobs an interrupted or killed one left (gateway/state/console_jobs.py).
-    CONSOLES = f"{PREFIX}:consoles"
+    @staticmethod
+    def session_jobs(session_key: str, platform: str) -> str:
+        """The job stream a session's jobs go to: its platform's, in its shard."""
+        return Keys.jobs(platform, shards.shard_of(session_key))
 
-    # Every session, scored by its last activity (a message, a recorded turn, a job):
-    # the listing, and where retention finds the idle ones.
-    SESSIONS = f"{PREFIX}:sessions"
-    PRUNE_LOCK = f"{PREFIX}:prune"  # held by the worker whose turn it is to prune
+    JOB_STREAMS_MATCH = f"{PREFIX}:{{*}}:jobs:*"  # a SCAN pattern of every job stream
+
+    # Every stream that takes jobs PUBLISHes its name here as each job is added (in the
+    # same script): what wakes a worker, which reads that stream alone.
+    JOBS_CHANNEL = f"{PREFIX}:jobs"
+
+    @staticmethod
+    def console_jobs(run: str, session_key: str) -> str:
+        """The job stream of one `gateway run --console` (its replies reach its terminal),
+        in the console session's slot."""
+        return f"{PREFIX}:{{{shards.session_tag(session_key)}}}:jobs:console:{run}"
+
+    CONSOLE_JOBS_MARK = ":jobs:console:"  # in the name of every console run's stream
+
+    @staticmethod
+    def consoles(session_key: str) -> str:
+        """The console runs' job streams, scored by when each run's life ends unless it
+        renews it (ms, server clock; 0: ended with jobs left): where a run finds the
+        jobs an interrupted or killed one left (gateway/state/console_jobs.py). In the
+        console session's slot, with the streams it moves jobs between."""
+        return f"{PREFIX}:{{{shards.session_tag(session_key)}}}:consoles"
+
+    @staticmethod
+    def sessions(shard: int) -> str:
+        """A shard's sessions, scored by last activity (a message, a recorded turn, a
+        job): the listing, and where retention finds the idle ones."""
+        return Keys.shard(shard, "sessions")
+
+    @staticmethod
+    def session_index(session_key: str) -> str:
+        """The index of sessions a session is in (its shard's)."""
+        return Keys.sessions(shards.shard_of(session_key))
+
+    @staticmethod
+    def session_indexes() -> list[str]:
+        return [Keys.sessions(shard) for shard in range(shards.count())]
+
+    @staticmethod
+    def settings_version(session_key: str) -> str:
+        """The settings' version as a session's shard knows it: a copy of
+        `SETTINGS_VERSION` that the claim and ingest scripts read in their slot, raised
+        after every change (`gateway/settings/scoped.py`)."""
+        return Keys.shard_settings_version(shards.shard_of(session_key))
+
+    @staticmethod
+    def shard_settings_version(shard: int) -> str:
+        return Keys.shard(shard, "settings:version")
+
+    PRUNE_LOCK = f"{GLOBAL}:prune"  # held by the worker whose turn it is to prune
     CANCEL_CHANNEL = f"{PREFIX}:cancel"
-    METRICS = f"{PREFIX}:metrics"
-    HEALTH = f"{PREFIX}:health"  # a hash: component -> its latest report
+    METRICS = f"{GLOBAL}:metrics"
+    HEALTH = f"{GLOBAL}:health"  # a hash: component -> its latest report
+    # The key layout this database holds (`gateway/state/layout.py`): version, shards.
+    LAYOUT = f"{GLOBAL}:layout"
+    # Workers seen, scored by when each last said it was alive (ms): what
+    # `gateway migrate` looks at before it moves anything.
+    WORKERS = f"{GLOBAL}:workers"
     # Pending approvals of every session, member `<session key> <approval id>`, scored
     # by deadline: where `ApprovalStore.expire_due` finds the ones that timed out.
-    APPROVALS_DUE = f"{PREFIX}:approvals"
+    APPROVALS_DUE = f"{GLOBAL}:approvals"
 
     # Pairing (gateway/inbound/pairing.py): code -> user, codes by expiry, paired users (user ->
     # approval time, beside GATEWAY_ALLOWED_USERS), and wrong codes in the lock window.
-    PAIRING_CODES = f"{PREFIX}:pairing:codes"
-    PAIRING_PENDING = f"{PREFIX}:pairing:pending"
-    PAIRING_FAILURES = f"{PREFIX}:pairing:failures"
-    PAIRED = f"{PREFIX}:paired"
+    PAIRING_CODES = f"{GLOBAL}:pairing:codes"
+    PAIRING_PENDING = f"{GLOBAL}:pairing:pending"
+    PAIRING_FAILURES = f"{GLOBAL}:pairing:failures"
+    PAIRED = f"{GLOBAL}:paired"
 
     # Settings by scope (gateway/settings/scoped.py): a hash of `<scope>|<key>` -> value, and the
-    # version every change bumps. The claim script reads the version with the session
-    # (outside its hash tag, like the job stream: not yet single-slot on a Cluster).
-    SETTINGS = f"{PREFIX}:settings"
-    SETTINGS_VERSION = f"{PREFIX}:settings:version"
+    # version every change bumps (copied into each shard: `settings_version`).
+    SETTINGS = f"{GLOBAL}:settings"
+    SETTINGS_VERSION = f"{GLOBAL}:settings:version"
 
     @staticmethod
     def approval_session(approval_id: str) -> str:
@@ -194,18 +272,20 @@ class Keys:
 
     # Feedback on replies (gateway/feedback/store.py): every click, newest last, scored by
     # its time (ms); each member the click as JSON, replaced when its clicker changes it.
-    FEEDBACK_LOG = f"{PREFIX}:feedback:log"
+    FEEDBACK_LOG = f"{GLOBAL}:feedback:log"
 
     @staticmethod
     def feedback_reply(platform: str, channel: str, message_id: str) -> str:
         """A reply that takes feedback, by the message its buttons are under: its
         session, turn, model, platform and workspace, and each clicker's vote. The
         click names the message only, so the key is outside the session's hash tag."""
-        return f"{PREFIX}:feedback:reply:{platform}:{channel}:{message_id}"
+        return f"{GLOBAL}:feedback:reply:{platform}:{channel}:{message_id}"
 
     @staticmethod
     def channel_sessions(channel_key: str) -> str:
-        return f"{PREFIX}:channel:{channel_key}"
+        """A channel's sessions (its threads), in their shard (all of a channel's
+        sessions are in one shard)."""
+        return Keys.shard(shards.shard_of(channel_key), f"channel:{channel_key}")
 
     @staticmethod
     def usage(scope: str, ident: str) -> str:
@@ -217,7 +297,7 @@ class Keys:
     def spend(scope: str, ident: str, period: str) -> str:
         """A hash of what a user or workspace used in one day or month (`YYYY-MM[-DD]`)
         and what calls in flight hold: budgets read it (`gateway/state/scripts/budget_hold.lua`)."""
-        return f"{PREFIX}:spend:{scope}:{ident}:{period}"
+        return f"{PREFIX}:spend:{{{scope}:{ident}}}:{period}"  # an owner's periods: one slot
 
     @staticmethod
     def pacing(chat_key: str) -> str:
@@ -242,9 +322,10 @@ class Keys:
         return f"{PREFIX}:refused:{user_key}"
 
     @staticmethod
-    def user_rate(user_key: str) -> str:
-        """A user's rate-limit bucket, across every conversation."""
-        return f"{PREFIX}:rate:{user_key}"
+    def user_rate(user_key: str, session_key: str) -> str:
+        """A user's rate-limit bucket, across every conversation of the workspace of
+        `session_key` (under that workspace's tag, beside its conversations' buckets)."""
+        return f"{PREFIX}:{{{_workspace_tag(session_key)}}}:rate:user:{user_key}"
 
     @staticmethod
     def rate_told(bucket_key: str) -> str:
@@ -311,6 +392,74 @@ class Keys:
         return f"{PREFIX}:admin:failures:{source}"
 
 
+LAYOUT_VERSION = 2
+# Keys every version 1 database that took any message has (its session index, its
+# metrics); one that has neither holds nothing that must be moved.
+V1_MARKS = ("gw:sessions", "gw:metrics", "gw:settings:version")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A database's key layout: its version, and its shard count."""
+
+    version: int
+    shards: int
+
+
+async def stored_layout(redis: aioredis.Redis) -> Layout | None:
+    """The layout recorded here; version 1 when none is but version 1 keys are found;
+    None for an empty database."""
+    found = cast(dict[str, str], await redis.hgetall(Keys.LAYOUT))
+    if found:
+        return Layout(int(found["version"]), int(found["shards"]))
+    for key in V1_MARKS:
+        if await redis.exists(key):
+            return Layout(1, 1)
+    return None
+
+
+async def record_layout(redis: aioredis.Redis) -> None:
+    """This process's layout, recorded as the database's."""
+    mapping: dict[str | bytes, str | int] = {"version": LAYOUT_VERSION, "shards": shards.count()}
+    await redis.hset(Keys.LAYOUT, mapping=mapping)  # type: ignore[arg-type]
+
+
+async def ensure_layout(redis: aioredis.Redis) -> None:
+    """Record the layout in an empty database; refuse one laid out otherwise."""
+    found = await stored_layout(redis)
+    if found is None:
+        await record_layout(redis)
+    elif found.version != LAYOUT_VERSION:
+        raise LayoutMismatch(
+            "Redis holds an older key layout (version 1): stop the gateway's processes "
+            "and run `gateway migrate` once"
+        )
+    elif found.shards != shards.count():
+        raise LayoutMismatch(
+            f"Redis holds keys laid out for {found.shards} job shards but "
+            f"GATEWAY_JOB_SHARDS is {shards.count()}: the count is fixed for a deployment"
+        )
+
+
+def on_cluster(redis: object) -> bool:
+    """Whether `redis` is a Redis Cluster client (its multi-key calls must be single-slot)."""
+    return isinstance(redis, RedisCluster)
+
+
+def by_slot(keys: Sequence[str]) -> list[list[int]]:
+    """The positions of `keys` grouped by hash slot, each group in order, the groups in
+    the order their first key comes."""
+    groups: dict[int, list[int]] = {}
+    for position, key in enumerate(keys):
+        groups.setdefault(key_slot(key.encode()), []).append(position)
+    return list(groups.values())
+
+
+def _workspace_tag(session_key: str) -> str:
+    platform, workspace = [*session_key.split(":", 2), "", ""][:2]
+    return f"w:{platform}:{workspace}"
+
+
 def connect(url: str, options: RedisOptions | None = None) -> aioredis.Redis:
     """The client for `url`, a server, a Sentinel set or a Cluster (`gateway.state.connection`)."""
     return connection.connect(url, options)
@@ -318,11 +467,16 @@ def connect(url: str, options: RedisOptions | None = None) -> aioredis.Redis:
 
 @asynccontextmanager
 async def open_redis(
-    url: str | None, data_dir: Path, options: RedisOptions | None = None
+    url: str | None,
+    data_dir: Path,
+    options: RedisOptions | None = None,
+    *,
+    check_layout: bool = True,
 ) -> AsyncIterator[aioredis.Redis]:
     """Redis at `url` (REDIS_URL), or the embedded server under `data_dir` when it is
     None (stopped again on exit, if this process started it). Fails with
-    StoreUnavailable when nothing answers."""
+    StoreUnavailable when nothing answers, and with LayoutMismatch when it holds keys
+    of another layout (`ensure_layout`; not checked by `gateway migrate`)."""
     embedded = None
     if url is None:
         embedded = EmbeddedRedis(data_dir)
@@ -330,6 +484,8 @@ async def open_redis(
     client = connect(url, options)
     try:
         await ping(client, url)
+        if check_layout:
+            await ensure_layout(client)
         yield client
     finally:
         await client.aclose()

@@ -1,6 +1,6 @@
 """Retention: sessions idle for longer than GATEWAY_SESSION_RETENTION_DAYS are removed.
 
-The session index (`Keys.SESSIONS`) is scored by each session's last activity:
+Each shard's session index (`Keys.sessions`) is scored by each session's last activity:
 a message (ingest), a recorded turn (finish) and a job (enqueue) all set the
 score in the script that does the work. Idle sessions are therefore the
 index's lowest scores, read in batches, never a SCAN of the keyspace; and a
@@ -67,17 +67,9 @@ class Retention:
         cutoff = time.time() - self.older_than
         started = time.monotonic()
         removed = kept = 0
-        while True:
-            # The kept ones stay in the range, ahead of the ones not looked at yet (one
-            # that came alive meanwhile has left it: what that skips, the next run sees).
-            batch = await self.idle_sessions(cutoff, offset=kept, count=BATCH)
-            if not batch:
-                break
-            for session_key, channel_key in await self._channels(batch):
-                if await self.prune_session(session_key, cutoff, channel_key):
-                    removed += 1
-                else:
-                    kept += 1
+        for index in Keys.session_indexes():
+            gone, left = await self._prune_index(index, cutoff)
+            removed, kept = removed + gone, kept + left
         log.info(
             "pruning idle sessions: %d removed, %d kept (busy or active again) in %.2fs",
             removed,
@@ -86,14 +78,31 @@ class Retention:
         )
         return PruneResult(removed, kept)
 
+    async def _prune_index(self, index: str, cutoff: float) -> tuple[int, int]:
+        """One shard's idle sessions removed: how many went, how many were kept."""
+        removed = kept = 0
+        while True:
+            # The kept ones stay in the range, ahead of the ones not looked at yet (one
+            # that came alive meanwhile has left it: what that skips, the next run sees).
+            batch = await self.idle_sessions(cutoff, offset=kept, count=BATCH, index=index)
+            if not batch:
+                return removed, kept
+            for session_key, channel_key in await self._channels(batch):
+                if await self.prune_session(session_key, cutoff, channel_key):
+                    removed += 1
+                else:
+                    kept += 1
+
     async def idle_sessions(
-        self, cutoff: float, *, offset: int = 0, count: int = BATCH
+        self, cutoff: float, *, offset: int = 0, count: int = BATCH, index: str | None = None
     ) -> list[str]:
-        """Sessions whose last activity is at or before `cutoff`, the oldest first."""
-        found = await self.redis.zrangebyscore(
-            Keys.SESSIONS, "-inf", cutoff, start=offset, num=count
-        )
-        return [str(key) for key in found]
+        """Sessions of one shard's index (every shard's, without one) whose last activity
+        is at or before `cutoff`, the oldest first."""
+        found: list[str] = []
+        for key in [index] if index else Keys.session_indexes():
+            rows = await self.redis.zrangebyscore(key, "-inf", cutoff, start=offset, num=count)
+            found += [str(row) for row in rows]
+        return found
 
     async def prune_session(
         self, session_key: str, cutoff: float, channel_key: str | None = None
@@ -102,7 +111,7 @@ class Retention:
         channel = channel_key or channel_of(session_key)
         keys = {
             **Keys.parts(session_key),
-            "sessions": Keys.SESSIONS,
+            "sessions": Keys.session_index(session_key),
             "channel": Keys.channel_sessions(channel),
             "side": Keys.side_in_flight(session_key),
             "lease": Keys.lease(session_key),

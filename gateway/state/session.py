@@ -175,14 +175,14 @@ class SessionStore:
             "inbox": Keys.inbox(key),
             "meta": Keys.meta(key),
             "queued": Keys.queued(key),
-            "stream": self.stream(inbound.platform),
-            "sessions": Keys.SESSIONS,
+            "stream": self.stream(inbound.platform, key),
+            "sessions": Keys.session_index(key),
             "channel": Keys.channel_sessions(inbound.channel_key),
             "lease": Keys.lease(key),
             "history": Keys.history(key),
             "injections": Keys.injections(key),
             "album": Keys.album(key),
-            "settings_version": Keys.SETTINGS_VERSION,
+            "settings_version": Keys.settings_version(key),
         }
         args: dict[str, Arg] = {
             "dedupe_ttl": DEDUPE_TTL,
@@ -197,9 +197,10 @@ class SessionStore:
         fresh, job = await self._ingest(keys=keys, args=args)
         return bool(fresh), job or None
 
-    def stream(self, platform: str) -> str:
-        """The job stream of a platform (a console routes to its own process's stream)."""
-        return self.streams.get(platform) or Keys.jobs(platform)
+    def stream(self, platform: str, session_key: str) -> str:
+        """The job stream of a session (its platform's, in its shard; a console routes
+        to its own process's stream)."""
+        return self.streams.get(platform) or Keys.session_jobs(session_key, platform)
 
     async def first_delivery(self, inbound: Inbound, *, mark: bool = True) -> bool:
         """Whether the platform event comes for the first time (False: a retry), by the
@@ -226,10 +227,10 @@ class SessionStore:
         key = inbound.session_key
         now = time.time()
         keys = {
-            "stream": self.stream(inbound.platform),
+            "stream": self.stream(inbound.platform, key),
             "meta": Keys.meta(key),
             "side_in_flight": Keys.side_in_flight(key),
-            "sessions": Keys.SESSIONS,
+            "sessions": Keys.session_index(key),
         }
         args = {
             "kind": kind,
@@ -247,9 +248,9 @@ class SessionStore:
         messages left behind a tool loop); None when one is queued already."""
         keys = {
             "queued": Keys.queued(session_key),
-            "stream": self.stream(platform),
+            "stream": self.stream(platform, session_key),
             "meta": Keys.meta(session_key),
-            "sessions": Keys.SESSIONS,
+            "sessions": Keys.session_index(session_key),
         }
         job = await self._enqueue_turn(keys=keys, args={"session": session_key, "now": time.time()})
         return str(job) if job else None
@@ -272,7 +273,7 @@ class SessionStore:
             "turn_injections": Keys.turn_injections(session_key),
             "replies": Keys.replies(session_key),
             "album": Keys.album(session_key),
-            "settings_version": Keys.SETTINGS_VERSION,
+            "settings_version": Keys.settings_version(session_key),
         }
         args: dict[str, Arg] = {
             "token": token,
@@ -338,7 +339,7 @@ class SessionStore:
             "replies": Keys.replies(session_key),
             "turn_injections": Keys.turn_injections(session_key),
             "injections": Keys.injections(session_key),
-            "sessions": Keys.SESSIONS,
+            "sessions": Keys.session_index(session_key),
         }
         args: dict[str, Arg] = {
             "token": token,
@@ -477,5 +478,10 @@ class SessionStore:
         return str(found[0]) if found else None
 
     async def list_sessions(self, limit: int = 100) -> list[tuple[str, float]]:
-        rows = await self.redis.zrevrange(Keys.SESSIONS, 0, limit - 1, withscores=True)
-        return [(str(key), float(score)) for key, score in cast(list[tuple[str, float]], rows)]
+        """The `limit` most recently active sessions, newest first (each shard's newest,
+        merged)."""
+        found: list[tuple[str, float]] = []
+        for index in Keys.session_indexes():
+            rows = await self.redis.zrevrange(index, 0, limit - 1, withscores=True)
+            found += [(str(key), float(score)) for key, score in cast(list[Any], rows)]
+        return sorted(found, key=lambda row: row[1], reverse=True)[:limit]

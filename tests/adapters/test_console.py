@@ -72,7 +72,7 @@ async def test_a_y_line_approves_the_pending_request_and_the_next_line_is_a_mess
     task.cancel()
     inbox = await ingest.sessions.inbox(console.SESSION_KEY)
     assert [entry["text"] for entry in inbox] == ["thanks"]
-    jobs = await redis_client.xrange(Keys.jobs("console"))
+    jobs = await redis_client.xrange(Keys.jobs("console", 0))
     assert [fields["kind"] for _, fields in jobs] == ["turn"]  # one, shared by both
 
 
@@ -146,7 +146,7 @@ async def test_a_missing_file_is_refused_in_one_line_and_nothing_is_sent(
         f"bot: Cannot attach {tmp_path}: not a file this user can read.",
     ]
     assert await ingest.sessions.inbox(console.SESSION_KEY) == []
-    assert await redis_client.xlen(Keys.jobs("console")) == 0
+    assert await redis_client.xlen(Keys.jobs("console", 0)) == 0
 
 
 def test_an_attached_documents_text_reaches_the_echo_model(tmp_path: Path) -> None:

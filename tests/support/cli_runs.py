@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.processes import shards_env
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,7 +20,7 @@ def clean_env(**values: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "DISCORD_", "REDIS_"))
     }
-    env.update({"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    env.update({"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True", **shards_env()})
     # The virtualenv active, as the README asks: the `python` a config names is its own.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(values)

@@ -24,6 +24,7 @@ from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.support.helpers import inbound
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 MAIN = "openai/main-model"
 STATEFUL_MAIN = "openai/responses/main-model"
@@ -131,7 +132,7 @@ async def conversation(
 ) -> AsyncIterator[Conversation]:
     settings = make_settings(redis_url, llm, **values)
     load_litellm()  # seconds of import, paid here rather than inside a timed wait
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     talk = Conversation(
         settings, client, llm, Ingest(settings, client), SessionStore(client), RecordingSender()
     )

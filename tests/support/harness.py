@@ -13,13 +13,13 @@ from typing import Any
 
 from gateway.inbound.ingest import Ingest
 from gateway.ports import FileSource, Sender
-from gateway.state import keys
 from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
 from tests.support.helpers import settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 
 @dataclass
@@ -86,7 +86,7 @@ async def start_workers(
         "GATEWAY_MODEL_RETRIES": 1,
     }
     config = settings(redis_url, **(defaults | values))
-    clients = [keys.connect(redis_url) for _ in range(count + 1)]
+    clients = [client_for(redis_url) for _ in range(count + 1)]
     sender = RecordingSender()
     senders = senders or {"test": sender}
     workers = [Worker(config, client, senders, sources=sources) for client in clients[1:]]

@@ -10,13 +10,13 @@ import asyncio
 import json
 import sys
 
-import redis.asyncio as aioredis
-
 from gateway.inbound.ingest import Ingest
+from gateway.state import shards
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 
 async def main(redis_url: str, api_base: str) -> None:
@@ -27,7 +27,8 @@ async def main(redis_url: str, api_base: str) -> None:
         GATEWAY_API_KEY="sk-test-key",
         GATEWAY_MODEL_PROCESSES=1,
     )
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    shards.configure(config.job_shards)  # as the test process names its keys
+    client = client_for(redis_url)
     sender = RecordingSender()
     worker = Worker(config, client, {"test": sender})
     stop = asyncio.Event()

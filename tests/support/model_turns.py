@@ -8,6 +8,7 @@ pytest from collecting it on its own.
 
 from __future__ import annotations
 
+from gateway.state.keys import Keys
 from tests.support.harness import Harness, texts
 from tests.support.helpers import inbound
 
@@ -73,7 +74,7 @@ async def test_a_turn_whose_lease_expired_untaken_goes_on_without_a_rerun(
     message = inbound("hello")
     await harness.ingest.receive(message)
     await harness.sender.wait_for(lambda: harness.sender.messages)
-    await harness.sessions.redis.delete(f"gw:{{{message.session_key}}}:lease")  # expired
+    await harness.sessions.redis.delete(Keys.session(message.session_key, "lease"))  # expired
     await harness.idle(message.session_key, timeout=30)
     history = await harness.history(message.session_key)
     assert [e["role"] for e in history] == ["user", "assistant"]

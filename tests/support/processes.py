@@ -16,7 +16,14 @@ from typing import Any, TypeVar
 
 import httpx
 
+from gateway.state import shards
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def shards_env() -> dict[str, str]:
+    """GATEWAY_JOB_SHARDS as this test process names its keys, for a process it starts."""
+    return {"GATEWAY_JOB_SHARDS": str(shards.count())}
 
 
 @dataclass
@@ -55,6 +62,7 @@ def environment(redis_url: str, llm_api_base: str, port: int, **values: str) -> 
             "GATEWAY_LOG_LEVEL": "INFO",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "PYTHONPATH": str(ROOT),
+            **shards_env(),
         }
     )
     env.update(values)

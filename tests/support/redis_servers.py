@@ -10,7 +10,11 @@ import socket
 import subprocess
 import tempfile
 
+import redis.asyncio as aioredis
+
+from gateway.state.connection import parse_url
 from gateway.state.embedded_redis import find_redis_server
+from gateway.state.keys import connect
 
 
 def free_port() -> int:
@@ -42,3 +46,11 @@ def redis_command(port: int, data: str, *options: str) -> list[str]:
         "",
         *options,
     ]
+
+
+def client_for(url: str) -> aioredis.Redis:
+    """A test's own asyncio client of `url`: the gateway's for a Cluster or a Sentinel set
+    (tests/support/clusters.py, sentinel.py), a plain one for one server."""
+    if parse_url(url).mode != "standalone":
+        return connect(url)
+    return aioredis.Redis.from_url(url, decode_responses=True)

@@ -49,6 +49,7 @@ class BoundScript:
 
     def __init__(self, script: Script, redis: Redis) -> None:
         self.script = script
+        self.redis = redis
         self._call = redis.register_script(script.source)
 
     async def __call__(

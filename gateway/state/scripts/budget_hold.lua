@@ -1,17 +1,18 @@
--- KEYS: user_day user_month workspace_day workspace_month
--- ARGV: tokens usd day_ttl_s month_ttl_s ...
--- A model call's budget check and its hold, in one step for every worker. Further
--- arguments: a limit and its unit ("usd" or "tokens") for each key in order; a limit
--- of 0 is no budget. Each key is a spend hash: `tokens` and `usd` used (added by each
--- finished call), `held_tokens` and `held_usd` held by calls in flight, `warned`.
+-- KEYS: ...
+-- ARGV: tokens usd ...
+-- A model call's budget check and its hold, in one step for every worker. The keys
+-- are spend hashes of one slot (a user's day and month, or a workspace's). Further
+-- arguments: for each key in order, a limit, its unit ("usd" or "tokens") and the
+-- key's lifetime in seconds; a limit of 0 is no budget. Each key is a spend hash:
+-- `tokens` and `usd` used (added by each finished call), `held_tokens` and
+-- `held_usd` held by calls in flight, `warned`.
 -- Refused ({'over', i}) when the i-th budget's use and holds reach its limit; else the
 -- estimate is held on every budget and {'ok', i} names the first budget found at 80%
 -- or more of its limit by use that has not been warned of yet (0: none).
 local tokens, usd = tonumber(ARGV[1]), tonumber(ARGV[2])
-local ttls = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[3]), tonumber(ARGV[4])}
 
 local function budget(i)
-  return tonumber(ARGV[3 + 2 * i]), ARGV[4 + 2 * i]
+  return tonumber(ARGV[3 * i]), ARGV[1 + 3 * i], tonumber(ARGV[2 + 3 * i])
 end
 
 local warn = 0
@@ -29,11 +30,11 @@ for i, key in ipairs(KEYS) do
   end
 end
 for i, key in ipairs(KEYS) do
-  local limit = budget(i)
+  local limit, _, ttl = budget(i)
   if limit > 0 then
     redis.call('HINCRBYFLOAT', key, 'held_tokens', tokens)
     redis.call('HINCRBYFLOAT', key, 'held_usd', usd)
-    redis.call('EXPIRE', key, ttls[i])
+    redis.call('EXPIRE', key, ttl)
   end
 end
 if warn > 0 then

@@ -1,5 +1,6 @@
 -- KEYS: consoles from into queued side_in_flight
 -- ARGV:
+-- USES: doorbell
 -- The jobs a console run left in its stream (`from`: its run's life ran out, it ended
 -- with jobs left, or it never registered) moved, in order, to a live run's stream
 -- (`into`), in one step: the session's queued-turn marker and its side questions in
@@ -25,4 +26,5 @@ for _, entry in ipairs(redis.call('XRANGE', from, '-', '+')) do
 end
 redis.call('DEL', from)
 redis.call('ZREM', consoles, from)
+if moved > 0 then ring(into) end
 return moved

@@ -1,6 +1,6 @@
--- KEYS: approvals seen due queued stream meta sessions
+-- KEYS: approvals seen queued stream meta sessions
 -- ARGV: approval_id platform user status session now dedupe_ttl
--- USES: turn_job
+-- USES: doorbell turn_job
 -- Settle a pending approval and enqueue the turn that continues it, in one step.
 -- `status` is approved or declined for a click by `user`, timeout when the
 -- deadline passed (no user). Only a pending approval of this platform is
@@ -10,9 +10,10 @@
 -- delivery gets the first delivery's verdict and changes nothing.
 -- The continuation turn follows turn_job.lua's rule (no second job while a
 -- live one is queued). Returns the verdict: approved, declined, timeout,
--- not yours or closed.
-local approvals, seen, due, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local stream, meta, sessions = KEYS[5], KEYS[6], KEYS[7]
+-- not yours or closed. The due index's entry is removed after, in a step of its
+-- own (gateway/approvals/store.py).
+local approvals, seen, queued = KEYS[1], KEYS[2], KEYS[3]
+local stream, meta, sessions = KEYS[4], KEYS[5], KEYS[6]
 local id, platform, user, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local session, now, dedupe_ttl = ARGV[5], ARGV[6], ARGV[7]
 local click = status ~= 'timeout'
@@ -40,7 +41,6 @@ local function settle()
     status, verdict = 'timeout', 'closed'
   end
   redis.call('HSET', approvals, id .. ':status', status)
-  redis.call('ZREM', due, session .. ' ' .. id)
   enqueue_turn()
   return verdict
 end

@@ -1,5 +1,6 @@
 -- KEYS: stream meta side_in_flight sessions
 -- ARGV: kind session payload side_limit since now
+-- USES: doorbell
 -- A job that does not touch history (a side question, a notice, a status reply).
 -- With a side limit, it counts as a side question in flight and is refused (2)
 -- when that many were enqueued since `since` and are not yet complete.
@@ -18,4 +19,5 @@ local job = redis.call('XADD', stream, '*', 'kind', kind, 'session', session,
 if side_limit ~= '' then redis.call('ZADD', side, now, job) end
 redis.call('HINCRBY', meta, 'owed', 1)
 redis.call('ZADD', sessions, now, session)
+ring(stream)
 return {1, job}

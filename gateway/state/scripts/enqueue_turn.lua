@@ -1,6 +1,6 @@
 -- KEYS: queued stream meta sessions
 -- ARGV: session now
--- USES: turn_job
+-- USES: doorbell turn_job
 -- A turn job for a session with no new message of its own: an approval was
 -- decided (or timed out), or messages waited in the inbox behind a tool loop.
 -- Nothing is enqueued while a live job is already queued for the session (the

@@ -1,6 +1,6 @@
 -- KEYS: seen inbox meta queued stream sessions channel lease history injections album settings_version
 -- ARGV: dedupe_ttl entry session now early channel_key media_group album_ms
--- USES: turn_job album dedupe
+-- USES: doorbell turn_job album dedupe
 -- A user message: dedupe on the platform's event id, append it to the inbox and
 -- enqueue a turn unless one is already queued, in one step (a message is never
 -- in the inbox without a job, nor a job without its message). An album's item

@@ -1,5 +1,6 @@
 -- A session's queued-turn marker ("<stream> <job id>"), shared by the scripts that
 -- enqueue turns (ingest, enqueue_turn, decide): at most one live turn job per session.
+-- Those scripts use doorbell.lua too, before this.
 
 -- Whether a live turn job is queued for the session. A marker whose job is gone
 -- (its stream was removed) would block every later turn: it is dropped, with the
@@ -24,5 +25,6 @@ local function add_turn_job(stream, queued, meta, session, payload)
                          'payload', payload)
   redis.call('SET', queued, stream .. ' ' .. job)
   redis.call('HINCRBY', meta, 'owed', 1)
+  ring(stream)
   return job
 end

@@ -60,7 +60,7 @@ EFFECTS = {
 
 
 async def jobs(redis: Redis) -> list[dict[str, Any]]:
-    entries = await redis.xrange(Keys.jobs("discord"))
+    entries = await redis.xrange(Keys.jobs("discord", 0))
     return [{**fields, "payload": json.loads(fields["payload"])} for _, fields in entries]
 
 

@@ -202,7 +202,7 @@ async def test_a_strangers_mention_opens_no_thread_and_gets_one_refusal(
     refused = [inbound for inbound, outcome in seen if outcome == Receipt.REFUSED]
     assert [inbound.speaker.id for inbound in refused] == ["66", "66"]
     assert all(inbound.channel == CHANNEL for inbound in refused)
-    jobs = [fields for _, fields in await redis_client.xrange(Keys.jobs("discord"))]
+    jobs = [fields for _, fields in await redis_client.xrange(Keys.jobs("discord", 0))]
     notices = [json.loads(job["payload"])["text"] for job in jobs if job["kind"] == "notice"]
     assert len(notices) == 1 and "discord:66" in notices[0]
 

@@ -171,5 +171,5 @@ async def test_messages_and_interactions_with_malformed_ids_are_dropped_with_one
     assert raised() == []
     assert len(drops()) == cases and all("\n" not in line for line in drops())
     assert [inbound.text for inbound, _ in gateway.ingest.seen] == ["the control"]
-    assert await redis_client.xlen(Keys.jobs("discord")) == 1
+    assert await redis_client.xlen(Keys.jobs("discord", 0)) == 1
     assert not set(fake_discord.callbacks) & {body["token"] for body in commands.values()}

@@ -9,7 +9,6 @@ import io
 from collections.abc import Callable
 
 import pytest
-import redis.asyncio as aioredis
 
 from adapters.console import ConsoleSender
 from adapters.discord.sender import DiscordSender
@@ -27,6 +26,7 @@ from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.harness import Harness, start_workers
 from tests.support.helpers import inbound, settings
+from tests.support.redis_servers import client_for
 
 GUILD, CHANNEL = "1200000000000000001", "1300000000000000001"
 SET = "Set `model` for this channel to `openai/chosen`."
@@ -49,7 +49,7 @@ async def say(h: Harness, message: Inbound) -> None:
 
 
 async def channel_settings(redis_url: str, scope: str) -> dict[str, str]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     try:
         store = ScopedSettings(client, settings(redis_url))
         await store.load()

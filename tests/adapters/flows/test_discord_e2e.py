@@ -25,6 +25,7 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_files import VOICE_MESSAGE_FLAG
 from tests.fakes.llm_server import FakeLLM
 from tests.support.media_files import noisy_png, png
+from tests.support.processes import shards_env
 
 # Each test starts fresh processes (and a worker's litellm import): more room than the
 # suite's default per-test timeout.
@@ -78,6 +79,7 @@ class Stack:
         self.fake_discord, self.llm, self.workdir = fake_discord, llm, workdir
         self.env = {
             "PATH": os.environ.get("PATH", ""),
+            **shards_env(),
             "PYTHONPATH": str(ROOT),  # this checkout's code, wherever the project is installed
             "REDIS_URL": redis_url,
             "GATEWAY_MODEL": "openai/fake-model",
@@ -106,7 +108,7 @@ class Stack:
         await self.wait(
             lambda: self.fake_discord.identifies and self.fake_discord.commands, within=60
         )
-        await self.wait(lambda: all("reading gw:jobs" in p.output() for p in workers), within=90)
+        await self.wait(lambda: all("job streams of" in p.output() for p in workers), within=90)
 
     async def wait(self, condition: Any, within: float = 45.0) -> Any:
         def met() -> Any:

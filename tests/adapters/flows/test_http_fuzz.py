@@ -128,7 +128,7 @@ async def test_malformed_slack_deliveries_are_refused_and_change_nothing(
     assert (
         await web.http.post("/slack/events", content=event, headers=signed_headers(event))
     ).status_code == 200
-    assert await web.redis.xlen(Keys.jobs("slack")) == 1
+    assert await web.redis.xlen(Keys.jobs("slack", 0)) == 1
 
 
 async def test_malformed_telegram_updates_are_dropped_and_change_nothing(
@@ -162,7 +162,7 @@ async def test_malformed_telegram_updates_are_dropped_and_change_nothing(
         "/telegram/webhook", content=json.dumps(update).encode(), headers=headers
     )
     assert response.status_code == 200
-    assert await web.redis.xlen(Keys.jobs("telegram")) == 1
+    assert await web.redis.xlen(Keys.jobs("telegram", 0)) == 1
 
 
 def test_the_cases_are_the_same_for_the_same_seed() -> None:

@@ -14,13 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis.asyncio as aioredis
 
 from adapters.buttons import FEEDBACK_BLOCK
 from gateway.state.keys import GROUP, Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.slack_api import TEAM_ID, FakeSlack, Message
-from tests.support.redis_servers import free_port
+from tests.support.redis_servers import client_for, free_port
 from tests.support.slack_helpers import (
     Processes,
     environment,
@@ -109,7 +108,7 @@ async def test_a_channel_that_refuses_streams_is_edited_in_place_and_remembered(
     answered(slack, "C1", second["ts"], "second question")
     assert len(slack.calls_to("chat.startStream")) == 1  # not asked again in that channel
 
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     try:
         counted = await client.hget(
             Keys.METRICS, "stream_fallbacks|slack|method_not_supported_for_channel_type"
@@ -129,11 +128,11 @@ async def test_a_worker_killed_mid_stream_leaves_one_reply_closed_and_complete(
     llm.reply = " ".join(f"word{i}" for i in range(40))
     llm.duration = 4.0
     env = environment(redis_url, llm.api_base, slack.api_url, free_port(), GATEWAY_LEASE_TTL="2")
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     try:
         async with gateway(tmp_path, env, "web", "worker", "worker") as processes:
             deadline = time.monotonic() + 150
-            while processes.output().count("reading gw:jobs:slack") < 2:
+            while processes.output().count("job streams of slack") < 2:
                 assert time.monotonic() < deadline, "the workers did not start"
                 await asyncio.sleep(0.1)
             top = mention("tell me a story")
@@ -148,7 +147,7 @@ async def test_a_worker_killed_mid_stream_leaves_one_reply_closed_and_complete(
             while not await streaming_and_stored():
                 assert time.monotonic() < deadline, "the reply did not start streaming"
                 await asyncio.sleep(0.05)
-            (job,) = await client.xpending_range(Keys.jobs("slack"), GROUP, "-", "+", 10)
+            (job,) = await client.xpending_range(Keys.jobs("slack", 0), GROUP, "-", "+", 10)
             os.kill(int(str(job["consumer"]).split("-")[-2]), signal.SIGKILL)
             reply = answered(slack, "C1", top["ts"], "word39")
     finally:

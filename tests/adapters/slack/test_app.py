@@ -76,7 +76,7 @@ class Web:
         )
 
     async def jobs(self) -> list[dict[str, Any]]:
-        raw = await self.redis.xrange(Keys.jobs("slack"))
+        raw = await self.redis.xrange(Keys.jobs("slack", 0))
         entries = cast(list[tuple[str, dict[str, str]]], raw)
         return [
             {**fields, "payload": json.loads(fields.get("payload") or "{}")}

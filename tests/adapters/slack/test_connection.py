@@ -70,7 +70,7 @@ class Socket:
         return bool(report and not report["up"])
 
     async def jobs(self) -> list[dict[str, str]]:
-        raw = await self.redis.xrange(Keys.jobs("slack"))
+        raw = await self.redis.xrange(Keys.jobs("slack", 0))
         entries = cast(list[tuple[str, dict[str, str]]], raw)
         return [fields for _, fields in entries]
 

@@ -348,7 +348,7 @@ class Web:
 
     async def jobs(self) -> list[dict[str, Any]]:
         entries = cast(
-            list[tuple[str, dict[str, str]]], await self.redis.xrange(Keys.jobs("slack"))
+            list[tuple[str, dict[str, str]]], await self.redis.xrange(Keys.jobs("slack", 0))
         )
         return [
             {**fields, "payload": json.loads(fields.get("payload") or "{}")}

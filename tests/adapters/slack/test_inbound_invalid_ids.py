@@ -119,7 +119,7 @@ class Web:
 
     async def state(self) -> tuple[list[str], int]:
         """Every key, and the length of the job stream: what any ingest would change."""
-        return sorted(await self.redis.keys("*")), await self.redis.xlen(Keys.jobs("slack"))
+        return sorted(await self.redis.keys("*")), await self.redis.xlen(Keys.jobs("slack", 0))
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ async def test_events_and_commands_with_malformed_ids_are_dropped_with_one_line_
     control = event_body(mention("the control", ts="1710000000.000001"))
     assert (await web.post(json_bytes(control))).status_code == 200
     before = await web.state()
-    assert before[1] == 1 and f"gw:{{slack:{TEAM_ID}:C1:1710000000.000001}}:inbox" in before[0]
+    assert before[1] == 1 and Keys.inbox(f"slack:{TEAM_ID}:C1:1710000000.000001") in before[0]
     posts = len(slack.calls_to("chat.postMessage"))
     sent = [(name, json_bytes(body), "application/json") for name, body in EVENTS.items()]
     sent += [(name, body, "application/x-www-form-urlencoded") for name, body in COMMANDS.items()]

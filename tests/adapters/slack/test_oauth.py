@@ -13,6 +13,7 @@ from slack_sdk.oauth.installation_store import Installation
 from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.workspaces import NotInstalled
 from gateway.state.cipher import TokenCipher, WrongSecretKey
+from gateway.state.keys import Keys
 from tests.fakes.slack_api import CLIENT_ID, FakeSlack
 from tests.support.slack_helpers import (
     OTHER_SECRET_KEY,
@@ -165,7 +166,7 @@ async def test_tokens_revoked_for_the_bot_removes_the_bot(
 
 async def sessions_of(web: InstallsApp, team_id: str) -> list[str]:
     """The inboxes a workspace's messages were written to."""
-    return [key async for key in web.redis.scan_iter(f"gw:{{slack:{team_id}:*:inbox")]
+    return [key async for key in web.redis.scan_iter(f"gw:{{*}}:slack:{team_id}:*:inbox")]
 
 
 @pytest.mark.parametrize("removal", ["tokens_revoked", "app_uninstalled"])
@@ -223,7 +224,7 @@ async def test_a_message_from_an_installed_workspace_is_taken_with_its_bot_ident
     two = await web.install(slack, "T0002")
     event = team_mention("hello there", two)
     assert (await web.post_event(installed_event(event, two))).status_code == 200
-    session = f"gw:{{slack:T0002:C1:{event['ts']}}}:inbox"
+    session = Keys.inbox(f"slack:T0002:C1:{event['ts']}")
     [entry] = await web.redis.lrange(session, 0, -1)
     assert "hello there" in entry and "UBT0002" not in entry  # the mention is stripped
     # The bot's own message in that workspace (its user there) is not taken for a user's.
@@ -243,7 +244,7 @@ async def test_an_org_wide_install_serves_its_workspaces(
     event = team_mention("from a workspace of the org", org)
     body = installed_event(event, org, team_id="T0009")
     assert (await web.post_event(body)).status_code == 200
-    assert await web.redis.llen(f"gw:{{slack:T0009:C1:{event['ts']}}}:inbox") == 1
+    assert await web.redis.llen(Keys.inbox(f"slack:T0009:C1:{event['ts']}")) == 1
     assert await web.platform.workspaces.token("T0009") == org.bot_token
 
 

@@ -19,6 +19,7 @@ from adapters.slack.platform import SlackPlatform
 from adapters.slack.rotation import Rotation
 from gateway.errors import PlatformError
 from gateway.messages import Address
+from gateway.state.keys import Keys
 from tests.fakes.slack_api import CLIENT_SECRET, FakeSlack, Install
 from tests.support.slack_helpers import (
     SECRET_KEY,
@@ -142,7 +143,7 @@ async def test_two_processes_past_the_refresh_point_make_one_refresh_and_share_i
     assert post_tokens(slack) == [new.bot_token]
     assert {c.token for c in slack.calls_to("auth.test")[tested:]} == {new.bot_token}
     for event in (one, two):
-        inbox = f"gw:{{slack:T0002:{event['channel']}:{event['ts']}}}:inbox"
+        inbox = Keys.inbox(f"slack:T0002:{event['channel']}:{event['ts']}")
         assert await web.redis.llen(inbox) == 1
     bot = await stored_bot(web)
     assert bot is not None and bot.bot_token == new.bot_token

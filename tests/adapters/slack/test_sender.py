@@ -288,7 +288,7 @@ async def test_a_side_answer_posted_before_a_crash_is_not_posted_again(
     sender = SlackSender(web_client(TOKEN, slack.api_url), edit_interval=0.2)
     message = inbound("/btw what did we decide?", platform="slack", channel="C1", thread="100.1")
     payload = {"address": message.side_reply.model_dump(), "question": "what did we decide?"}
-    job = Job(Keys.jobs("slack"), "1-0", "side", message.session_key, payload)
+    job = Job(Keys.jobs("slack", 0), "1-0", "side", message.session_key, payload)
     async for h in start_workers(redis_url, llm, 1, senders={"slack": sender}):
         answers = h.workers[0].answers
         await answers.side(job)

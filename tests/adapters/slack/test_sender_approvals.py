@@ -67,7 +67,7 @@ async def _status(ingest: Ingest, approval_id: str) -> Status | None:
 
 
 async def _turn_jobs(redis: Redis) -> list[dict[str, str]]:
-    raw = await redis.xrange(Keys.jobs("slack"))
+    raw = await redis.xrange(Keys.jobs("slack", 0))
     return [f for _, f in cast(list[tuple[str, dict[str, str]]], raw) if f["kind"] == "turn"]
 
 

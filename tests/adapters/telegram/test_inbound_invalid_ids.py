@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from adapters.telegram import TelegramPlatform
 from gateway.inbound.ingest import Ingest
 from gateway.state.health import Health
+from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.telegram_helpers import post_update, webhook_client, webhook_platform
@@ -179,4 +180,4 @@ async def test_polled_updates_with_malformed_ids_are_dropped_and_the_next_one_ta
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert await stored_texts(redis_client) == ["the control"]
-    assert await redis_client.xlen("gw:jobs:telegram") == 1
+    assert await redis_client.xlen(Keys.jobs("telegram", 0)) == 1

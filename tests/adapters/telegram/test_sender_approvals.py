@@ -83,7 +83,7 @@ async def _status(ingest: Ingest, approval_id: str) -> Status | None:
 
 
 async def _turn_jobs(redis: aioredis.Redis) -> list[dict[str, str]]:
-    raw = await redis.xrange(Keys.jobs("telegram"))
+    raw = await redis.xrange(Keys.jobs("telegram", 0))
     return [f for _, f in cast(list[tuple[str, dict[str, str]]], raw) if f["kind"] == "turn"]
 
 

@@ -47,7 +47,9 @@ def _click(approval_id: str, user: str = "U1", approve: bool = True, event: str 
 
 
 async def _turn_jobs(redis: aioredis.Redis) -> list[dict[str, str]]:
-    entries = cast(list[tuple[str, dict[str, str]]], await redis.xrange(Keys.jobs("test")))
+    entries = cast(
+        list[tuple[str, dict[str, str]]], await redis.xrange(Keys.session_jobs(KEY, "test"))
+    )
     return [fields for _, fields in entries if fields["kind"] == "turn"]
 
 
@@ -132,7 +134,9 @@ async def test_a_retried_delivery_of_a_click_gets_the_same_verdict_and_changes_n
     approval_id = await _open(store)
     click = _click(approval_id, event="E1")
     assert await store.decide(click, KEY) == Verdict.APPROVED
-    await redis_client.xtrim(Keys.jobs("test"), maxlen=0)  # the job ran; a second would show
+    await redis_client.xtrim(
+        Keys.session_jobs(KEY, "test"), maxlen=0
+    )  # the job ran; a second would show
     await redis_client.delete(Keys.queued(KEY))
     assert await store.decide(click, KEY) == Verdict.APPROVED
     assert await _turn_jobs(redis_client) == []

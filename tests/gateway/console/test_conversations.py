@@ -104,7 +104,7 @@ async def test_a_long_conversation_shows_its_newest_page_and_pages_back(
     key = "test:W:C9"
     entries = [user_entry(f"message number {i}", f"e{i}") for i in range(PAGE + 50)]
     await redis_client.rpush(Keys.history(key), *[json.dumps(e) for e in entries])
-    await redis_client.zadd(Keys.SESSIONS, {key: 1.0})
+    await redis_client.zadd(Keys.session_index(key), {key: 1.0})
     client, _ = build(redis_client, make_settings(redis_url, GATEWAY_ADMIN_TOKEN=TOKEN))
     async with client:
         await _signed_in(client)

@@ -7,7 +7,6 @@ import itertools
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from gateway.context.compiler import SUMMARY_HEADER
 from gateway.context.compression import CompressionResult, Compressor
@@ -27,6 +26,7 @@ from tests.support.conversation import (
     make_settings,
     user_entry,
 )
+from tests.support.redis_servers import client_for
 
 BUDGET = 400
 SUMMARY = "SUMMARY: Alice counted 42 widgets; Bob decided to ship on Friday; open: the colour."
@@ -315,7 +315,7 @@ async def test_two_workers_finishing_turns_at_once_compress_once(
 async def test_the_lock_lets_one_of_two_compressors_through(redis_url: str, llm: FakeLLM) -> None:
     llm.set_model_behaviour(COMPRESSOR, reply=SUMMARY, delay=0.3)
     settings = make_settings(redis_url, llm, GATEWAY_TOKEN_BUDGET=BUDGET)
-    clients = [aioredis.Redis.from_url(redis_url, decode_responses=True) for _ in range(2)]
+    clients = [client_for(redis_url) for _ in range(2)]
     try:
         compressors = [Compressor(settings, c, Models.for_settings(settings)) for c in clients]
         async with conversation(redis_url, llm, workers=0) as talk:

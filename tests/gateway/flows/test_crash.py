@@ -49,7 +49,7 @@ async def until(condition: object, within: float, what: str) -> None:
 
 async def workers_ready(processes: Gateway, count: int) -> bool:
     text = processes.output()
-    return text.count("reading gw:jobs:telegram") >= count
+    return text.count("job streams of telegram") >= count
 
 
 @pytest.mark.parametrize("chat", [None, GROUP_CHAT], ids=["private-draft", "group-edit"])
@@ -89,7 +89,7 @@ async def test_a_worker_killed_mid_turn_is_replaced_and_the_turn_finishes_once(
             return bool(fake_telegram.messages_in(chat_id)) and stored > 0
 
         await until(partial_reply_shown, 30, "the first part of the reply shown")
-        pending = await redis_client.xpending_range(Keys.jobs("telegram"), GROUP, "-", "+", 10)
+        pending = await redis_client.xpending_range(Keys.jobs("telegram", 0), GROUP, "-", "+", 10)
         holder = pending[0]["consumer"]
         os.kill(int(holder.split("-")[-2]), signal.SIGKILL)
         sessions = SessionStore(redis_client)

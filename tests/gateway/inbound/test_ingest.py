@@ -16,7 +16,7 @@ from tests.support.helpers import inbound, settings
 
 
 async def jobs(redis: aioredis.Redis, platform: str = "test") -> list[dict[str, str]]:
-    entries = await redis.xrange(Keys.jobs(platform))
+    entries = await redis.xrange(Keys.jobs(platform, 0))
     return [fields for _, fields in entries]
 
 

@@ -38,7 +38,7 @@ async def test_an_albums_items_become_one_inbox_entry_with_one_job(
     assert entry["text"] == "two photos ✓\n\nand a caption"
     assert entry["platform_message_id"] == first.message_id
     assert entry["reply"]["reply_to"] == first.reply.reply_to
-    assert await redis_client.xlen(Keys.jobs("test")) == 1
+    assert await redis_client.xlen(Keys.jobs("test", 0)) == 1
 
 
 async def test_a_retried_album_item_is_not_added_twice(
@@ -133,5 +133,5 @@ async def test_an_album_is_answered_in_one_turn_with_every_photo(
 async def job_taken(redis: aioredis.Redis, within: float = 10.0) -> None:
     """Wait until a worker has read the session's turn job (it is pending in the group)."""
     async with asyncio.timeout(within):
-        while (await redis.xpending(Keys.jobs("test"), GROUP))["pending"] == 0:
+        while (await redis.xpending(Keys.jobs("test", 0), GROUP))["pending"] == 0:
             await asyncio.sleep(0.01)

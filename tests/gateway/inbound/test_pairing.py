@@ -80,7 +80,7 @@ async def test_wrong_codes_lock_approval_even_for_a_right_one(
 
 
 async def _notices(redis: aioredis.Redis, platform: str) -> list[str]:
-    entries = await redis.xrange(Keys.jobs(platform))
+    entries = await redis.xrange(Keys.jobs(platform, 0))
     return [json.loads(f["payload"])["text"] for _, f in entries if f["kind"] == "notice"]
 
 

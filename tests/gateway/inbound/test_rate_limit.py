@@ -16,8 +16,9 @@ from gateway.settings.values import Rate, parse_rate
 from gateway.state.keys import Keys
 from gateway.state.scripts import BoundScript, load
 from tests.support.helpers import inbound
+from tests.support.redis_servers import client_for
 
-USER, CONVERSATION = Keys.user_rate("test:U1"), Keys.rate("test:W:C1")
+USER, CONVERSATION = Keys.user_rate("test:U1", "test:W:C1"), Keys.rate("test:W:C1")
 
 
 def test_a_rate_reads_as_count_per_period_with_its_burst() -> None:
@@ -109,13 +110,13 @@ async def test_buckets_of_different_users_and_conversations_are_apart(take: Boun
     args = _args(user=(60_000, 1, 60_000))
     assert await take(keys=_keys(), args=args) == [1]
     assert (await take(keys=_keys(), args=args))[0] == 0
-    other = _keys(user=Keys.user_rate("test:U2"))
+    other = _keys(user=Keys.user_rate("test:U2", "test:W:C1"))
     assert await take(keys=other, args=args) == [1]
 
 
 async def test_the_conversation_bucket_refuses_for_everyone_in_it(take: BoundScript) -> None:
     args = _args(conversation=(60_000, 2, 60_000))
-    users = [Keys.user_rate(f"test:U{i}") for i in range(3)]
+    users = [Keys.user_rate(f"test:U{i}", "test:W:C1") for i in range(3)]
     results = [await take(keys=_keys(user=u), args=args) for u in users]
     assert [r[0] for r in results] == [1, 1, 0]
     assert results[2][1] == 2
@@ -143,7 +144,7 @@ async def test_the_notice_is_due_once_per_window(take: BoundScript) -> None:
 
 
 async def test_two_clients_share_one_bucket(redis_url: str, take: BoundScript) -> None:
-    other = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    other = client_for(redis_url)
     try:
         take_elsewhere = load("rate_limit").bind(other)
         args = _args(user=(60_000, 4, 60_000))

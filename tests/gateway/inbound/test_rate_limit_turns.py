@@ -17,6 +17,7 @@ from gateway.state.keys import Keys, connect
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Harness, start_workers, texts
 from tests.support.helpers import inbound, settings
+from tests.support.redis_servers import client_for
 
 BURST = 3
 NOTICE = "faster than this bot answers: 1 per minute. Try again in"
@@ -54,7 +55,7 @@ async def test_a_burst_over_the_limit_answers_the_allowed_and_tells_once(
 
 
 async def test_two_ingest_processes_share_the_bucket(limited: Harness, redis_url: str) -> None:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     try:
         elsewhere = Ingest(limited.ingest.settings, client)
         doors = [limited.ingest, elsewhere] * BURST
@@ -123,7 +124,7 @@ def _ingest(redis_url: str, client: aioredis.Redis, **values: object) -> Ingest:
 
 
 async def _notice_texts(client: aioredis.Redis) -> list[str]:
-    entries = await client.xrange(Keys.jobs("test"))
+    entries = await client.xrange(Keys.jobs("test", 0))
     return [json.loads(f["payload"])["text"] for _, f in entries if f["kind"] == "notice"]
 
 

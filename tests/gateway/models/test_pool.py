@@ -15,7 +15,6 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aioredis
 
 from gateway.context.compression import Compressor
 from gateway.models import Models
@@ -31,6 +30,8 @@ from tests.support.model_turns import (  # noqa: F401  (collected again, with a 
     test_many_sessions_run_at_once,
     test_stop_cancels_the_running_turn,
 )
+from tests.support.processes import shards_env
+from tests.support.redis_servers import client_for
 
 
 @pytest.fixture
@@ -168,6 +169,7 @@ async def test_a_worker_with_model_processes_never_imports_litellm(
         redis_url,
         llm.api_base,
         stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, **shards_env()},
     )
     out, _ = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0
@@ -177,7 +179,7 @@ async def test_a_worker_with_model_processes_never_imports_litellm(
     assert reply == "hi"
     assert "main-model" in status and "2 messages" in status
     # The same count made here, in process, from the session as the worker left it.
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     config = settings(redis_url, GATEWAY_MODEL="openai/main-model")
     view = await SessionStore(client).view(inbound("x").session_key)
     models = Models.for_settings(config)

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-import redis.asyncio as aioredis
 
 from gateway.errors import ModelStalled, ModelUnavailable
 from gateway.inbound.ingest import Ingest
@@ -18,6 +17,7 @@ from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 MAIN, SIDE = "scripted/main", "scripted/side"
 CUT_NOTE = "_(the answer was cut off: the model stopped responding)_"
@@ -54,7 +54,7 @@ def reply(call: ModelCall) -> str:
 async def scripted(redis_url: str) -> AsyncIterator[Scripted]:
     backend = ScriptedBackend(reply)
     config = settings(redis_url, GATEWAY_MODEL=MAIN, GATEWAY_SIDE_MODEL=SIDE)
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     sender = RecordingSender()
     worker = Worker(config, client, {"test": sender}, Models(backend))
     stop = asyncio.Event()

@@ -6,14 +6,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-import redis.asyncio as aioredis
-
 from gateway.models import Charge, ModelCall, Usage
 from gateway.settings.scoped import ScopedSettings
 from gateway.spend.usage import UsageLedger
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Harness, start_workers, texts
 from tests.support.helpers import inbound
+from tests.support.redis_servers import client_for
 
 USED_UP = "⚠️ Your daily budget (1,000 tokens) is used up; it resets at 00:00 UTC."
 
@@ -21,7 +20,7 @@ USED_UP = "⚠️ Your daily budget (1,000 tokens) is used up; it resets at 00:0
 @contextlib.asynccontextmanager
 async def elsewhere(redis_url: str, h: Harness) -> AsyncIterator[ScopedSettings]:
     """Settings by scope as another process changes them: a client of its own."""
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     try:
         store = ScopedSettings(client, h.workers[0].settings)
         await store.load()

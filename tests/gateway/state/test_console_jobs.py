@@ -38,7 +38,7 @@ async def test_a_live_runs_jobs_stay_and_an_ended_ones_move_with_the_queued_mark
     assert await first.release() == 1  # it ends with "one" unanswered
     assert await second.adopt() == 1
     assert not await redis_client.exists(first.stream)
-    assert await redis_client.zrange(Keys.CONSOLES, 0, -1) == [second.stream]
+    assert await redis_client.zrange(Keys.consoles(SESSION), 0, -1) == [second.stream]
     ((moved_id, fields),) = await redis_client.xrange(second.stream)
     assert fields == job[1]
     assert await _marker(redis_client) == f"{second.stream} {moved_id}"
@@ -67,4 +67,4 @@ async def test_a_run_that_ends_with_nothing_owed_leaves_nothing(
     await jobs.register()
     assert await jobs.settled()
     assert await jobs.release() == 0
-    assert await redis_client.exists(Keys.CONSOLES, jobs.stream) == 0
+    assert await redis_client.exists(Keys.consoles(SESSION), jobs.stream) == 0

@@ -8,17 +8,20 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.inbound.ingest import Ingest
 from gateway.state.jobs import JobQueue
 from gateway.state.keys import GROUP, Keys
 from gateway.worker import Worker
 from tests.fakes.llm_server import FakeLLM
+from tests.support.clusters import cluster_shards
 from tests.support.harness import Harness, start_workers
 from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for, start_redis
 
-STREAM = Keys.jobs("test")
+STREAM = Keys.jobs("test", 0)
 
 
 @pytest.fixture
@@ -107,7 +110,7 @@ async def test_a_job_read_but_never_started_runs_without_waiting_for_reclaim(
         GATEWAY_API_KEY="sk-test-key",
         GATEWAY_LEASE_TTL=30.0,
     )
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    redis = client_for(redis_url)
     worker = Worker(config, redis, {"test": RecordingSender()})
     await worker.queue.ensure_groups()
     message = inbound("hello")
@@ -204,7 +207,7 @@ async def test_a_busy_worker_claims_no_job_it_cannot_start(one_slot: Harness) ->
 
 async def test_a_job_found_twice_runs_once(redis_url: str, llm: FakeLLM) -> None:
     config = settings(redis_url)
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    redis = client_for(redis_url)
     sender = RecordingSender()
     worker = Worker(config, redis, {"test": sender})
     await worker.queue.ensure_groups()
@@ -233,8 +236,61 @@ async def test_the_check_for_unstarted_jobs_does_not_count_running_ones_as_deliv
     running_id = await redis_client.xadd(STREAM, {"kind": "notice", "session": "s", "payload": ""})
     (job,) = await queue.read(count=1, block_ms=100)
     for _ in range(6):
-        assert await queue.unstarted({job.id}, 1) == []
+        assert await queue.unstarted({job.key}, 1) == []
     (row,) = await redis_client.xpending_range(STREAM, GROUP, "-", "+", 10)
     assert row["message_id"] == running_id and row["times_delivered"] == 1
+    queue.mark([STREAM])
+    assert await queue.read(count=1, block_ms=100) == []  # the job's answer lost
     (again,) = await queue.unstarted(set(), 1)  # not running after all: delivered once more
     assert again.id == running_id and again.deliveries == 2
+
+
+async def _idle_commands_per_second(shard_count: int, seconds: float) -> float:
+    """The commands an idle worker sends its own redis-server per second, with reclaim
+    rounds every second (a lease TTL of 1 s: rounds every min(2 s, 1.5 TTL) / 2)."""
+    process, url = start_redis()
+    try:
+        with cluster_shards(shard_count):
+            client = client_for(url)
+            await _until_answers(client)
+            config = settings(url, GATEWAY_LEASE_TTL="1", GATEWAY_MODEL_PROCESSES="0")
+            worker = Worker(config, client, {"test": RecordingSender()})
+            stop = asyncio.Event()
+            run = asyncio.create_task(worker.run(stop))
+            await worker.ready.wait()
+            await asyncio.sleep(1.5)  # the start's reads of every stream are over
+            before = await _commands(client)
+            await asyncio.sleep(seconds)
+            sent = await _commands(client) - before - 1  # less the first INFO
+            stop.set()
+            await run
+            await client.aclose()
+        return sent / seconds
+    finally:
+        process.terminate()
+        process.wait()
+
+
+async def _until_answers(client: aioredis.Redis) -> None:
+    for _ in range(200):
+        try:
+            await client.ping()
+            return
+        except RedisConnectionError:
+            await asyncio.sleep(0.02)
+
+
+async def _commands(client: aioredis.Redis) -> int:
+    stats = await client.info("commandstats")
+    return sum(int(found["calls"]) for found in stats.values())
+
+
+async def test_an_idle_workers_commands_do_not_grow_with_the_shards() -> None:
+    """With four times the shards, an idle worker sends no more: it waits on one
+    subscription, and each reclaim round looks at SWEEP_STREAMS streams whatever their
+    number (measured: 31 commands a second at 16 shards and at 64, 19 at 4, with a
+    round every second; at the default lease TTL a round comes every 22.5 s)."""
+    at_16 = await _idle_commands_per_second(16, 3.0)
+    at_64 = await _idle_commands_per_second(64, 3.0)
+    assert at_64 <= at_16 * 1.25 + 2, (at_16, at_64)
+    assert at_16 < 40, at_16

@@ -29,7 +29,9 @@ from gateway.state.retention import DAY, PRUNE_EVERY, PruneResult, Retention
 from gateway.state.session import SessionStore
 from gateway.worker import Worker
 from tests.support.helpers import inbound, settings
+from tests.support.processes import shards_env
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 CHANNEL = "test:W:C1"
 ROOT = Path(__file__).resolve().parents[3]
@@ -74,22 +76,22 @@ class Deployment:
 
     async def age(self, session_key: str, days: float) -> None:
         """Move the session's last activity `days` back."""
-        score = await self.redis.zscore(Keys.SESSIONS, session_key)
+        score = await self.redis.zscore(Keys.session_index(session_key), session_key)
         assert score is not None
-        await self.redis.zadd(Keys.SESSIONS, {session_key: score - days * DAY})
+        await self.redis.zadd(Keys.session_index(session_key), {session_key: score - days * DAY})
         updated = await self.redis.hget(Keys.meta(session_key), "updated")
         if updated is not None:
             await self.redis.hset(Keys.meta(session_key), "updated", float(updated) - days * DAY)
 
     async def left_of(self, session_key: str) -> list[str]:
         """The session's keys that are still there."""
-        return sorted(await self.redis.keys(f"gw:{{{session_key}}}:*"))
+        return sorted(await self.redis.keys(Keys.session(session_key, "*")))
 
 
 @pytest.fixture
 async def deployment(redis_url: str) -> AsyncIterator[Deployment]:
     config = settings(redis_url)
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     found = Deployment(config, client, Ingest(config, client), SessionStore(client))
     await found.start_worker()
     try:
@@ -115,13 +117,14 @@ async def test_an_idle_session_is_removed_with_every_key_and_its_index_entries(
     left = await deployment.left_of(old)
     assert all(":seen:" in key for key in left), left  # dedupe marks, which expire
     assert all(ttl > 0 for ttl in [await deployment.redis.ttl(key) for key in left])
-    assert await deployment.redis.zscore(Keys.SESSIONS, old) is None
+    assert await deployment.redis.zscore(Keys.session_index(old), old) is None
     assert await deployment.redis.zrange(Keys.channel_sessions(CHANNEL), 0, -1) == [recent]
     assert len(await deployment.sessions.history(recent)) == 2
 
     await deployment.age(recent, 31)
     assert (await Retention(deployment.redis, 30 * DAY).prune()).removed == 1
-    assert not await deployment.redis.exists(Keys.channel_sessions(CHANNEL), Keys.SESSIONS)
+    gone = (Keys.channel_sessions(CHANNEL), Keys.session_index(recent))
+    assert not await deployment.redis.exists(*gone)
 
 
 async def test_a_recently_active_session_is_kept(deployment: Deployment) -> None:
@@ -142,7 +145,7 @@ async def test_a_turn_recorded_long_after_its_message_counts_as_activity(
     claim = await deployment.sessions.claim(key, "t1", 30)
     before = time.time()
     await deployment.sessions.finish(key, "t1", claim, {"id": "a", "role": "assistant"})
-    assert await deployment.redis.zscore(Keys.SESSIONS, key) >= before
+    assert await deployment.redis.zscore(Keys.session_index(key), key) >= before
 
 
 async def _lease_held(deployment: Deployment, key: str) -> None:
@@ -178,7 +181,7 @@ async def test_an_old_session_with_something_running_or_owed_is_kept(
     assert await Retention(deployment.redis, 30 * DAY).prune() == PruneResult(0, 1)
 
     assert await deployment.left_of(key) == before
-    assert await deployment.redis.zscore(Keys.SESSIONS, key) is not None
+    assert await deployment.redis.zscore(Keys.session_index(key), key) is not None
     assert await deployment.redis.zrange(Keys.channel_sessions(CHANNEL), 0, -1) == [key]
 
 
@@ -188,7 +191,7 @@ async def test_a_session_that_comes_alive_between_finding_and_removing_is_kept(
     key = await deployment.talk("hello")
     await deployment.age(key, 31)
     retention = Retention(deployment.redis, 30 * DAY)
-    cutoff = await deployment.redis.zscore(Keys.SESSIONS, key) + DAY
+    cutoff = await deployment.redis.zscore(Keys.session_index(key), key) + DAY
     assert await retention.idle_sessions(cutoff) == [key]
 
     # Answered in full meanwhile: nothing running, nothing owed, only newer.
@@ -199,14 +202,14 @@ async def test_a_session_that_comes_alive_between_finding_and_removing_is_kept(
         "hello",
         "I am back",
     ]
-    assert await deployment.redis.zscore(Keys.SESSIONS, key) is not None
+    assert await deployment.redis.zscore(Keys.session_index(key), key) is not None
     assert await deployment.redis.zrange(Keys.channel_sessions(CHANNEL), 0, -1) == [key]
 
 
 async def test_a_session_reset_since_it_was_found_is_kept(deployment: Deployment) -> None:
     key = await deployment.talk("hello")
     await deployment.age(key, 31)
-    cutoff = await deployment.redis.zscore(Keys.SESSIONS, key) + DAY
+    cutoff = await deployment.redis.zscore(Keys.session_index(key), key) + DAY
     await deployment.sessions.reset(key)  # a reset is activity too, though not in the index
     assert not await Retention(deployment.redis, 30 * DAY).prune_session(key, cutoff)
     assert await deployment.redis.exists(Keys.meta(key))
@@ -272,7 +275,7 @@ async def gateway_command(redis_url: str, *args: str, **env: str) -> tuple[int, 
         "-m",
         "gateway.cli",
         *args,
-        env={**clean, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, **env},
+        env={**clean, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, **shards_env(), **env},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

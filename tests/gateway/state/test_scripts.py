@@ -52,7 +52,6 @@ def test_every_script_names_its_keys_and_arguments() -> None:
         "rate_limit",
         "pairing_request",
         "pairing_approve",
-        "budget_hold",
         "retake",
     ):
         script = load(name)
@@ -193,7 +192,7 @@ async def test_ingest_does_not_wait_on_a_marker_whose_job_is_gone(sessions: Sess
     first = inbound("hello")
     _, job = await sessions.append_user(first)
     assert job is not None
-    await sessions.redis.delete(sessions.stream("test"))  # a console's stream, at its exit
+    await sessions.redis.delete(sessions.stream("test", KEY))  # a console's stream, at its exit
     _, second_job = await sessions.append_user(inbound("again"))
     assert second_job is not None
     assert await sessions.owed(KEY) == 1
@@ -201,12 +200,14 @@ async def test_ingest_does_not_wait_on_a_marker_whose_job_is_gone(sessions: Sess
 
 async def test_complete_counts_a_job_once(redis_client: aioredis.Redis) -> None:
     sessions = SessionStore(redis_client)
-    await redis_client.xgroup_create(sessions.stream("test"), "gw-workers", id="0", mkstream=True)
+    await redis_client.xgroup_create(
+        sessions.stream("test", KEY), "gw-workers", id="0", mkstream=True
+    )
     _, job_id = await sessions.append_user(inbound("hello"))
-    await redis_client.xreadgroup("gw-workers", "w", {sessions.stream("test"): ">"})
+    await redis_client.xreadgroup("gw-workers", "w", {sessions.stream("test", KEY): ">"})
     complete = load("complete").bind(redis_client)
     keys = {
-        "stream": sessions.stream("test"),
+        "stream": sessions.stream("test", KEY),
         "meta": Keys.meta(KEY),
         "side_in_flight": Keys.side_in_flight(KEY),
     }
@@ -281,7 +282,7 @@ async def test_a_turn_without_a_message_is_enqueued_once_while_its_job_lives(
     assert first is not None
     assert await sessions.enqueue_turn(KEY, "test") is None
     assert await sessions.owed(KEY) == 1
-    await sessions.redis.xdel(sessions.stream("test"), first)  # its job is gone
+    await sessions.redis.xdel(sessions.stream("test", KEY), first)  # its job is gone
     again = await sessions.enqueue_turn(KEY, "test")
     assert again is not None and again != first
     assert await sessions.owed(KEY) == 1
@@ -291,10 +292,10 @@ async def test_claim_answers_the_settings_version_with_and_without_work(
     sessions: SessionStore, redis_client: aioredis.Redis
 ) -> None:
     assert (await sessions.claim(KEY, "t1", 30)).settings_version == 0  # none ever set
-    await redis_client.set(Keys.SETTINGS_VERSION, 7)
+    await redis_client.set(Keys.settings_version(KEY), 7)
     idle = await sessions.claim(KEY, "t1", 30)
     assert idle.ok and not idle.has_work and idle.settings_version == 7
-    await redis_client.incr(Keys.SETTINGS_VERSION)
+    await redis_client.incr(Keys.settings_version(KEY))
     claim = await _claimed(sessions)
     assert claim.view is not None and claim.settings_version == 8
 
@@ -302,10 +303,10 @@ async def test_claim_answers_the_settings_version_with_and_without_work(
 async def test_ingest_gives_an_early_job_the_settings_version_it_arrived_under(
     sessions: SessionStore, redis_client: aioredis.Redis
 ) -> None:
-    await redis_client.set(Keys.SETTINGS_VERSION, 4)
+    await redis_client.set(Keys.settings_version(KEY), 4)
     message = inbound("hello")
     await sessions.append_user(message)
-    [[_, [[_, fields]]]] = await redis_client.xread({sessions.stream("test"): "0"})
+    [[_, [[_, fields]]]] = await redis_client.xread({sessions.stream("test", KEY): "0"})
     payload = json.loads(fields["payload"])
     assert payload["base"] == "0.0" and payload["settings"] == 4
 

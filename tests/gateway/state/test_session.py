@@ -25,7 +25,7 @@ async def test_a_message_lands_in_the_inbox_with_one_job_and_its_retry_adds_noth
     assert fresh and job is not None
     assert not again and second_job is None
     assert [e["text"] for e in await sessions.inbox(message.session_key)] == ["hello"]
-    assert await redis_client.xlen(Keys.jobs("test")) == 1
+    assert await redis_client.xlen(Keys.jobs("test", 0)) == 1
     assert await sessions.owed(message.session_key) == 1
 
 
@@ -38,7 +38,7 @@ async def test_a_second_message_while_a_turn_is_queued_joins_it_without_a_job(
     _, joined = await sessions.append_user(second)
     assert job is not None and joined is None
     assert [e["text"] for e in await sessions.inbox(first.session_key)] == ["one", "two"]
-    assert await redis_client.xlen(Keys.jobs("test")) == 1
+    assert await redis_client.xlen(Keys.jobs("test", 0)) == 1
 
 
 async def test_a_claim_moves_the_inbox_into_the_history_and_holds_out_another_token(

@@ -21,7 +21,7 @@ async def queued(sessions: SessionStore, text: str) -> Job:
     message = inbound(text)
     _, job_id = await sessions.append_user(message)
     assert job_id is not None
-    return Job(Keys.jobs("test"), job_id, "turn", message.session_key)
+    return Job(Keys.jobs("test", 0), job_id, "turn", message.session_key)
 
 
 async def test_a_claim_waits_for_the_turn_holding_the_session_and_takes_it_after(
@@ -96,7 +96,7 @@ async def test_giving_up_marks_the_message_answered_and_says_where_to_tell_the_u
     message = inbound("this keeps failing")
     _, job_id = await claims.sessions.append_user(message)
     assert job_id is not None
-    job = Job(Keys.jobs("test"), job_id, "turn", message.session_key)
+    job = Job(Keys.jobs("test", 0), job_id, "turn", message.session_key)
     address = await claims.give_up(job)
     assert address == message.reply
     history = await claims.sessions.history(message.session_key)

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from gateway.context.compression import Compressor
 from gateway.inbound.ingest import Ingest
 from gateway.models import Models
+from gateway.state.jobs import JobQueue
 from gateway.state.keys import Keys
 from gateway.state.session import HistoryView, SessionStore
 from gateway.turn.early_start import ENTRY_BYTES, RecentViews
@@ -22,6 +23,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Harness, start_workers
 from tests.support.helpers import inbound, settings
 from tests.support.recording_sender import RecordingSender
+from tests.support.redis_servers import client_for
 
 
 @pytest.fixture
@@ -102,7 +104,7 @@ async def test_an_early_call_from_a_view_compressed_elsewhere_is_replaced(
     harness.llm.reply = "noted"
     for number in range(4):
         key = await say(harness, f"message {number}")
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     try:
         config = harness.workers[0].settings
         other = Compressor(config, client, Models.for_settings(config))
@@ -127,13 +129,11 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
     """The lease is taken between the job's enqueue and its claim: the early call is
     cancelled at once, nothing reaches the chat, and the turn runs once the lease is free."""
     caplog.set_level(logging.INFO, logger="gateway.turn.claims")
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     worker, sender = await unstarted_worker(client, redis_url, llm)
     config = worker.settings
+    listening = await waiting_for_jobs(worker.queue)
     reading = asyncio.create_task(worker.queue.read(count=1, block_ms=10_000))
-    async with asyncio.timeout(10):  # the read waits in Redis before the message lands
-        while not any(c.get("cmd") == "xreadgroup" for c in await client.client_list()):
-            await asyncio.sleep(0.01)
     message = inbound("hello")
     key = message.session_key
     await Ingest(config, client).receive(message)
@@ -151,13 +151,14 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
     assert list(sender.messages.values()) == ["hi there"]
     assert dict(early_counts_in(await client.hgetall(Keys.METRICS))) == {"discarded": 1}
     assert [e["text"] for e in await SessionStore(client).history(key)] == ["hello", "hi there"]
+    listening.cancel()
     await client.aclose()
 
 
 async def test_a_job_read_from_a_backlog_is_not_started_early(redis_url: str, llm: FakeLLM) -> None:
     """Messages queued before any worker reads them may be several in one turn: the first
     one's job says nothing of the others, so its turn waits for the claim."""
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     ingest = Ingest(settings(redis_url), client)
     for text in ("one", "two", "three"):
         await ingest.receive(inbound(text))
@@ -192,27 +193,33 @@ def test_the_views_kept_are_bounded_by_sessions_and_by_their_size() -> None:
 async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
     redis_url: str,
 ) -> None:
-    """Job ids carry the Redis server's clock, and the worker compares them with its own
-    corrected by the offset it measured. A backlog job passes for fresh only with a wrong
-    offset (here one pretending this machine runs 5 s ahead); measured, it does not."""
+    """Job ids carry the Redis server's clock; a stream's wait is stamped on this machine's
+    clock corrected by the offset the worker measured. A job that came before the worker
+    waited on its stream (a backlog) is not fresh; one that came while it waited is.
+    With a wrong offset (here one pretending this machine runs 5 s behind) the wait
+    seems to start later, and a job that came while it waited passes for a backlog."""
     from gateway.state.jobs import JobQueue
 
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
+    ingest = Ingest(settings(redis_url), client)
+    await ingest.receive(inbound("queued before the worker started"))
+    await asyncio.sleep(0.01)  # the worker starts a few ms of the clock after the enqueue
     queue = JobQueue(client, ["test"])
     await queue.ensure_groups()
-    assert abs(queue.clock_offset) < 0.25  # one machine, one clock
-    ingest = Ingest(settings(redis_url), client)
-    await ingest.receive(inbound("queued before the read"))
-    measured = queue.clock_offset
-    queue.clock_offset = measured - 5.0  # as if this machine ran 5 s ahead...
-    await asyncio.sleep(0.01)  # the read starts a few ms of the clock after the enqueue
-    [job] = await queue.read(count=1, block_ms=100)
-    assert job.fresh  # ... it takes an old job for a fresh one
-    await ingest.receive(inbound("queued before the next read", channel="C2"))
-    await queue.measure_clock()
-    assert queue.clock_error < 0.25
-    await asyncio.sleep(0.01 + queue.clock_error)  # older than the read by more than the error
-    [job] = await queue.read(count=1, block_ms=100)
+    assert abs(queue.clock_offset) < 0.25 and queue.clock_error < 0.25  # one machine
+    [job] = await queue.read(count=2, block_ms=100)
+    assert not job.fresh  # a backlog: the stream is drained now, and waited on
+    await asyncio.sleep(0.01 + queue.clock_error)
+    await ingest.receive(inbound("queued while it waited", channel="C2"))
+    queue.mark(queue.streams)
+    [job] = await queue.read(count=2, block_ms=100)
+    assert job.fresh
+    queue.clock_offset += 5.0  # as if this machine ran 5 s behind: the wait starts "later"
+    queue.mark(queue.streams)
+    assert await queue.read(count=2, block_ms=100) == []  # the wait, stamped 5 s ahead
+    await ingest.receive(inbound("queued while it waited, by a wrong clock", channel="C3"))
+    queue.mark(queue.streams)
+    [job] = await queue.read(count=2, block_ms=100)
     assert not job.fresh
     await client.aclose()
 
@@ -220,7 +227,7 @@ async def test_a_job_is_fresh_by_the_redis_clock_whatever_this_machines_says(
 async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
     redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     worker, sender = await unstarted_worker(client, redis_url, llm)
     config = worker.settings
     message = inbound("hello")
@@ -241,16 +248,24 @@ async def test_a_slow_clock_measure_does_not_make_a_new_job_stale(redis_url: str
     trip ahead of where it is: a job that arrives while the read waits is still fresh."""
     from gateway.state.jobs import JobQueue
 
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = client_for(redis_url)
     queue = JobQueue(client, ["test"])
     await queue.ensure_groups()
     # As measured over a 400 ms round trip answered at its very end.
     queue.clock_offset, queue.clock_error = queue.clock_offset + 0.2, 0.2
+    listening = await waiting_for_jobs(queue)
     reading = asyncio.create_task(queue.read(count=1, block_ms=5_000))
-    async with asyncio.timeout(10):
-        while not any(c.get("cmd") == "xreadgroup" for c in await client.client_list()):
-            await asyncio.sleep(0.01)
     await Ingest(settings(redis_url), client).receive(inbound("arrives during the read"))
     [job] = await reading
     assert job.fresh
+    listening.cancel()
     await client.aclose()
+
+
+async def waiting_for_jobs(queue: JobQueue) -> asyncio.Task[None]:
+    """`queue` listening for its doorbell, every stream read once: the next read waits
+    for a job to be added. The listening task, to cancel."""
+    listening = asyncio.create_task(queue.listen())
+    await asyncio.wait_for(queue.listening.wait(), 10)
+    assert await queue.read(count=1, block_ms=100) == []
+    return listening

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.state.keys import Keys
 from gateway.state.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Harness, start_workers, texts
@@ -89,7 +90,7 @@ async def test_an_injection_reaches_one_turn_and_its_rerun_but_not_the_next(
     assert "the deploy finished at noon" in reminder_of(first)
     assert "the deploy finished at noon" in reminder_of(rerun)
     assert "the deploy finished at noon" not in reminder_of(second)
-    assert await harness.sessions.redis.llen(f"gw:{{{key}}}:injections") == 0
+    assert await harness.sessions.redis.llen(Keys.session(key, "injections")) == 0
 
 
 async def test_a_rerun_that_cannot_know_the_posted_message_posts_it_under_the_same_key(
@@ -121,7 +122,7 @@ async def test_a_turn_with_nothing_to_answer_leaves_the_injections_for_the_next(
     await harness.sessions.inject(key, "note for later")
     # An entry with no reply address (nothing to answer), as if written by another part.
     await harness.sessions.redis.rpush(
-        f"gw:{{{key}}}:inbox", '{"id": "x1", "role": "user", "text": "no address"}'
+        Keys.session(key, "inbox"), '{"id": "x1", "role": "user", "text": "no address"}'
     )
     await harness.sessions.enqueue(message, "turn", {})
     await harness.idle(key)
@@ -148,7 +149,7 @@ async def test_a_turn_whose_model_call_fails_gives_its_injections_to_the_next(
     reminder = reminder_of(harness.llm.requests[-1])
     assert "the deploy finished at noon" in reminder and "and the tests passed" in reminder
     assert reminder.index("the deploy finished") < reminder.index("and the tests passed")
-    assert await harness.sessions.redis.llen(f"gw:{{{key}}}:injections") == 0
+    assert await harness.sessions.redis.llen(Keys.session(key, "injections")) == 0
 
 
 async def test_a_rerun_answering_a_newer_message_leaves_the_first_runs_reply_alone(
@@ -167,7 +168,7 @@ async def test_a_rerun_answering_a_newer_message_leaves_the_first_runs_reply_alo
     assert claim.view is not None
     answers = claim.view.entries[-1]["id"]
     await sessions.show_progress(key, "first-run", claim, ids=["first-reply"], reply_to=answers)
-    await redis_client.delete(f"gw:{{{key}}}:lease")  # expired while Redis was away
+    await redis_client.delete(Keys.session(key, "lease"))  # expired while Redis was away
     await sessions.append_user(second)
     async for h in start_workers(redis_url, llm, 1):
         await h.idle(key)

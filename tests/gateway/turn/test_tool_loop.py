@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gateway.state.keys import Keys
 from gateway.state.session import new_entry_id
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.llm_tools import Answer, FakeToolCall, tool_results, tools_then_text
@@ -171,7 +172,7 @@ async def test_a_resumed_loop_runs_no_recorded_call_again_and_reruns_only_read_o
     )
     assert length == 3
     tooled.llm.reply = "resumed answer"
-    await sessions.redis.delete(f"gw:{{{key}}}:lease")  # the run died; its lease ran out
+    await sessions.redis.delete(Keys.session(key, "lease"))  # the run died; its lease ran out
     await tooled.idle(key)
     assert texts(tooled.sender) == ["resumed answer"]
     assert "deleted old" not in lines(effects)  # the destructive call did not run again
