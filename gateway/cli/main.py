@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import functools
 import gc
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -23,7 +23,7 @@ from gateway.cli import feedback as cli_feedback
 from gateway.cli import migrate as cli_migrate
 from gateway.cli import settings as cli_settings
 from gateway.cli import usage as cli_usage
-from gateway.cli.doctor_redis import doctor_redis
+from gateway.cli.doctor import cmd_doctor, doctor_client
 from gateway.cli.sessions import cmd_sessions, positive_days
 from gateway.cli.tasks import (
     FORCED_CLEANUP,
@@ -33,7 +33,7 @@ from gateway.cli.tasks import (
     stop_run,
     task,
 )
-from gateway.cli.tools import cmd_tools, doctor_tools
+from gateway.cli.tools import cmd_tools
 from gateway.cli.users import cmd_users
 from gateway.errors import ConfigError, GatewayError, PlatformError
 from gateway.http.serve import serve_web
@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         )
     commands.add_parser("redis", help="only the embedded Redis").set_defaults(handler=cmd_redis)
     commands.add_parser("doctor", help="check Redis, the model, tokens").set_defaults(
-        handler=cmd_doctor
+        handler=functools.partial(cmd_doctor, platforms=_doctor_platforms)
     )
     sessions = commands.add_parser("sessions", help="inspect, reset and prune sessions")
     sessions.add_argument("action", choices=["list", "show", "reset", "prune"])
@@ -366,33 +366,11 @@ async def cmd_redis(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.models import ModelCall, Models
-
-    results = await doctor_redis(settings)
-    try:
-        call = ModelCall(
-            settings.model,
-            [{"role": "user", "content": "ping"}],
-            timeout=min(30.0, settings.model_timeout),
-            max_tokens=5,
-        )
-        await Models.for_settings(settings).complete(call)
-        results.append(("model", True, settings.model))
-    except GatewayError as exc:
-        results.append(("model", False, f"{settings.model}: {exc}"))
-    results.extend(await _doctor_platforms(settings))
-    results.extend(await doctor_tools(settings))
-    for name, ok, detail in results:
-        print(f"{'ok  ' if ok else 'FAIL'}  {name:<9} {detail}")
-    return 0 if all(ok for _, ok, _ in results) else 1
-
-
 async def _doctor_platforms(settings: Settings) -> list[tuple[str, bool, str]]:
     import adapters
 
     results = []
-    async with _doctor_redis(settings) as client:
+    async with doctor_client(settings) as client:
         for name in settings.enabled_platforms:
             try:
                 platform = adapters.load(name)(settings, client)
@@ -400,23 +378,6 @@ async def _doctor_platforms(settings: Settings) -> list[tuple[str, bool, str]]:
             except (GatewayError, PlatformError, RedisError) as exc:
                 results.append((name, False, str(exc)))
     return results
-
-
-@contextlib.asynccontextmanager
-async def _doctor_redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    """Platforms are checked without touching Redis, unless their tokens live there
-    (Slack installed in many workspaces)."""
-    if not settings.slack_many_workspaces:
-        client = aioredis.Redis()
-        try:
-            yield client
-        finally:
-            await client.aclose()
-        return
-    async with keys.open_redis(
-        settings.redis_url, settings.data_dir, settings.redis_options
-    ) as client:
-        yield client
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What the health page shows, read from Redis: the deployment as every process left it.
 
-Workers are the job streams' consumers (each worker process is one, named
+Processes are counted by kind as each says it is alive (`gateway/state/processes.py`);
+workers per stream are the job streams' consumers (each worker process is one, named
 `host-pid-…`); connections are the health reports long-lived connections renew
 (`gateway/state/health.py`); queue depth, turns, errors and tool calls are the
 `/metrics` counters (`gateway/metrics.py`).
@@ -19,7 +20,7 @@ from redis.asyncio import Redis
 
 from gateway import metrics
 from gateway.errors import ConfigError
-from gateway.state import health
+from gateway.state import health, processes
 from gateway.state.keys import GROUP, Keys
 from gateway.tools.config import load_tool_config
 from gateway.tools.spec import SEPARATOR
@@ -34,6 +35,7 @@ class Health:
     connections: dict[str, dict[str, Any]]
     depth: dict[str, int]
     workers: dict[str, int]  # stream -> consumers seen within WORKER_IDLE
+    processes: dict[str, int]  # kind (web, worker) -> processes alive
     turns: dict[str, int]  # outcome -> count, every platform
     turns_total: int
     errors: dict[str, int]
@@ -92,6 +94,7 @@ async def read(redis: Redis, platforms: Sequence[str], mcp_config: Path | None =
         connections=await health.read_all(redis),
         depth=depth,
         workers=await _workers(redis, platforms),
+        processes=await processes.counts(redis),
         turns=turns,
         turns_total=sum(turns.values()),
         errors=errors,

@@ -27,7 +27,7 @@ from gateway import metrics
 from gateway.http.limits import BodyLimit
 from gateway.inbound.ingest import Ingest
 from gateway.platform import Platform
-from gateway.state import health
+from gateway.state import health, processes
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        alive = asyncio.create_task(processes.keep_alive(redis, "web", processes.process_name()))
         for platform in platforms:
             await platform.startup()
         try:
@@ -79,6 +80,8 @@ def create_app(
         finally:
             for platform in platforms:
                 await platform.shutdown()
+            alive.cancel()
+            await asyncio.gather(alive, return_exceptions=True)
 
     routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
     for platform in platforms:

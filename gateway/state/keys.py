@@ -246,6 +246,13 @@ class Keys:
     # Workers seen, scored by when each last said it was alive (ms): what
     # `gateway migrate` looks at before it moves anything.
     WORKERS = f"{GLOBAL}:workers"
+
+    @staticmethod
+    def processes(kind: str) -> str:
+        """Processes of one kind (`web`), scored by when each last said it was alive (ms):
+        what the console's health page counts (`gateway/state/processes.py`)."""
+        return f"{GLOBAL}:processes:{kind}"
+
     # Pending approvals of every session, member `<session key> <approval id>`, scored
     # by deadline: where `ApprovalStore.expire_due` finds the ones that timed out.
     APPROVALS_DUE = f"{GLOBAL}:approvals"

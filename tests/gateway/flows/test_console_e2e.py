@@ -4,6 +4,7 @@ and an open live page does not keep the process from stopping."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from pathlib import Path
@@ -30,6 +31,8 @@ async def test_gateway_web_serves_the_console_only_when_configured(
                 web.url("/admin/signin"), data={"token": TOKEN}, headers={"origin": origin}
             )
             assert signed.status_code == 303
+            shown = (await client.get(web.url("/admin/health"))).text
+            assert re.search(r"<td>web</td><td>1</td>", shown), "this gateway web is counted"
             async with client.stream("GET", web.url("/admin/events/health")) as live:
                 assert live.status_code == 200
                 process = web.running[0]
