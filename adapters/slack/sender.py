@@ -12,6 +12,12 @@ feedback buttons (adapters/slack/blocks.py) when the core asks for them.
 Installed in many workspaces, each call goes out with the token of the
 address's workspace (adapters/slack/workspaces.py); a token Slack calls dead
 is forgotten, so the next call reads the installation store again.
+
+Every call of a sender goes through one aiohttp session (its pool of keep-alive
+connections): slack-sdk opens a session, and so a new TCP connection, for each
+request of a client that has none. The session is made in the running loop at the
+first call and closed by `aclose`; a client whose session is closed falls back to
+slack-sdk's session per request.
 """
 
 from __future__ import annotations
@@ -108,6 +114,8 @@ class SlackSender:
         # Messages close_live ended: Slack keeps a message's blocks when chat.update sends
         # none, and a stream's text is in its blocks, so their edits send the text in blocks.
         self._closed_streams: dict[str, None] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     def limits(self, address: Address) -> Limits:
         return Limits(max_length=MAX_LENGTH, edit_interval=self.edit_interval)
@@ -310,7 +318,11 @@ class SlackSender:
                 await self._set_status(address, status or THINKING_STATUS)
 
     async def aclose(self) -> None:
-        """Nothing to release: slack-sdk opens a session per request unless given one."""
+        """Close the calls' shared session (its connections); later calls, if any, each
+        open their own."""
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
 
     def _may_set_status(self, address: Address) -> bool:
         """An assistant thread (a thread of the app's DM), while the app has the feature,
@@ -374,9 +386,20 @@ class SlackSender:
         return bool(user.get("is_admin") or user.get("is_owner"))
 
     async def _client(self, address: Address) -> AsyncWebClient:
+        """The address's client, on this sender's shared session."""
         if self.workspaces is None:
-            return self.client
-        return await self.workspaces.client(address.workspace)
+            client = self.client
+        else:
+            client = await self.workspaces.client(address.workspace)
+        if client.session is None and not self._closed:
+            client.session = self._shared_session(client.timeout)
+        return client
+
+    def _shared_session(self, timeout: float) -> aiohttp.ClientSession:
+        """The session every call shares, made at the first (in the loop that runs them)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
+        return self._session
 
     def _dead_token(self, address: Address, exc: SlackApiError) -> None:
         if self.workspaces is not None and isinstance(exc.response.data, dict):
