@@ -13,11 +13,13 @@ Installed in many workspaces, each call goes out with the token of the
 address's workspace (adapters/slack/workspaces.py); a token Slack calls dead
 is forgotten, so the next call reads the installation store again.
 
-Every call of a sender goes through one aiohttp session (its pool of keep-alive
-connections): slack-sdk opens a session, and so a new TCP connection, for each
-request of a client that has none. The session is made in the running loop at the
-first call and closed by `aclose`; a client whose session is closed falls back to
-slack-sdk's session per request.
+Every call of a sender goes through one aiohttp session (`SharedSession`), closed by
+`aclose`: slack-sdk opens a session, and so a new TCP connection, per request of a
+client without one.
+
+Long because: `SlackSender` holds every Sender method (posts, edits, the look-up of a
+re-run's post, live messages, thinking signals and assistant status, approvals,
+admins), each a few lines over the one call that maps Slack's refusals to the core's.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import approval_blocks, reply_blocks
+from adapters.slack.client import SharedSession
 from adapters.slack.errors import BlocksRefused, core_error, post_error, stream_error
 from adapters.slack.render import to_mrkdwn
 from adapters.slack.streaming import STREAM_MECHANISM, SlackStream
@@ -114,8 +117,7 @@ class SlackSender:
         # Messages close_live ended: Slack keeps a message's blocks when chat.update sends
         # none, and a stream's text is in its blocks, so their edits send the text in blocks.
         self._closed_streams: dict[str, None] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
+        self.connections = SharedSession()
 
     def limits(self, address: Address) -> Limits:
         return Limits(max_length=MAX_LENGTH, edit_interval=self.edit_interval)
@@ -318,11 +320,8 @@ class SlackSender:
                 await self._set_status(address, status or THINKING_STATUS)
 
     async def aclose(self) -> None:
-        """Close the calls' shared session (its connections); later calls, if any, each
-        open their own."""
-        self._closed = True
-        if self._session is not None:
-            await self._session.close()
+        """Close the calls' shared session (its connections)."""
+        await self.connections.aclose()
 
     def _may_set_status(self, address: Address) -> bool:
         """An assistant thread (a thread of the app's DM), while the app has the feature,
@@ -387,19 +386,10 @@ class SlackSender:
 
     async def _client(self, address: Address) -> AsyncWebClient:
         """The address's client, on this sender's shared session."""
-        if self.workspaces is None:
-            client = self.client
-        else:
-            client = await self.workspaces.client(address.workspace)
-        if client.session is None and not self._closed:
-            client.session = self._shared_session(client.timeout)
+        workspaces = self.workspaces
+        client = self.client if workspaces is None else await workspaces.client(address.workspace)
+        self.connections.attach(client)
         return client
-
-    def _shared_session(self, timeout: float) -> aiohttp.ClientSession:
-        """The session every call shares, made at the first (in the loop that runs them)."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
-        return self._session
 
     def _dead_token(self, address: Address, exc: SlackApiError) -> None:
         if self.workspaces is not None and isinstance(exc.response.data, dict):
