@@ -347,14 +347,11 @@ class LitellmBackend:
         """The stream's next item, None at its end; a failure becomes a ModelError.
 
         A stream that sends nothing for the idle timeout is closed (its connection
-        is not left to the garbage collector) and raises ModelStalled. The wait is
-        bounded in this task (`asyncio.timeout`), not in a task of its own per item
-        as `wait_for` would make one.
+        is not left to the garbage collector) and raises ModelStalled.
         """
         idle = min(self.idle_timeout, call.timeout)
         try:
-            async with asyncio.timeout(idle):
-                return await _next_or_none(iterator)
+            return await asyncio.wait_for(_next_or_none(iterator), idle)
         except TimeoutError:
             await _close(iterator)
             raise ModelStalled(f"the model sent nothing for {idle:g}s") from None
