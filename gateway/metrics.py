@@ -18,6 +18,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 
+from gateway.state.counters import BUMP, Counters
 from gateway.state.keys import GROUP, Keys
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -25,10 +26,13 @@ TOOL_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 3
 
 
 class Metrics:
-    """Writers used by workers: one pipelined round trip per recorded turn."""
+    """Writers used by workers: one command per recorded turn, tool call or download
+    (`bump.lua` adds to each of its fields; a pipeline of one command a field costs the
+    worker's loop the packing and parsing of each)."""
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        self._bump = BUMP.bind(redis)
 
     async def turn(
         self,
@@ -43,33 +47,33 @@ class Metrics:
         """One finished turn; `early` says what became of a call started before its
         claim ("used", "discarded"), when there was one."""
         bucket = next((str(b) for b in LATENCY_BUCKETS if seconds <= b), "+Inf")
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hincrby(Keys.METRICS, f"turns|{platform}|{outcome}", 1)
-            pipe.hincrby(Keys.METRICS, f"latency_bucket|{bucket}", 1)
-            pipe.hincrbyfloat(Keys.METRICS, "latency_sum", seconds)
-            pipe.hincrby(Keys.METRICS, "tokens|prompt", prompt_tokens)
-            pipe.hincrby(Keys.METRICS, "tokens|completion", completion_tokens)
-            if early:
-                pipe.hincrby(Keys.METRICS, f"early|{early}", 1)
-            await pipe.execute()
+        counters = Counters()
+        counters.hincrby(Keys.METRICS, f"turns|{platform}|{outcome}", 1)
+        counters.hincrby(Keys.METRICS, f"latency_bucket|{bucket}", 1)
+        counters.hincrbyfloat(Keys.METRICS, "latency_sum", seconds)
+        counters.hincrby(Keys.METRICS, "tokens|prompt", prompt_tokens)
+        counters.hincrby(Keys.METRICS, "tokens|completion", completion_tokens)
+        if early:
+            counters.hincrby(Keys.METRICS, f"early|{early}", 1)
+        await counters.write(self._bump)
 
     async def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
         """One MCP tool call by its public name and outcome (`gateway.tools.results.OUTCOMES`)."""
         bucket = next((str(b) for b in TOOL_LATENCY_BUCKETS if seconds <= b), "+Inf")
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hincrby(Keys.METRICS, f"tools|{tool}|{outcome}", 1)
-            pipe.hincrby(Keys.METRICS, f"tool_latency_bucket|{bucket}", 1)
-            pipe.hincrbyfloat(Keys.METRICS, "tool_latency_sum", seconds)
-            await pipe.execute()
+        counters = Counters()
+        counters.hincrby(Keys.METRICS, f"tools|{tool}|{outcome}", 1)
+        counters.hincrby(Keys.METRICS, f"tool_latency_bucket|{bucket}", 1)
+        counters.hincrbyfloat(Keys.METRICS, "tool_latency_sum", seconds)
+        await counters.write(self._bump)
 
     async def download(self, outcome: str, size: int) -> None:
         """One attachment download by outcome ("ok", "too_large", "timeout", "failed"),
         and the bytes it brought."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hincrby(Keys.METRICS, f"downloads|{outcome}", 1)
-            if size:
-                pipe.hincrby(Keys.METRICS, "download_bytes|total", size)
-            await pipe.execute()
+        counters = Counters()
+        counters.hincrby(Keys.METRICS, f"downloads|{outcome}", 1)
+        if size:
+            counters.hincrby(Keys.METRICS, "download_bytes|total", size)
+        await counters.write(self._bump)
 
     async def count(self, name: str, label: str, amount: int = 1) -> None:
         await self.redis.hincrby(Keys.METRICS, f"{name}|{label}", amount)

@@ -12,6 +12,14 @@ feedback buttons (adapters/slack/blocks.py) when the core asks for them.
 Installed in many workspaces, each call goes out with the token of the
 address's workspace (adapters/slack/workspaces.py); a token Slack calls dead
 is forgotten, so the next call reads the installation store again.
+
+Every call of a sender goes through one aiohttp session (`SharedSession`), closed by
+`aclose`: slack-sdk opens a session, and so a new TCP connection, per request of a
+client without one.
+
+Long because: `SlackSender` holds every Sender method (posts, edits, the look-up of a
+re-run's post, live messages, thinking signals and assistant status, approvals,
+admins), each a few lines over the one call that maps Slack's refusals to the core's.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import approval_blocks, reply_blocks
+from adapters.slack.client import SharedSession
 from adapters.slack.errors import BlocksRefused, core_error, post_error, stream_error
 from adapters.slack.render import to_mrkdwn
 from adapters.slack.streaming import STREAM_MECHANISM, SlackStream
@@ -108,6 +117,7 @@ class SlackSender:
         # Messages close_live ended: Slack keeps a message's blocks when chat.update sends
         # none, and a stream's text is in its blocks, so their edits send the text in blocks.
         self._closed_streams: dict[str, None] = {}
+        self.connections = SharedSession()
 
     def limits(self, address: Address) -> Limits:
         return Limits(max_length=MAX_LENGTH, edit_interval=self.edit_interval)
@@ -310,7 +320,8 @@ class SlackSender:
                 await self._set_status(address, status or THINKING_STATUS)
 
     async def aclose(self) -> None:
-        """Nothing to release: slack-sdk opens a session per request unless given one."""
+        """Close the calls' shared session (its connections)."""
+        await self.connections.aclose()
 
     def _may_set_status(self, address: Address) -> bool:
         """An assistant thread (a thread of the app's DM), while the app has the feature,
@@ -374,9 +385,11 @@ class SlackSender:
         return bool(user.get("is_admin") or user.get("is_owner"))
 
     async def _client(self, address: Address) -> AsyncWebClient:
-        if self.workspaces is None:
-            return self.client
-        return await self.workspaces.client(address.workspace)
+        """The address's client, on this sender's shared session."""
+        workspaces = self.workspaces
+        client = self.client if workspaces is None else await workspaces.client(address.workspace)
+        self.connections.attach(client)
+        return client
 
     def _dead_token(self, address: Address, exc: SlackApiError) -> None:
         if self.workspaces is not None and isinstance(exc.response.data, dict):

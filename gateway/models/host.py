@@ -6,6 +6,10 @@ Started by the worker's pool (`gateway.models.pool`) and spoken to in the
 line protocol of `gateway.models.wire`. It is given its settings on its first
 line and reads no settings of its own from the environment (only where to
 log, as every process does).
+
+A stream's pieces cross in batches (`PieceBatch`): each line costs both processes
+an encoding, a pipe write and a read, and the worker a piece fed to its reply,
+while the reply shows its text once or twice a second at most.
 """
 
 from __future__ import annotations
@@ -33,6 +37,54 @@ from gateway.models.wire import (
 )
 
 STOP_TIMEOUT = 1.0  # at the end of its input, how long a model process gives its calls to end
+PIECE_WINDOW = 0.05  # seconds: a stream's pieces are written at most this often
+
+
+class PieceBatch:
+    """One stream's pieces on their way to the pipe, at most one line each PIECE_WINDOW.
+
+    A piece that comes a window or more after the last write (the first one, one
+    after a pause) is written at once; those that follow within the window are
+    held and written together, joined, when it ends, and what is held at the
+    stream's end or failure goes in the same write as its last line.
+    """
+
+    def __init__(self, host: Host, request_id: int, window: float = PIECE_WINDOW) -> None:
+        self.host, self.request_id, self.window = host, request_id, window
+        self.loop = asyncio.get_running_loop()
+        self.held: list[str] = []
+        self.written_at = -window
+        self.timer: asyncio.TimerHandle | None = None
+
+    async def add(self, piece: str) -> None:
+        if self.held:
+            self.held.append(piece)
+        elif self.loop.time() - self.written_at >= self.window:
+            self.host.write([self._line(piece)])
+            self.written_at = self.loop.time()
+        else:
+            self.held.append(piece)
+            self.timer = self.loop.call_at(self.written_at + self.window, self.flush)
+        await self.host.writer.drain()
+
+    def flush(self) -> None:
+        """Write what is held (the window is over)."""
+        self.host.write(self.take())
+        self.written_at = self.loop.time()
+
+    def take(self) -> list[dict[str, Any]]:
+        """What is held, as the line to write before the stream's last (none when nothing
+        is); held no longer."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if not self.held:
+            return []
+        piece, self.held = "".join(self.held), []
+        return [self._line(piece)]
+
+    def _line(self, piece: str) -> dict[str, Any]:
+        return {"id": self.request_id, "piece": piece}
 
 
 class Host:
@@ -55,9 +107,14 @@ class Host:
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
 
-    async def send(self, message: dict[str, Any]) -> None:
-        self.writer.write(dump(message))
+    async def send(self, *messages: dict[str, Any]) -> None:
+        self.write(list(messages))
         await self.writer.drain()
+
+    def write(self, messages: list[dict[str, Any]]) -> None:
+        """Lines, in one write to the pipe (none for no lines)."""
+        if messages:
+            self.writer.write(b"".join(dump(m) for m in messages))
 
     def handle(self, message: dict[str, Any]) -> None:
         request_id = int(message["id"])
@@ -116,6 +173,7 @@ class Host:
         """A model call: its pieces as they come, then its end (or its error)."""
         call = call_from(message["call"])
         usage, end = Usage(), dict[str, Any]()
+        batch = PieceBatch(self, request_id)
         try:
             if message["op"] == "complete":
                 end["text"] = await self.backend.complete(call, usage)
@@ -126,15 +184,16 @@ class Host:
                 else:
                     pieces = self.backend.stream(call, usage, calls)
                 async for piece in pieces:
-                    await self.send({"id": request_id, "piece": piece})
+                    await batch.add(piece)
                 end["response_id"] = chain.response_id
                 end["calls"] = calls_fields(calls)
         except asyncio.CancelledError:
+            batch.take()  # nobody reads them any more
             return
         except Exception as exc:  # every failure goes back to the worker, as a ModelError
-            await self.send({"id": request_id, "error": error_fields(exc)})
+            await self.send(*batch.take(), {"id": request_id, "error": error_fields(exc)})
             return
-        await self.send({"id": request_id, "end": end | usage_fields(usage)})
+        await self.send(*batch.take(), {"id": request_id, "end": end | usage_fields(usage)})
 
 
 async def serve() -> None:

@@ -6,6 +6,7 @@ counters, the spend its budgets count) and lets go of what its budgets held.
 for, and `write` sends them as one call of `bump.lua`: atomic like the MULTI it
 replaces, at one command's cost to the client (a MULTI of thirty commands packs
 and parses each of them, about 0.8 ms of the worker's event loop per call).
+The `/metrics` writers (`gateway/metrics.py`) send theirs the same way.
 
 On a Redis Cluster the hashes of one call are in several slots (a user's, a
 session's, a workspace's, the global `/metrics`): `write` then sends one call per

@@ -125,6 +125,7 @@ class Call:
     at: float = field(default_factory=time.monotonic)
     status: int = 200
     error: str | None = None
+    peer: str = ""  # the caller's end of the connection it came on ("host:port")
 
 
 @dataclass
@@ -434,7 +435,7 @@ class FakeSlack(AssistantThreadsApi, LoopbackServer):
             args.update(dict(await request.post()))
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth else args.pop("token", None)
-        call = Call(method, args, token)
+        call = Call(method, args, token, peer=_peer(request))
         with self._lock:
             self.calls.record(call)
             failure = self._take_failure(method)
@@ -857,3 +858,9 @@ def _cursor_start(cursor: Any) -> int | None:
 def _flag(value: Any) -> bool:
     """A boolean argument as slack-sdk sends it in a form ("1"/"0") or JSON."""
     return str(value).lower() in ("1", "true")
+
+
+def _peer(request: web.Request) -> str:
+    """The caller's address and port: calls with the same one came on one connection."""
+    found = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{found[0]}:{found[1]}" if found else ""

@@ -77,7 +77,8 @@ async def start_workers(
     **values: Any,
 ) -> AsyncIterator[Harness]:
     """`count` workers; they reply through the recording sender (platform "test"), or
-    through `senders` when given (a platform's real sender against its fake)."""
+    through `senders` when given (a platform's real sender against its fake, closed on
+    the way out)."""
     defaults: dict[str, Any] = {
         "GATEWAY_MODEL": "openai/main-model",
         "GATEWAY_SIDE_MODEL": "openai/side-model",
@@ -88,7 +89,8 @@ async def start_workers(
     config = settings(redis_url, **(defaults | values))
     clients = [client_for(redis_url) for _ in range(count + 1)]
     sender = RecordingSender()
-    senders = senders or {"test": sender}
+    given = dict(senders or {})
+    senders = given or {"test": sender}
     workers = [Worker(config, client, senders, sources=sources) for client in clients[1:]]
     stop = asyncio.Event()
     runs = [asyncio.create_task(w.run(stop)) for w in workers]
@@ -99,6 +101,8 @@ async def start_workers(
         stop.set()
         llm.release_hangs()
         await asyncio.gather(*runs, return_exceptions=True)
+        for given_sender in given.values():  # as the CLI closes its senders
+            await given_sender.aclose()
         for client in clients:
             await client.aclose()
 

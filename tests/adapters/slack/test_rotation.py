@@ -17,6 +17,7 @@ from slack_sdk.oauth.installation_store import Bot
 
 from adapters.slack.platform import SlackPlatform
 from adapters.slack.rotation import Rotation
+from adapters.slack.sender import SlackSender
 from gateway.errors import PlatformError
 from gateway.messages import Address
 from gateway.state.keys import Keys
@@ -39,6 +40,13 @@ OWNER = "team:T0002"
 async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[InstallsApp]:
     async with installs_app(slack, redis_url, ROTATION) as app:
         yield app
+
+
+@pytest.fixture
+async def sender(web: InstallsApp) -> AsyncIterator[SlackSender]:
+    sender = web.platform.sender()
+    yield sender
+    await sender.aclose()
 
 
 @contextlib.asynccontextmanager
@@ -91,10 +99,9 @@ async def raw_values(web: InstallsApp) -> str:
 
 
 async def test_a_post_past_the_refresh_point_goes_out_with_a_new_token_before_the_old_expires(
-    web: InstallsApp, slack: FakeSlack
+    web: InstallsApp, slack: FakeSlack, sender: SlackSender
 ) -> None:
     first = await install_expiring(web, slack)
-    sender = web.platform.sender()
     await until(await refresh_point(web))
     await sender.send(address(), "after the refresh point", final=True)
     refreshed_at = time.time()
@@ -124,7 +131,11 @@ async def test_two_processes_past_the_refresh_point_make_one_refresh_and_share_i
     while Slack takes half a second to answer a refresh."""
     first = await install_expiring(web, slack)
     slack.refresh_latency = 0.5
-    async with installs_app(slack, redis_url, ROTATION) as other, worker(slack, redis_url) as w:
+    async with (
+        installs_app(slack, redis_url, ROTATION) as other,
+        worker(slack, redis_url) as w,
+        contextlib.aclosing(w.sender()) as worker_sender,
+    ):
         await until(await refresh_point(web))
         tested = len(slack.calls_to("auth.test"))
         one = team_mention("from the first process", first, channel="C2")
@@ -132,7 +143,7 @@ async def test_two_processes_past_the_refresh_point_make_one_refresh_and_share_i
         answers = await asyncio.gather(
             web.post_event(installed_event(one, first)),
             other.post_event(installed_event(two, first)),
-            w.sender().send(address("C4"), "from a worker", final=True),
+            worker_sender.send(address("C4"), "from a worker", final=True),
         )
     assert [a.status_code for a in answers[:2]] == [200, 200]
     refreshes = slack.refreshes()
@@ -154,10 +165,9 @@ async def test_two_processes_past_the_refresh_point_make_one_refresh_and_share_i
 
 
 async def test_a_refused_refresh_is_one_line_without_a_secret_and_is_not_tried_again_at_once(
-    web: InstallsApp, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+    web: InstallsApp, slack: FakeSlack, sender: SlackSender, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = await install_expiring(web, slack)
-    sender = web.platform.sender()
     slack.fail_next("oauth.v2.access", "invalid_refresh_token")
     await until(await refresh_point(web))
     with caplog.at_level(logging.INFO, logger="adapters.slack.rotation"):
@@ -180,14 +190,14 @@ async def test_a_refused_refresh_is_one_line_without_a_secret_and_is_not_tried_a
 
 
 async def test_an_install_during_a_refresh_keeps_the_new_installs_tokens(
-    web: InstallsApp, slack: FakeSlack
+    web: InstallsApp, slack: FakeSlack, sender: SlackSender
 ) -> None:
     """The workspace installs the app again while a refresh waits for Slack's answer: the
     refreshed tokens are not written over the new install's."""
     first = await install_expiring(web, slack)
     slack.refresh_gate = threading.Event()
     await until(await refresh_point(web))
-    posting = asyncio.create_task(web.platform.sender().send(address(), "meanwhile", final=True))
+    posting = asyncio.create_task(sender.send(address(), "meanwhile", final=True))
     await asyncio.to_thread(slack.wait_for, lambda: len(slack.refreshes()) == 1, 30)
     again = await web.install(slack, "T0002")
     slack.refresh_gate.set()

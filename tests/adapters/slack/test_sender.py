@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -22,8 +25,10 @@ TOKEN = "xoxb-test-token"
 
 
 @pytest.fixture
-def sender(slack: FakeSlack) -> SlackSender:
-    return SlackSender(web_client(TOKEN, slack.api_url), edit_interval=1.5)
+async def sender(slack: FakeSlack) -> AsyncIterator[SlackSender]:
+    sender = SlackSender(web_client(TOKEN, slack.api_url), edit_interval=1.5)
+    yield sender
+    await sender.aclose()
 
 
 THREAD = Address(platform="slack", workspace="T1", channel="C1", thread="100.1", reply_to="100.2")
@@ -87,10 +92,38 @@ async def test_errors_never_show_the_token(slack: FakeSlack, sender: SlackSender
     assert TOKEN not in str(caught.value)
 
 
+async def test_calls_share_one_connection_until_the_sender_closes(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    ts = await sender.send(THREAD, "one", final=False)
+    await sender.thinking(THREAD, True)
+    await sender.edit(THREAD, ts, "two", final=True)
+    assert len(slack.calls) == 3
+    assert len({call.peer for call in slack.calls}) == 1
+    await sender.aclose()
+    assert sender.client.session is not None and sender.client.session.closed
+    # A call after the close (none is made in a run) still goes out, on its own connection.
+    await sender.thinking(THREAD, False)
+    assert slack.calls[-1].method == "reactions.remove" and slack.calls[-1].error is None
+
+
+async def test_a_call_after_slack_restarted_goes_out_on_a_new_connection(
+    slack: FakeSlack, sender: SlackSender
+) -> None:
+    await sender.send(THREAD, "before", final=True)
+    # Slack restarts while the worker's loop runs (it sees its idle connection closed).
+    await asyncio.to_thread(slack.stop)
+    await asyncio.to_thread(slack.start)
+    await sender.send(THREAD, "after", final=True)
+    before, after = slack.calls_to("chat.postMessage")
+    assert after.error is None and before.peer != after.peer
+
+
 async def test_unreachable_slack_is_a_platform_error() -> None:
     sender = SlackSender(web_client(TOKEN, "http://127.0.0.1:9/api/"), edit_interval=1)
-    with pytest.raises(PlatformError):
-        await sender.send(THREAD, "x", final=True)
+    async with contextlib.aclosing(sender):
+        with pytest.raises(PlatformError):
+            await sender.send(THREAD, "x", final=True)
 
 
 def test_limits_and_measure(sender: SlackSender) -> None:

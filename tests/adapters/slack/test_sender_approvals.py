@@ -88,17 +88,18 @@ async def test_the_request_is_posted_with_two_buttons_and_settled_without_them(
     slack: FakeSlack,
 ) -> None:
     sender = SlackSender(web_client(BOT_TOKEN, slack.api_url), 0.2)
-    ts = await sender.ask_approval(ADDRESS, "Run **files__delete** with `/srv/a`?", "A" * 16)
-    posted = slack.messages[ts]
-    assert posted.thread_ts == THREAD and "files__delete" in posted.text
-    section, actions = posted.blocks
-    assert section["text"] == {"type": "mrkdwn", "text": "Run *files__delete* with `/srv/a`?"}
-    buttons = {b["action_id"]: (b["text"]["text"], b["value"]) for b in actions["elements"]}
-    assert buttons == {"gw_approve": ("Approve", "A" * 16), "gw_decline": ("Decline", "A" * 16)}
+    async with contextlib.aclosing(sender):
+        ts = await sender.ask_approval(ADDRESS, "Run **files__delete** with `/srv/a`?", "A" * 16)
+        posted = slack.messages[ts]
+        assert posted.thread_ts == THREAD and "files__delete" in posted.text
+        section, actions = posted.blocks
+        assert section["text"] == {"type": "mrkdwn", "text": "Run *files__delete* with `/srv/a`?"}
+        buttons = {b["action_id"]: (b["text"]["text"], b["value"]) for b in actions["elements"]}
+        assert buttons == {"gw_approve": ("Approve", "A" * 16), "gw_decline": ("Decline", "A" * 16)}
 
-    await sender.settle_approval(ADDRESS, ts, "Approved: **files__delete** ran.")
-    assert [b["type"] for b in slack.messages[ts].blocks] == ["section"]
-    assert slack.messages[ts].text == "Approved: *files__delete* ran."
+        await sender.settle_approval(ADDRESS, ts, "Approved: **files__delete** ran.")
+        assert [b["type"] for b in slack.messages[ts].blocks] == ["section"]
+        assert slack.messages[ts].text == "Approved: *files__delete* ran."
 
 
 # -- clicks over HTTP ------------------------------------------------------------------

@@ -4,7 +4,7 @@ buttons: the real slack-sdk against the loopback fake, driven by the core's Repl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -31,8 +31,10 @@ INVISIBLE = str.maketrans("", "", "\u200b\u2060")
 
 
 @pytest.fixture
-def sender(slack: FakeSlack) -> SlackSender:
-    return SlackSender(web_client(TOKEN, slack.api_url), edit_interval=0.05)
+async def sender(slack: FakeSlack) -> AsyncIterator[SlackSender]:
+    sender = SlackSender(web_client(TOKEN, slack.api_url), edit_interval=0.05)
+    yield sender
+    await sender.aclose()
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

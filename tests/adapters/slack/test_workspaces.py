@@ -25,6 +25,13 @@ async def web(slack: FakeSlack, redis_url: str) -> AsyncIterator[InstallsApp]:
         yield app
 
 
+@pytest.fixture
+async def sender(web: InstallsApp) -> AsyncIterator[SlackSender]:
+    sender = web.platform.sender()
+    yield sender
+    await sender.aclose()
+
+
 def address(workspace: str, channel: str = "C1") -> Address:
     return Address(platform="slack", workspace=workspace, channel=channel, reply_to="100.1")
 
@@ -34,32 +41,32 @@ def tokens_of(slack: FakeSlack, method: str) -> list[str | None]:
 
 
 async def test_the_sender_posts_and_reacts_with_each_workspaces_own_token(
-    web: InstallsApp, slack: FakeSlack
+    web: InstallsApp, slack: FakeSlack, sender: SlackSender
 ) -> None:
     two = await web.install(slack, "T0002")
     three = await web.install(slack, "T0003")
-    sender = web.platform.sender()
     await sender.send(address("T0002"), "to two", final=True)
     await sender.send(address("T0003"), "to three", final=True)
     await sender.thinking(address("T0003"), True)
     assert tokens_of(slack, "chat.postMessage") == [two.bot_token, three.bot_token]
     assert tokens_of(slack, "reactions.add") == [three.bot_token]
+    # Every workspace's calls go through the sender's one session.
+    calls = slack.calls_to("chat.postMessage") + slack.calls_to("reactions.add")
+    assert len({call.peer for call in calls}) == 1
 
 
 async def test_a_workspace_without_an_installation_gets_nothing_sent(
-    web: InstallsApp, slack: FakeSlack
+    slack: FakeSlack, sender: SlackSender
 ) -> None:
-    sender = web.platform.sender()
     with pytest.raises(PlatformError, match="not installed in workspace T0009"):
         await sender.send(address("T0009"), "anyone?", final=True)
     assert slack.calls_to("chat.postMessage") == []
 
 
 async def test_a_token_slack_calls_dead_is_dropped_and_the_reinstalled_one_is_used_next(
-    web: InstallsApp, slack: FakeSlack
+    web: InstallsApp, slack: FakeSlack, sender: SlackSender
 ) -> None:
     first = await web.install(slack, "T0002")
-    sender = web.platform.sender()
     await sender.send(address("T0002"), "before", final=True)
     slack.uninstall("T0002")
     second = await web.install(slack, "T0002")  # the store holds the new token at once
@@ -76,11 +83,9 @@ async def test_a_token_slack_calls_dead_is_dropped_and_the_reinstalled_one_is_us
 
 
 async def test_a_stream_goes_out_with_its_workspaces_token_and_a_dead_one_is_dropped(
-    web: InstallsApp, slack: FakeSlack
+    web: InstallsApp, slack: FakeSlack, sender: SlackSender
 ) -> None:
     first = await web.install(slack, "T0002")
-    sender = web.platform.sender()
-    assert isinstance(sender, SlackSender)
     live = sender.open_live(address("T0002").model_copy(update={"thread": "100.0"}), recipient="U1")
     await live.show("hello there ", [])
     slack.uninstall("T0002")

@@ -13,12 +13,16 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from gateway.context.compression import Compressor
 from gateway.models import Models
+from gateway.models.host import PIECE_WINDOW
 from gateway.models.pool import ModelPool, ModelProcess
+from gateway.models.types import ModelCall, ModelSettings
+from gateway.models.wire import call_fields
 from gateway.state.session import SessionStore
 from tests.fakes.llm_server import FakeLLM
 from tests.support.conversation import STATEFUL_MAIN, conversation
@@ -186,3 +190,36 @@ async def test_a_worker_with_model_processes_never_imports_litellm(
     expected = await Compressor(config, client, models).tokens(view, group=True)
     await client.aclose()
     assert f"about {expected:,} tokens" in status
+
+
+async def stream_lines(llm: FakeLLM, reply: str, token_delay: float) -> list[dict[str, Any]]:
+    """What crosses the pipe, line by line, for a streamed call of `reply`: the second
+    one (a model process's first call spends a while in litellm, which holds up what
+    arrives meanwhile, to cross together)."""
+    llm.reply, llm.token_delay = reply, token_delay
+    process = ModelProcess(ModelSettings(llm.api_base, "sk-test-key", retries=1))
+    call = ModelCall("openai/main-model", [{"role": "user", "content": "hi"}], 30.0)
+    try:
+        for _ in range(2):
+            lines = [m async for m in process.call("stream", {"call": call_fields(call)})]
+        return lines
+    finally:
+        await process.aclose()
+
+
+async def test_a_fast_streams_pieces_cross_the_pipe_in_batches_the_first_at_once(
+    llm: FakeLLM,
+) -> None:
+    reply = " ".join(f"word{i}" for i in range(20))  # 20 pieces, 10 ms apart
+    lines = await stream_lines(llm, reply, token_delay=0.01)
+    pieces = [line["piece"] for line in lines if "piece" in line]
+    assert pieces[0] == "word0 "  # not held back for the ones after it
+    assert "".join(pieces) == reply
+    assert len(pieces) <= 20 * 0.01 / PIECE_WINDOW + 2  # one line a window at most
+    assert "end" in lines[-1]
+
+
+async def test_a_slow_streams_pieces_each_cross_the_pipe_at_once(llm: FakeLLM) -> None:
+    lines = await stream_lines(llm, "one two three four", token_delay=3 * PIECE_WINDOW)
+    assert [line.get("piece") for line in lines[:-1]] == ["one ", "two ", "three ", "four"]
+    assert "end" in lines[-1]
