@@ -87,6 +87,7 @@ class SlackPlatform(Platform):
         self._identity_lock: asyncio.Lock | None = None
         self._workspaces: Workspaces | None = None
         self._assistant: AssistantThreads | None = None
+        self._opened: list[SlackSender] = []  # senders made for the web process, closed with it
 
     def validate(self, mode: Mode) -> None:
         settings = self.settings
@@ -179,9 +180,11 @@ class SlackPlatform(Platform):
         settings, secret = self.settings, self.settings.slack_client_secret
         if settings.slack_client_id is None or secret is None:
             return None
+        sender = self.sender()
+        self._opened.append(sender)
         return SlackSignIn(
             web_client(None, settings.slack_api_url),
-            self.sender(),
+            sender,
             settings.slack_client_id,
             secret.get_secret_value(),
             settings.slack_api_url,
@@ -285,7 +288,11 @@ class SlackPlatform(Platform):
         await supervisor.run()
 
     async def shutdown(self) -> None:
-        """slack-sdk opens an HTTP session per call: nothing is held open here."""
+        """The senders made for the web process (the console's sign-in) close their
+        shared HTTP session."""
+        opened, self._opened = self._opened, []
+        for sender in opened:
+            await sender.aclose()
 
     async def doctor(self) -> str:
         if self.settings.slack_many_workspaces:
