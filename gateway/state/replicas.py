@@ -17,7 +17,9 @@ the event's atomic step wrote.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 from redis.asyncio import Redis
@@ -53,18 +55,42 @@ class ReplicaWait:
         `written_key`; raise NotReplicated when they do not within the timeout."""
         if not self.active:
             return
+        acked = await self._acked(written_key)
+        if acked < self.replicas:
+            log.warning("%d of %d replicas have the event's writes", acked, self.replicas)
+            raise self._short(acked)
+
+    async def settled(self, written_key: str, within: float) -> None:
+        """`confirm`, asked again for up to `within` seconds: a turn about to post waits
+        out a failover (the new primary has no replica until the old one has synced
+        from it) instead of giving its delivery up. Raises NotReplicated at the end."""
+        if not self.active:
+            return
+        deadline, delay, waited = time.monotonic() + within, 0.05, False
+        while (acked := await self._acked(written_key)) < self.replicas:
+            if time.monotonic() + delay > deadline:
+                log.warning("%d of %d replicas after %.0f s", acked, self.replicas, within)
+                raise self._short(acked)
+            if not waited:
+                log.info("waiting for %d replicas before posting", self.replicas)
+                waited = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _acked(self, written_key: str) -> int:
+        """How many replicas have everything written so far on `written_key`'s node."""
         commands = [("SET", Keys.acked(written_key), "1", "PX", MARK_TTL_MS), self._wait()]
         if isinstance(self.redis, RedisCluster):
             replies = await _on_node_of(self.redis, written_key, commands)
         else:
             replies = await _pipelined(self.redis, commands)
-        acked = int(replies[-1][1] if self.aof else replies[-1])
-        if acked < self.replicas:
-            log.warning("%d of %d replicas have the event's writes", acked, self.replicas)
-            raise NotReplicated(
-                f"{acked} of {self.replicas} replicas have the event after "
-                f"{self.timeout_ms} ms (GATEWAY_REDIS_WAIT_REPLICAS)"
-            )
+        return int(replies[-1][1] if self.aof else replies[-1])
+
+    def _short(self, acked: int) -> NotReplicated:
+        return NotReplicated(
+            f"{acked} of {self.replicas} replicas have the writes after "
+            f"{self.timeout_ms} ms (GATEWAY_REDIS_WAIT_REPLICAS)"
+        )
 
     def _wait(self) -> tuple[Any, ...]:
         if self.aof:

@@ -31,6 +31,8 @@ from gateway.settings.env import Settings
 from gateway.settings.scoped import ScopedSettings, SessionSettings
 from gateway.spend.budgets import Budgets, Hold
 from gateway.state.jobs import Job, JobQueue
+from gateway.state.keys import Keys
+from gateway.state.replicas import ReplicaWait
 from gateway.state.session import Entry, SessionStore
 from gateway.turn.chains import Chains
 from gateway.turn.claims import Claims, last_user
@@ -79,6 +81,13 @@ class TurnRunner:
         self.scoped = ScopedSettings(sessions.redis, settings)
         self.caps = Budgets.priced(sessions.redis, settings)
         self.model, self.max_output = settings.model, settings.max_tokens
+        self.replicas = ReplicaWait(
+            sessions.redis,
+            settings.redis_wait_replicas,
+            settings.redis_wait_timeout,
+            aof=settings.redis_wait_aof,
+        )
+        self.replicas_within = settings.redis_retry_seconds
         self.loop = (
             ToolLoop(sessions, self.generation, tools, settings.tool_max_steps, confirmations)
             if tools is not None
@@ -162,10 +171,7 @@ class TurnRunner:
             str(user.get("id") or ""),
             recipient=str((user.get("speaker") or {}).get("id") or ""),
             feedback=settings.feedback(address.platform),
-            # A new message only while the lease is held, asked of Redis each time: a post
-            # made while Redis is away could not be recorded, and its re-run would post it
-            # again (the redis-restart drill showed it when this was answered locally).
-            may_post=turn.lease.renew,
+            may_post=lambda: self._may_post(turn),
         )
         usage, prepared, chain, length, hold = Usage(), None, None, claim.length, None
         try:
@@ -207,6 +213,18 @@ class TurnRunner:
             # Messages that came while the loop was open stayed in the inbox: their turn.
             await self.sessions.enqueue_turn(key, address.platform)
         await _report(self.metrics, turn, address, time.monotonic() - started, usage, outcome)
+
+    async def _may_post(self, turn: Turn) -> bool:
+        """Whether the turn may post a new message: only while its lease is held, asked of
+        Redis each time (a post made while Redis is away could not be recorded, and its
+        re-run would post it again: the redis-restart drill showed it when this was
+        answered locally), and, with GATEWAY_REDIS_WAIT_REPLICAS, only once the replicas
+        have the claim and all before it. A failover then cannot take the claim with it
+        after a post went out: a re-run knows it is one and looks for its post first."""
+        if not await turn.lease.renew():
+            return False
+        await self.replicas.settled(Keys.meta(turn.session_key), self.replicas_within)
+        return True
 
     async def _hold(
         self,

@@ -9,6 +9,7 @@ this file, the first time a test here asks for it.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -29,6 +30,7 @@ from tests.adapters.flows.test_telegram_e2e import (  # noqa: F401  (collected h
     test_the_same_update_twice_gets_one_reply,
     web,
 )
+from tests.fakes.llm_server import FakeLLM
 from tests.gateway.inbound.test_ingest import (  # noqa: F401  (collected here)
     test_a_retried_command_acts_once,
     test_the_same_event_twice_is_answered_once,
@@ -41,6 +43,7 @@ from tests.gateway.test_worker import (  # noqa: F401  (collected here)
     test_a_message_gets_a_streamed_reply_recorded_once,
     test_invariant_holds_with_two_workers_and_messages_landing_as_turns_end,
 )
+from tests.support.harness import start_workers, texts
 from tests.support.helpers import inbound, settings
 from tests.support.sentinel import SentinelSet
 
@@ -142,3 +145,44 @@ async def test_fewer_replicas_than_asked_is_an_outage_and_the_retry_waits_again(
         await _receive(redis_url, message, **wanting_two)
     receipt, _ = await _receive(redis_url, message, GATEWAY_REDIS_WAIT_REPLICAS=1)
     assert receipt is Receipt.DUPLICATE
+
+
+async def test_with_the_wait_on_a_turn_posts_only_once_the_replica_has_its_claim(
+    redis_url: str, sentinel_set: SentinelSet, llm: FakeLLM
+) -> None:
+    """A claim the replica does not have yet could vanish in a failover, and the turn's
+    re-run would not know it is one: nothing is posted until the replica has it."""
+    llm.reply = "Hello back."
+    waits = {"GATEWAY_REDIS_WAIT_REPLICAS": 1, "GATEWAY_REDIS_WAIT_TIMEOUT": 0.1}
+    async for h in start_workers(redis_url, llm, 1, **waits):
+        stalled_at = time.monotonic()
+        stalled = _stall_replica(sentinel_set, 1.5)
+        message = inbound("hello")
+        await _receive(redis_url, message)  # stored with the replica asleep (no wait)
+        await h.idle(message.session_key)
+        posted_after = time.monotonic() - stalled_at
+        stalled.join()
+        assert texts(h.sender) == ["Hello back."]
+        assert posted_after > 1.4  # it waited for the replica to wake (0.6 s without)
+
+
+async def test_a_turn_short_of_replicas_posts_nothing_and_stays_owed(
+    redis_url: str, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm.reply = "Hello back."
+    wanting_two = {
+        "GATEWAY_REDIS_WAIT_REPLICAS": 2,
+        "GATEWAY_REDIS_WAIT_TIMEOUT": 0.05,
+        "GATEWAY_REDIS_RETRY_SECONDS": 0.3,
+    }
+    async for h in start_workers(redis_url, llm, 1, **wanting_two):
+        message = inbound("hello")
+        await _receive(redis_url, message)  # stored by an ingest that does not wait
+        async with asyncio.timeout(15):
+            while not any("1 of 2 replicas after" in r.message for r in caplog.records):
+                await asyncio.sleep(0.02)
+        async with asyncio.timeout(15):  # the run gives up its delivery: left pending
+            while h.workers[0].running_jobs:
+                await asyncio.sleep(0.02)
+        assert texts(h.sender) == []
+        assert await h.sessions.owed(message.session_key) > 0
