@@ -294,11 +294,36 @@ class GuardedUnixConnection(_Guarded, UnixDomainSocketConnection):
     pass
 
 
-class GuardedSentinelConnection(_Guarded, SentinelManagedConnection):
+class _AsksTheSentinels:
+    """A dropped connection to a Sentinel set's primary is made again to the primary the
+    sentinels name now. redis-py makes it again to the address it had (a reconnect
+    inside a command's retry skips the sentinels: redis/redis-py#3874), which after a
+    failover is the old primary: demoted, or back from a crash empty and a primary
+    until the sentinels demote it, seconds later, taking every write made to it then."""
+
+    connection_pool: SentinelConnectionPool
+    host: str
+    port: int
+    _address_given = False
+
+    async def connect_to(self, address: tuple[str, int]) -> None:
+        self._address_given = True  # just asked of the sentinels (redis-py's own connect)
+        try:
+            await super().connect_to(address)  # type: ignore[misc]
+        finally:
+            self._address_given = False
+
+    async def _connect(self) -> None:
+        if self.connection_pool.is_master and not self._address_given:
+            self.host, self.port = await self.connection_pool.get_master_address()  # type: ignore[no-untyped-call]
+        await super()._connect()  # type: ignore[misc]
+
+
+class GuardedSentinelConnection(_Guarded, _AsksTheSentinels, SentinelManagedConnection):
     pass
 
 
-class GuardedSentinelSSLConnection(_Guarded, SentinelManagedSSLConnection):
+class GuardedSentinelSSLConnection(_Guarded, _AsksTheSentinels, SentinelManagedSSLConnection):
     pass
 
 

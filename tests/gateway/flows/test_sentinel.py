@@ -22,7 +22,8 @@ import redis.asyncio as aioredis
 from gateway.cli.doctor_redis import doctor_redis
 from gateway.inbound.ingest import Ingest, Receipt
 from gateway.messages import Inbound
-from gateway.state import keys
+from gateway.state import connection, keys
+from gateway.state.connection import RedisOptions
 from gateway.state.keys import Keys
 from gateway.state.replicas import NotReplicated
 from tests.adapters.flows.test_telegram_e2e import (  # noqa: F401  (collected here)
@@ -186,3 +187,38 @@ async def test_a_turn_short_of_replicas_posts_nothing_and_stays_owed(
                 await asyncio.sleep(0.02)
         assert texts(h.sender) == []
         assert await h.sessions.owed(message.session_key) > 0
+
+
+async def test_after_a_failover_a_connection_is_made_again_to_the_new_primary(
+    redis_url: str, sentinel_set: SentinelSet
+) -> None:
+    """A connection that dropped under a command is made again to the primary the
+    sentinels name now, not to the address it had: the old primary, back from a crash,
+    is empty and a primary for seconds before the sentinels demote it, and what it
+    takes meanwhile is lost."""
+    db = int(redis_url.rsplit("/", 1)[1])
+    client = connection.connect(redis_url, RedisOptions(retry_seconds=15))
+    one = client.client()  # one connection for both commands, as a worker's WAIT and write
+    old = sentinel_set.primary_port()
+    assert old is not None
+    try:
+        await one.set("before", "1")
+        stalled = _stall_replica(sentinel_set, 2.0)  # WAIT stays in flight
+        waiting = asyncio.create_task(one.execute_command("WAIT", 1, 1500))
+        await asyncio.sleep(0.1)  # WAIT sent
+        sentinel_set.kill(old)
+        async with asyncio.timeout(30):
+            while sentinel_set.primary_port() in (old, None):
+                await asyncio.sleep(0.05)
+        new = sentinel_set.primary_port()
+        sentinel_set.restart(old)  # back, empty, and a primary until the sentinels see it
+        await waiting  # repeated after the drop, on the connection made again
+        await one.set("after", "1")
+        stalled.join()
+        on_new = redis.Redis(port=new, db=db)
+        assert on_new.get("after") == b"1"
+        on_new.close()
+    finally:
+        await one.aclose()
+        await client.aclose()
+        await asyncio.to_thread(sentinel_set.wait_ready, 60)
