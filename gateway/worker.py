@@ -39,6 +39,7 @@ from gateway.shutdown import cancel_and_wait
 from gateway.spend.usage import UsageLedger
 from gateway.state.jobs import Job, JobQueue
 from gateway.state.keys import Keys
+from gateway.state.pubsub import keep_subscribed
 from gateway.state.retention import DAY, Retention
 from gateway.state.session import SessionStore
 from gateway.turn.runner import TurnRunner
@@ -266,16 +267,7 @@ class Worker:
             self._start_all(jobs, taken)
 
     async def _cancel_listener(self) -> None:
-        while True:
-            try:
-                async with self.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(Keys.CANCEL_CHANNEL)
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            self._stop_turn(str(message["data"]))
-            except RedisError as exc:
-                log.warning("cancel listener lost Redis (%s); resubscribing", exc)
-                await asyncio.sleep(0.5)
+        await keep_subscribed(self.redis, Keys.CANCEL_CHANNEL, self._stop_turn, "cancel listener")
 
     def _stop_turn(self, session_key: str) -> None:
         self.turns.claims.stop(session_key)

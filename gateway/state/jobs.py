@@ -47,6 +47,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from gateway.state.keys import GROUP, Keys, on_cluster
 from gateway.state.lease import every
+from gateway.state.pubsub import keep_subscribed
 from gateway.state.scripts import load
 
 log = logging.getLogger(__name__)
@@ -173,19 +174,19 @@ class JobQueue:
     async def listen(self) -> None:
         """Mark each stream the doorbell names, until cancelled; every stream once at
         each (re)subscription, for what was added while nobody listened."""
-        while True:
-            try:
-                async with self.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(Keys.JOBS_CHANNEL)
-                    self.mark(self.streams)
-                    self.listening.set()
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            self.mark([str(message["data"])])
-            except (RedisError, OSError) as exc:
-                log.warning("job doorbell lost Redis (%s); subscribing again", exc)
-            self.listening.clear()
-            await asyncio.sleep(0.5)
+
+        def subscribed() -> None:
+            self.mark(self.streams)
+            self.listening.set()
+
+        await keep_subscribed(
+            self.redis,
+            Keys.JOBS_CHANNEL,
+            lambda stream: self.mark([stream]),
+            "job doorbell",
+            on_subscribed=subscribed,
+            on_lost=self.listening.clear,
+        )
 
     def mark(self, streams: Sequence[str]) -> None:
         """These streams may have jobs to read (those this worker does not read are not
