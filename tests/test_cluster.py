@@ -19,8 +19,10 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from gateway.errors import LayoutMismatch
+from adapters.slack.platform import SlackPlatform
+from gateway.errors import ConfigError, LayoutMismatch
 from gateway.feedback.store import FeedbackStore, FeedbackVerdict, Reply
+from gateway.settings.env import load_settings
 from gateway.state import keys, shards
 from gateway.state.jobs import SWEEP_STREAMS, JobQueue
 from gateway.state.keys import Keys
@@ -81,6 +83,7 @@ from tests.gateway.state.test_retention import (  # noqa: F401  (run here again)
 from tests.gateway.state.test_scripts import *  # noqa: F403  (every script's tests, run here again)
 from tests.gateway.test_worker import *  # noqa: F403  (the core's flows, run here again)
 from tests.support.clusters import Cluster, cluster_shards
+from tests.support.slack_helpers import many_workspaces
 
 
 @pytest.fixture(autouse=True)
@@ -200,3 +203,13 @@ def _sha(source: str) -> str:
     import hashlib
 
     return hashlib.sha1(source.encode()).hexdigest()  # how Redis names a script
+
+
+async def test_slack_in_many_workspaces_is_refused_on_a_cluster_in_one_line(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Its installation store is not single-slot: said at start, not at the first install."""
+    values = many_workspaces("http://127.0.0.1:1/api/")
+    platform = SlackPlatform(load_settings(_env_file=None, **values), redis_client)
+    with pytest.raises(ConfigError, match="needs one Redis server or a Sentinel set"):
+        platform.validate("http")
