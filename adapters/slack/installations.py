@@ -86,11 +86,14 @@ class RedisInstallationStore(AsyncInstallationStore):
         log.info("slack: installed in %s", owner)
 
     async def async_save_bot(self, bot: Bot) -> None:
+        """The bot, then its owner in the set of owners: two steps (another slot on a
+        cluster), each safe to repeat; between them the bot already answers, and only
+        `doctor`'s count and the key check at start miss it (an install retried adds it)."""
         owner = owner_id(bot.enterprise_id, bot.team_id, bot.is_enterprise_install)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(Keys.installed_bot(PLATFORM, owner), self._seal(bot.to_dict_for_copying()))
-            pipe.sadd(Keys.installed(PLATFORM), owner)
-            await pipe.execute()
+        await self.redis.set(
+            Keys.installed_bot(PLATFORM, owner), self._seal(bot.to_dict_for_copying())
+        )
+        await self.redis.sadd(Keys.installed(PLATFORM), owner)
 
     async def async_find_bot(
         self,
@@ -159,10 +162,10 @@ class RedisInstallationStore(AsyncInstallationStore):
 
     async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         owner = owner_id(enterprise_id, team_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(Keys.installed_bot(PLATFORM, owner))
-            pipe.srem(Keys.installed(PLATFORM), owner)
-            await pipe.execute()
+        # The bot first: from then on nothing is sent with its token; the set of owners
+        # after (another slot on a cluster), which only counts them.
+        await self.redis.delete(Keys.installed_bot(PLATFORM, owner))
+        await self.redis.srem(Keys.installed(PLATFORM), owner)
         for key in await self._records(owner):
             await self._strip(key, BOT_FIELDS)
         log.info("slack: the bot of %s removed", owner)

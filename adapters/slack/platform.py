@@ -49,7 +49,6 @@ from gateway.errors import ConfigError, PlatformError
 from gateway.platform import Mode, Platform
 from gateway.settings.scoped import ScopedSettings
 from gateway.state.cipher import TokenCipher
-from gateway.state.keys import on_cluster
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -64,12 +63,6 @@ NEEDS_APP_TOKEN = "SLACK_APP_TOKEN is required for Slack Socket Mode (gateway sl
 BOTH_MODES = (
     "SLACK_BOT_TOKEN and SLACK_CLIENT_ID are both set: set SLACK_BOT_TOKEN for one "
     "workspace, or SLACK_CLIENT_ID and SLACK_CLIENT_SECRET to install into many, not both"
-)
-# The installation store writes an owner's records and the set of owners together (and
-# rotates tokens under a WATCH of two records): keys of several slots on a cluster.
-MANY_ON_A_CLUSTER = (
-    "Slack in many workspaces (SLACK_CLIENT_ID) needs one Redis server or a Sentinel set: "
-    "its installation store is not laid out for a Redis Cluster (REDIS_URL redis+cluster://)"
 )
 MANY_OVER_HTTP = (
     "Slack in many workspaces (SLACK_CLIENT_ID) runs over HTTP (gateway web), "
@@ -124,8 +117,6 @@ class SlackPlatform(Platform):
             raise ConfigError(BOTH_MODES)
         if mode == "connect":
             raise ConfigError(MANY_OVER_HTTP)
-        if on_cluster(self.redis):
-            raise ConfigError(MANY_ON_A_CLUSTER)
         because = "for Slack in many workspaces (SLACK_CLIENT_ID is set)"
         for name, value in (
             ("SLACK_CLIENT_SECRET", settings.slack_client_secret),

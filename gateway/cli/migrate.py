@@ -1,4 +1,4 @@
-"""`gateway migrate`: a database of the version 1 key layout moved to this one, once.
+"""`gateway migrate`: a database of an older key layout moved to this one, once.
 
 It refuses while workers are connected (their keys would move under them) unless
 `--force`; it is safe to run again (a run that stopped midway is resumed, one that

@@ -346,22 +346,29 @@ class Keys:
     # A platform installed through OAuth into many workspaces (Slack): each installation's
     # owner is `team:<workspace>` or, for an org-wide install, `org:<org>`. Tokens
     # in these records are encrypted with GATEWAY_SECRET_KEY (gateway/state/cipher.py).
+    # An owner's records share the owner's tag, so that they are written together (and
+    # a token rotated under a WATCH of them) on one slot; the set of owners is global.
 
     @staticmethod
     def installed(platform: str) -> str:
         """The set of owners whose bot is installed: counted by `doctor`, checked at start."""
-        return f"{PREFIX}:installed:{platform}"
+        return f"{GLOBAL}:installed:{platform}"
 
     @staticmethod
     def installation(platform: str, owner: str, user_id: str | None = None) -> str:
         """The latest installation of an owner (JSON), or the one a user made."""
         suffix = f":user:{user_id}" if user_id else ""
-        return f"{PREFIX}:installation:{platform}:{owner}{suffix}"
+        return f"{PREFIX}:{{inst:{platform}:{owner}}}:installation{suffix}"
 
     @staticmethod
     def installed_bot(platform: str, owner: str) -> str:
         """The bot of an owner's installation (JSON): the token replies are sent with."""
-        return f"{PREFIX}:bot:{platform}:{owner}"
+        return f"{PREFIX}:{{inst:{platform}:{owner}}}:bot"
+
+    @staticmethod
+    def installations_match(platform: str) -> str:
+        """A SCAN pattern of every owner's records."""
+        return f"{PREFIX}:{{inst:{platform}:*"
 
     @staticmethod
     def token_refresh(platform: str, owner: str) -> str:
@@ -399,10 +406,13 @@ class Keys:
         return f"{PREFIX}:admin:failures:{source}"
 
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 # Keys every version 1 database that took any message has (its session index, its
 # metrics); one that has neither holds nothing that must be moved.
 V1_MARKS = ("gw:sessions", "gw:metrics", "gw:settings:version")
+# What version 2 named otherwise than version 3: the installations of a platform in many
+# workspaces (untagged). A version 2 database without them is version 3 already.
+V2_INSTALLATIONS = ("gw:installed:*", "gw:installation:*", "gw:bot:*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +435,14 @@ async def stored_layout(redis: aioredis.Redis) -> Layout | None:
     return None
 
 
+async def has_v2_installations(redis: aioredis.Redis) -> bool:
+    """Whether version 2's installation records are here (what `gateway migrate` moves)."""
+    for match in V2_INSTALLATIONS:
+        async for _ in redis.scan_iter(match=match, count=1000):
+            return True
+    return False
+
+
 async def record_layout(redis: aioredis.Redis) -> None:
     """This process's layout, recorded as the database's."""
     mapping: dict[str | bytes, str | int] = {"version": LAYOUT_VERSION, "shards": shards.count()}
@@ -436,10 +454,12 @@ async def ensure_layout(redis: aioredis.Redis) -> None:
     found = await stored_layout(redis)
     if found is None:
         await record_layout(redis)
+    elif found.version == 2 and not await has_v2_installations(redis):
+        await redis.hset(Keys.LAYOUT, "version", LAYOUT_VERSION)  # nothing to move
     elif found.version != LAYOUT_VERSION:
         raise LayoutMismatch(
-            "Redis holds an older key layout (version 1): stop the gateway's processes "
-            "and run `gateway migrate` once"
+            f"Redis holds an older key layout (version {found.version}): stop the gateway's "
+            "processes and run `gateway migrate` once"
         )
     elif found.shards != shards.count():
         raise LayoutMismatch(

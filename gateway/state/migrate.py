@@ -1,4 +1,4 @@
-"""Moving a database of the version 1 key layout to this one (`gateway migrate`).
+"""Moving a database of an older key layout to this one (`gateway migrate`).
 
 Version 1 (`gateway/state/keys.py`, "layout") named a session's keys `gw:{<session key>}:<part>`,
 kept one job stream per platform (`gw:jobs:<platform>`, a console run's
@@ -16,8 +16,14 @@ So a run that stops midway (killed, Redis gone) is resumed by running it again: 
 was moved is not there to move twice, and what was half moved is written again. The
 layout is recorded only at the end. Jobs keep their ids, so the queued markers and
 side questions that name them still do; a job a worker had read but not completed is
-read again from its new stream. Keys that did not move (usage, installations, pacing,
-names) keep their names.
+read again from its new stream. Keys that did not move (usage, pacing, names) keep
+their names.
+
+Version 2 differs from this one (3) only in the installations of a platform in many
+workspaces (Slack's OAuth installs): version 2 left them untagged, this one tags an
+owner's records with the owner (`Keys.installation`) and keeps the set of owners with
+the global keys. Moving them is the same repeatable step; a version 1 database has
+them under their version 2 names too.
 """
 
 from __future__ import annotations
@@ -91,6 +97,9 @@ class Migration:
         await self._each(f"{PREFIX}:spend:*", self._move_spend)
         await self._each(f"{PREFIX}:rate:*", self._drop, "user rate buckets")
         await self._each(f"{PREFIX}:feedback:reply:*", self._move_feedback)
+        await self._each(f"{PREFIX}:installation:*", self._move_installation)
+        await self._each(f"{PREFIX}:bot:*", self._move_bot)
+        await self._each(f"{PREFIX}:installed:*", self._move_installed)
         for old, new in GLOBALS.items():
             if await self.redis.exists(old):
                 await self._move(old, new, "global keys")
@@ -173,6 +182,18 @@ class Migration:
         new = f"{GLOBAL}:{key[len(PREFIX) + 1 :]}"
         await self._move(key, new, "feedback replies")
 
+    async def _move_installation(self, key: str) -> None:
+        platform, _, rest = key[len(f"{PREFIX}:installation:") :].partition(":")
+        owner, _, user = rest.partition(":user:")
+        await self._move(key, Keys.installation(platform, owner, user or None), "installations")
+
+    async def _move_bot(self, key: str) -> None:
+        platform, _, owner = key[len(f"{PREFIX}:bot:") :].partition(":")
+        await self._move(key, Keys.installed_bot(platform, owner), "installations")
+
+    async def _move_installed(self, key: str) -> None:
+        await self._move(key, Keys.installed(key[len(f"{PREFIX}:installed:") :]), "installations")
+
     async def _split_index(self) -> None:
         rows = cast(
             list[tuple[str, float]], await self.redis.zrange(V1_SESSIONS, 0, -1, withscores=True)
@@ -184,13 +205,14 @@ class Migration:
 
 
 def _is_v1(key: str) -> bool:
-    """A key of version 1: untagged, or tagged by a session key (this layout tags its own
-    with a shard, `{gw}`, a workspace `{w:…}` or a spend key's owner)."""
+    """A key of version 1 (or 2): untagged, or tagged by a session key (this layout tags
+    its own with a shard, `{gw}`, a workspace `{w:…}`, an installation's owner `{inst:…}`
+    or a spend key's owner)."""
     if key.startswith(f"{PREFIX}:spend:"):
         return "{" not in key
     if key.startswith(f"{PREFIX}:{{"):
         tag = key[len(PREFIX) + 2 : key.index("}")] if "}" in key else ""
-        return tag.count(":") >= 2 and not tag.startswith("w:")
+        return tag.count(":") >= 2 and not tag.startswith(("w:", "inst:"))
     return "{" not in key
 
 

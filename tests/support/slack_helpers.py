@@ -33,6 +33,7 @@ from tests.fakes.slack_api import (
 )
 from tests.support import processes
 from tests.support.processes import request_text as request_text
+from tests.support.redis_servers import client_for
 
 SIGNING_SECRET = "test-signing-secret-0123456789"
 APP_TOKEN = "xapp-test-app-token"
@@ -371,7 +372,7 @@ def many_platform(slack: FakeSlack, redis_url: str, rotation: Rotation | None) -
     """A process's Slack platform in many workspaces, on its own Redis connection;
     `rotation` when its expiring tokens are refreshed (tokens of a few seconds)."""
     settings = load_settings(_env_file=None, REDIS_URL=redis_url, **many_workspaces(slack.api_url))
-    platform = SlackPlatform(settings, Redis.from_url(redis_url, decode_responses=True))
+    platform = SlackPlatform(settings, client_for(redis_url))  # a Cluster's client on one
     if rotation is not None:
         platform.token_rotation = rotation
     platform.validate("http")

@@ -9,8 +9,8 @@
 -- bucket that refused (1 the user's, 2 the conversation's), the milliseconds until
 -- it has a token, and tell = 1 the first time in its window (a mark with the
 -- window's expiry), so the sender is told once per window, not once per message.
--- The user's bucket spans conversations, so it is outside the session's hash tag:
--- like ingest's job stream, this script is not single-slot on Redis Cluster yet.
+-- Both buckets carry the workspace's hash tag (a user's bucket counts per workspace),
+-- so the script is single-slot on a Redis Cluster.
 local now_parts = redis.call('TIME')
 local now = now_parts[1] * 1000 + now_parts[2] / 1000
 

@@ -134,7 +134,7 @@ async def test_a_failed_code_exchange_shows_an_error_page_and_stores_nothing(
     assert "text/html" in response.headers["content-type"]
     assert len(slack.calls_to("oauth.v2.access")) == 1
     assert await store(web).owners() == []
-    assert [k async for k in web.redis.scan_iter("gw:installation:*")] == []
+    assert [k async for k in web.redis.scan_iter(Keys.installations_match("slack"))] == []
 
 
 async def test_app_uninstalled_removes_that_workspace_only(

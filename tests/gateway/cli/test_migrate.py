@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.errors import LayoutMismatch
 from gateway.messages import Inbound
 from gateway.state import keys
 from gateway.state.keys import GROUP, Keys
@@ -44,6 +45,11 @@ async def _version_1(redis: aioredis.Redis, message: Inbound) -> str:
     await redis.hset("gw:metrics", "turns|test|ok", 5)
     await redis.hset("gw:spend:user:test:U1:2026-12", "tokens", 10)
     await redis.set("gw:rate:test:U1", "1")
+    # Slack's installations, named as version 1 and 2 named them (untagged).
+    await redis.sadd("gw:installed:slack", "team:T1")
+    await redis.set("gw:bot:slack:team:T1", '{"bot_token": "sealed"}')
+    await redis.set("gw:installation:slack:team:T1", '{"team_id": "T1"}')
+    await redis.set("gw:installation:slack:team:T1:user:U1", '{"user_id": "U1"}')
     return job_id
 
 
@@ -57,10 +63,13 @@ async def test_a_version_1_database_moves_and_its_waiting_message_is_answered(
     moved = await run_against(redis_url, tmp_path, "migrate", GATEWAY_JOB_SHARDS="16")
     assert moved.returncode == 0, moved.stderr
     assert moved.stdout == (
-        "moved 1 global keys, 2 indexes, 1 jobs, 3 session keys, 1 spend keys, "
-        "1 user rate buckets; laid out for 16 shards\n"
+        "moved 1 global keys, 2 indexes, 4 installations, 1 jobs, 3 session keys, "
+        "1 spend keys, 1 user rate buckets; laid out for 16 shards\n"
     )
-    assert await keys.stored_layout(redis_client) == keys.Layout(2, 16)
+    assert await keys.stored_layout(redis_client) == keys.Layout(keys.LAYOUT_VERSION, 16)
+    assert await redis_client.smembers(Keys.installed("slack")) == {"team:T1"}
+    assert await redis_client.get(Keys.installed_bot("slack", "team:T1")) is not None
+    assert await redis_client.get(Keys.installation("slack", "team:T1", "U1")) is not None
     assert await redis_client.get(Keys.queued(key)) == f"{Keys.session_jobs(key, 'test')} {job_id}"
     assert [entry for entry, _ in await redis_client.xrange(Keys.session_jobs(key, "test"))] == [
         job_id
@@ -100,3 +109,22 @@ async def test_a_process_refuses_a_version_1_database_until_it_is_moved(
     listed = await run_against(redis_url, tmp_path, "sessions", "list", GATEWAY_JOB_SHARDS="16")
     assert listed.returncode == 1
     assert "run `gateway migrate` once" in listed.stderr
+
+
+async def test_a_version_2_database_is_taken_as_it_is_unless_it_holds_installations(
+    redis_url: str, redis_client: aioredis.Redis, tmp_path: Path
+) -> None:
+    """Version 3 renamed only Slack's many-workspace installations: a version 2 database
+    without any needs no move, one with them is refused until `gateway migrate`."""
+    await redis_client.hset(Keys.LAYOUT, mapping={"version": 2, "shards": 16})
+    await keys.ensure_layout(redis_client)
+    assert await keys.stored_layout(redis_client) == keys.Layout(keys.LAYOUT_VERSION, 16)
+
+    await redis_client.hset(Keys.LAYOUT, mapping={"version": 2, "shards": 16})
+    await redis_client.set("gw:bot:slack:team:T2", '{"bot_token": "sealed"}')
+    with pytest.raises(LayoutMismatch, match="version 2"):
+        await keys.ensure_layout(redis_client)
+    moved = await run_against(redis_url, tmp_path, "migrate", GATEWAY_JOB_SHARDS="16")
+    assert moved.stdout == "moved 1 installations; laid out for 16 shards\n", moved.stderr
+    assert await redis_client.get(Keys.installed_bot("slack", "team:T2")) is not None
+    assert await redis_client.exists("gw:bot:slack:team:T2") == 0
