@@ -13,10 +13,11 @@ on one slot of a Redis Cluster (docs/architecture.md, "Keys on a cluster"):
 Which layout a database holds is recorded in it (`Keys.LAYOUT`) and checked when a
 process opens it (`ensure_layout`): version 1 named a session's keys by the session
 (`gw:{<session key>}:…`), kept one job stream per platform and left the global keys
-untagged; version 2 is this one, for a given number of shards. A process refuses
-(LayoutMismatch) a database of version 1 or of another shard count: its keys would
-not be found, and new ones would be written beside them. `gateway migrate` moves a
-version 1 database (`gateway/state/migrate.py`).
+untagged; version 2 left Slack's installations untagged; version 3 is this one, for a
+given number of shards. A process refuses (LayoutMismatch) a database of an older
+version or of another shard count: its keys would not be found, and new ones would be
+written beside them (a version 2 database with no installations is taken as version 3).
+`gateway migrate` moves an older database (`gateway/state/migrate.py`).
 
 Long because: every key name is here, in one table (`Keys`), and the check of the
 layout they form (`ensure_layout`) sits with the connection every process opens
