@@ -82,12 +82,7 @@ class Ingest:
         self.rate_limits = RateLimiter(redis, settings.rate_user, settings.rate_conversation)
         self.metrics = Metrics(redis)
         self.access = Access(settings, redis)
-        self.replicas = ReplicaWait(
-            redis,
-            settings.redis_wait_replicas,
-            settings.redis_wait_timeout,
-            aof=settings.redis_wait_aof,
-        )
+        self.replicas = ReplicaWait.of(redis, settings.replica_wait)
 
     async def receive(self, inbound: Inbound) -> Receipt:
         """What became of the message, once it is stored (and, with

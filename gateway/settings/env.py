@@ -19,6 +19,7 @@ from gateway.errors import ConfigError
 from gateway.settings.values import Rate, budget_amount, parse_rate
 from gateway.state.cipher import check_keys
 from gateway.state.connection import RedisOptions, parse_url
+from gateway.state.replicas import WaitOptions
 
 ECHO_MODEL = "echo"
 ADMIN_TOKEN_MIN = 16  # the console's sign-in token: long enough that the sign-in lock is enough
@@ -324,6 +325,15 @@ class Settings(BaseSettings):
     @property
     def redis_options(self) -> RedisOptions:
         return RedisOptions(ca_file=self.redis_ca_file, retry_seconds=self.redis_retry_seconds)
+
+    @property
+    def replica_wait(self) -> WaitOptions:
+        return WaitOptions(
+            self.redis_wait_replicas,
+            self.redis_wait_timeout,
+            self.redis_wait_aof,
+            within=self.redis_retry_seconds,
+        )
 
     @property
     def side_model(self) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -37,14 +38,37 @@ class NotReplicated(RedisError):
     """Fewer replicas than asked acknowledged an event's writes within the timeout."""
 
 
+@dataclass(frozen=True)
+class WaitOptions:
+    """GATEWAY_REDIS_WAIT_REPLICAS and its timeout and AOF choice, and how long a turn
+    asks again before it gives its delivery up (GATEWAY_REDIS_RETRY_SECONDS)."""
+
+    replicas: int = 0
+    timeout: float = 1.0
+    aof: bool = False
+    within: float = 10.0
+
+
 class ReplicaWait:
     """Waits, after an event is written, until `replicas` replicas have it."""
 
-    def __init__(self, redis: Redis, replicas: int, timeout: float, aof: bool = False) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        replicas: int,
+        timeout: float,
+        aof: bool = False,
+        within: float = WaitOptions.within,
+    ) -> None:
         self.redis = redis
         self.replicas = replicas
         self.timeout_ms = max(1, int(timeout * 1000))
         self.aof = aof
+        self.within = within
+
+    @classmethod
+    def of(cls, redis: Redis, options: WaitOptions) -> ReplicaWait:
+        return cls(redis, options.replicas, options.timeout, options.aof, options.within)
 
     @property
     def active(self) -> bool:
@@ -60,12 +84,13 @@ class ReplicaWait:
             log.warning("%d of %d replicas have the event's writes", acked, self.replicas)
             raise self._short(acked)
 
-    async def settled(self, written_key: str, within: float) -> None:
+    async def settled(self, written_key: str) -> None:
         """`confirm`, asked again for up to `within` seconds: a turn about to post waits
         out a failover (the new primary has no replica until the old one has synced
         from it) instead of giving its delivery up. Raises NotReplicated at the end."""
         if not self.active:
             return
+        within = self.within
         deadline, delay, waited = time.monotonic() + within, 0.05, False
         while (acked := await self._acked(written_key)) < self.replicas:
             if time.monotonic() + delay > deadline:

@@ -81,13 +81,7 @@ class TurnRunner:
         self.scoped = ScopedSettings(sessions.redis, settings)
         self.caps = Budgets.priced(sessions.redis, settings)
         self.model, self.max_output = settings.model, settings.max_tokens
-        self.replicas = ReplicaWait(
-            sessions.redis,
-            settings.redis_wait_replicas,
-            settings.redis_wait_timeout,
-            aof=settings.redis_wait_aof,
-        )
-        self.replicas_within = settings.redis_retry_seconds
+        self.replicas = ReplicaWait.of(sessions.redis, settings.replica_wait)
         self.loop = (
             ToolLoop(sessions, self.generation, tools, settings.tool_max_steps, confirmations)
             if tools is not None
@@ -223,7 +217,7 @@ class TurnRunner:
         after a post went out: a re-run knows it is one and looks for its post first."""
         if not await turn.lease.renew():
             return False
-        await self.replicas.settled(Keys.meta(turn.session_key), self.replicas_within)
+        await self.replicas.settled(Keys.meta(turn.session_key))
         return True
 
     async def _hold(
