@@ -26,7 +26,7 @@ What is measured, per level and bot:
 - per turn: Slack API calls the fake received, Redis commands (INFO
   commandstats) and model requests.
 
-    python bench/cpu.py [--turns 100] [--levels 1,10,50] [--profile]
+    python bench/cpu.py [--turns 100] [--levels 1,10,50] [--profile] [--model-processes N]
 
 `--profile` then runs one more gateway level (10 at once) with every gateway
 Python process under cProfile (switched on by this bench's launch only: a
@@ -688,7 +688,7 @@ async def amain(args: argparse.Namespace) -> None:
     slack.driver = asyncio.get_running_loop()
     procs = Processes(workdir)
     try:
-        gateway = await start_gateway(procs, slack, fake, server)
+        gateway = await start_gateway(procs, slack, fake, server, **processes_env(args))
         naive = await start_naive(procs, slack, fake)
         print(
             f"model: {FIRST_TOKEN * 1000:.0f} ms to the first token, {TOKENS} tokens "
@@ -751,7 +751,13 @@ async def profile(
     (site / "sitecustomize.py").write_text(SITE)
     path = os.pathsep.join([str(site), str(common.ROOT)])
     gateway = await start_gateway(
-        procs, slack, fake, server, PYTHONPATH=path, BENCH_PROFILE_DIR=str(out)
+        procs,
+        slack,
+        fake,
+        server,
+        PYTHONPATH=path,
+        BENCH_PROFILE_DIR=str(out),
+        **processes_env(args),
     )
     async with httpx.AsyncClient(timeout=30) as http:
         await drive(http, slack, gateway, 2, 4, "wp")
@@ -789,12 +795,22 @@ async def profile(
     profile_summary(profiles, turns)
 
 
+def processes_env(args: argparse.Namespace) -> dict[str, str]:
+    """The worker's model processes as `--model-processes` asks, else the default's."""
+    if args.model_processes is None:
+        return {}
+    return {"GATEWAY_MODEL_PROCESSES": str(args.model_processes)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--levels", default="1,10,50")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-level", type=int, default=10)
+    parser.add_argument(
+        "--model-processes", type=int, default=None, help="GATEWAY_MODEL_PROCESSES (default: 1)"
+    )
     warnings.filterwarnings("ignore", module="pydantic")
     asyncio.run(amain(parser.parse_args()))
 

@@ -41,7 +41,11 @@ def _where(stack: traceback.StackSummary) -> str:
 
 def _remembered_init(self: Any, *args: Any, **kwargs: Any) -> None:
     _init(self, *args, **kwargs)
-    _opened[self] = _where(traceback.extract_stack()[:-1])
+    stack = _where(traceback.extract_stack()[:-1])
+    task = asyncio.current_task(self._loop)
+    if task is not None:  # a task's stack starts at its coroutine: name who it is
+        stack = f"  in task {task.get_name()}, {task.get_coro()!r}\n{stack}"
+    _opened[self] = stack
 
 
 _Transport.__init__ = _remembered_init  # type: ignore[method-assign]

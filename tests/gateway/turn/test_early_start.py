@@ -151,6 +151,7 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
     assert list(sender.messages.values()) == ["hi there"]
     assert dict(early_counts_in(await client.hgetall(Keys.METRICS))) == {"discarded": 1}
     assert [e["text"] for e in await SessionStore(client).history(key)] == ["hello", "hi there"]
+    await worker.models.metered()  # the turn's usage write, which `turns.run` leaves going
     listening.cancel()
     await client.aclose()
 
@@ -240,6 +241,7 @@ async def test_a_job_whose_early_payload_is_malformed_is_answered_as_usual(
     await asyncio.wait_for(worker.turns.run(forged), 10)
     assert list(sender.messages.values()) == ["hi there"]
     assert any("no early start" in r.getMessage() for r in caplog.records)
+    await worker.models.metered()
     await client.aclose()
 
 
