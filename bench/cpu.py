@@ -336,14 +336,19 @@ class Monitor:
                 (self.scripted if item.get("client_type") == "lua" else self.sent)[name] += 1
 
 
-async def idle(bot: Bot, seconds: float = 3.0) -> None:
-    """What the bot spends doing nothing: CPU and Redis commands a second, no traffic."""
-    cpu, commands = sum(bot.cpu().values()), command_calls(bot.redis_url)
+async def idle(bot: Bot, when: str, seconds: float = 3.0) -> None:
+    """What the bot spends doing nothing: CPU (by process) and Redis commands a second."""
+    before, commands = bot.cpu(), command_calls(bot.redis_url)
     await asyncio.sleep(seconds)
-    cpu, commands = sum(bot.cpu().values()) - cpu, command_calls(bot.redis_url) - commands
+    after, commands = bot.cpu(), command_calls(bot.redis_url) - commands
+    spent = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
+    roles = bot.pids()
+    by_process = ", ".join(
+        f"{roles.get(pid, pid)} {c / seconds * 1000:.1f}" for pid, c in spent.items()
+    )
     print(
-        f"{bot.name} idle: {cpu / seconds * 1000:.1f} ms CPU a second, "
-        f"{commands.total() / seconds:.1f} Redis commands a second",
+        f"{bot.name} idle {when}: {sum(spent.values()) / seconds * 1000:.1f} ms CPU a second "
+        f"({by_process}), {commands.total() / seconds:.1f} Redis commands a second",
         flush=True,
     )
 
@@ -697,12 +702,13 @@ async def amain(args: argparse.Namespace) -> None:
             flush=True,
         )
         levels: dict[tuple[str, int], Level] = {}
-        await idle(gateway)
-        await idle(naive)
+        await idle(gateway, "at start")
+        await idle(naive, "at start")
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
         async with httpx.AsyncClient(limits=limits, timeout=30) as http:
             for bot in (gateway, naive):  # warm: first calls build clients, import lazily
                 await drive(http, slack, bot, 2, 4, f"w{bot.name[0]}")
+                await idle(bot, "after its first turns")
             for c in counts:
                 for bot in (gateway, naive):
                     level = await drive(http, slack, bot, c, args.turns, f"{bot.name[0]}{c}")
