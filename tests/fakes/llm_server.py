@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import signal
@@ -347,6 +346,8 @@ class FakeLLM(LoopbackServer):
         With `after_tokens`, a streamed reply sends that many tokens first, then stalls.
         With `after_headers`, a streamed reply sends its status and headers, then not
         one byte of its body (a provider that accepted the call and went silent).
+        A request whose client went away before it reached its stall does not use the
+        hang up: the next request (the client's retry) stalls in its place.
         """
         with self._lock:
             self._hangs.append(
@@ -396,6 +397,26 @@ class FakeLLM(LoopbackServer):
                         queue.remove(entry)
                     return entry
         return None
+
+    def _rearm(self, hang: _Hang | None) -> None:
+        """Give back a hang its request never reached (the client had gone)."""
+        if hang is None:
+            return
+        with self._lock:
+            if any(entry is hang for entry in self._hangs):
+                hang.times += 1
+            else:
+                hang.times = 1
+                self._hangs.insert(0, hang)
+
+    async def _open_stream_for(
+        self, request: web.Request, hang: _Hang | None
+    ) -> web.StreamResponse:
+        try:
+            return await self._open_stream(request)
+        except ConnectionResetError:
+            self._rearm(hang)
+            raise
 
     # -- handlers ----------------------------------------------------------------
 
@@ -468,10 +489,10 @@ class FakeLLM(LoopbackServer):
             whole = chat_completion(completion_id, received.model, answer.text, usage, calls)
             return self._finish(received, web.json_response(whole))
         include_usage = bool((received.get("stream_options") or {}).get("include_usage"))
-        stream = await self._open_stream(request)
+        stream = await self._open_stream_for(request, hang)
         if hang is not None and hang.after_headers:
             return await self._silent(received, stream)
-        with contextlib.suppress(_Stalled, ConnectionResetError):
+        try:
             await self._stream_chat(
                 stream,
                 received.model,
@@ -481,6 +502,10 @@ class FakeLLM(LoopbackServer):
                 hang,
                 usage if include_usage else None,
             )
+        except _Stalled:
+            pass
+        except ConnectionResetError:  # gone before the stall: only a stall raises _Stalled
+            self._rearm(hang)
         return self._finish(received, stream)
 
     async def _stream_chat(
@@ -534,7 +559,7 @@ class FakeLLM(LoopbackServer):
         if not received.get("stream"):
             await self._pace_whole(behaviour, answer.text)
             return self._finish(received, web.json_response(done))
-        stream = await self._open_stream(request)
+        stream = await self._open_stream_for(request, hang)
         if hang is not None and hang.after_headers:
             return await self._silent(received, stream)
         events = ResponseEvents(item_id)
@@ -549,8 +574,12 @@ class FakeLLM(LoopbackServer):
         for index, (fc_id, call) in enumerate(call_items, start=int(with_message)):
             body += function_call_steps(events.event, index, fc_id, call)
         closing = [events.completed(done)]
-        with contextlib.suppress(_Stalled, ConnectionResetError):
+        try:
             await self._write_steps(stream, behaviour, opening, body, closing, hang)
+        except _Stalled:
+            pass
+        except ConnectionResetError:
+            self._rearm(hang)
         return self._finish(received, stream)
 
     def _unknown_previous(self, received: ReceivedRequest) -> web.Response | None:

@@ -12,11 +12,11 @@ from tests.support.harness import Harness, start_workers
 
 @pytest.fixture
 async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as h:
         yield h
 
 
 @pytest.fixture
 async def two_workers(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 2):
+    async with start_workers(redis_url, llm, 2) as h:
         yield h

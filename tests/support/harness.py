@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,7 @@ class Harness:
         return await self.sessions.history(session_key)
 
 
+@asynccontextmanager
 async def start_workers(
     redis_url: str,
     llm: FakeLLM,

@@ -7,7 +7,10 @@ ResourceWarning with nothing to say where the socket came from. Every socket
 transport made during a test is remembered (weakly) with the stack that made it;
 after the test's fixtures are torn down, one still open on a closed loop is
 reported as the test's error, with that stack, and kept referenced to the end of
-the run so that no later test trips on its collection.
+the run so that no later test trips on its collection. A TLS connection its owner
+closed whose goodbye (the close_notify exchange, which asyncio runs after
+`close()` returns) was still under way when the loop closed is no leak: it is only
+kept referenced.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import inspect
 import sys
 import traceback
 import weakref
-from asyncio import selector_events
+from asyncio import selector_events, sslproto
 from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 from typing import Any
@@ -51,11 +54,24 @@ def _remembered_init(self: Any, *args: Any, **kwargs: Any) -> None:
 _Transport.__init__ = _remembered_init  # type: ignore[method-assign]
 
 
+def _closing_tls(transport: Any) -> bool:
+    """Whether this socket carries TLS its owner has closed (the goodbye under way)."""
+    protocol = getattr(transport, "_protocol", None)
+    if not isinstance(protocol, sslproto.SSLProtocol):
+        return False
+    state = getattr(protocol, "_state", None)
+    return state in (sslproto.SSLProtocolState.FLUSHING, sslproto.SSLProtocolState.SHUTDOWN)
+
+
 def _left_open() -> list[tuple[Any, str]]:
     found = []
     for transport, stack in list(_opened.items()):
         loop: asyncio.AbstractEventLoop | None = getattr(transport, "_loop", None)
-        if getattr(transport, "_sock", None) is not None and loop is not None and loop.is_closed():
+        if getattr(transport, "_sock", None) is None or loop is None or not loop.is_closed():
+            continue
+        if _closing_tls(transport):
+            _kept.append(transport)
+        else:
             found.append((transport, stack))
     return found
 

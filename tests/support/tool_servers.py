@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,13 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
+@asynccontextmanager
 async def tool_workers(
     redis_url: str, llm: FakeLLM, config: Path, **values: Any
 ) -> AsyncIterator[Harness]:
     """One worker with the servers of `config`, its turns on a lease of STEADY_LEASE_TTL."""
     values = {"GATEWAY_LEASE_TTL": STEADY_LEASE_TTL, **values}
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_MCP_CONFIG=str(config), **values):
+    async with start_workers(redis_url, llm, 1, GATEWAY_MCP_CONFIG=str(config), **values) as h:
         yield h
 
 
@@ -85,7 +87,7 @@ async def unanswered_confirmation(
     config = write_config(tmp_path, effects)
     values = {"senders": {message.platform: sender}, "GATEWAY_CONFIRM_TIMEOUT": 1, **settings}
     results: list[ToolResult] = []
-    async for h in tool_workers(redis_url, llm, config, **values):
+    async with tool_workers(redis_url, llm, config, **values) as h:
         await h.ingest.receive(message)
         async with asyncio.timeout(30):
             while len(llm.requests) < 2:

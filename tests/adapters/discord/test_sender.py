@@ -248,7 +248,7 @@ async def test_a_side_answer_whose_post_answer_was_lost_is_shown_once(
     fake_discord.lose_answers("POST", rf"/channels/{CHANNEL}/messages")
     payload = {"address": channel(side=True).model_dump(), "question": "what did we decide?"}
     job = Job(Keys.jobs("discord", 0), "1-0", "side", f"discord:{GUILD}:{CHANNEL}", payload)
-    async for h in start_workers(redis_url, llm, 1, senders={"discord": sender}):
+    async with start_workers(redis_url, llm, 1, senders={"discord": sender}) as h:
         await h.workers[0].answers.side(job)
         await h.workers[0].answers.side(dataclasses.replace(job, deliveries=2))
     (shown,) = fake_discord.channel_messages(CHANNEL)

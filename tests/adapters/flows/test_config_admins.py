@@ -70,9 +70,9 @@ async def admin_and_stranger(
     """The stranger is refused, the admin sets and unsets, and `/config` shows it."""
     first = admin("")
     scope = f"{first.platform}:{first.workspace}:{first.channel}"
-    async for h in start_workers(
+    async with start_workers(
         redis_url, llm, 1, senders={first.platform: sender}, GATEWAY_ALLOWED_USERS=allowed
-    ):
+    ) as h:
         await say(h, stranger("/config set model openai/chosen"))
         assert plain(replies()[-1]) == plain(REFUSED)
         assert await channel_settings(redis_url, scope) == {}
@@ -158,9 +158,9 @@ async def test_a_telegram_user_administers_their_private_chat(
     )
     message = inbound("/config set model openai/chosen", platform="telegram", channel="6", user="6")
     try:
-        async for h in start_workers(
+        async with start_workers(
             redis_url, llm, 1, senders={"telegram": sender}, GATEWAY_ALLOWED_USERS="telegram:6"
-        ):
+        ) as h:
             await say(h, message)
             assert [plain(m.text) for m in fake_telegram.messages_in(6)] == [plain(SET)]
             assert fake_telegram.calls_to("getChatMember") == []
@@ -208,7 +208,7 @@ async def test_the_console_user_administers_the_console(redis_url: str, llm: Fak
     out = io.StringIO()
     sender = ConsoleSender(out)
     message = inbound("/config set model openai/chosen", platform="console", channel="console")
-    async for h in start_workers(redis_url, llm, 1, senders={"console": sender}):
+    async with start_workers(redis_url, llm, 1, senders={"console": sender}) as h:
         await say(h, message)
     assert SET in out.getvalue()
     assert await channel_settings(redis_url, "console:W:console") == {"model": "openai/chosen"}

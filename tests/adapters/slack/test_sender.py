@@ -299,7 +299,7 @@ async def test_a_rerun_edits_the_reply_its_predecessor_posted_but_could_not_reco
     sender = SlackSender(web_client(TOKEN, slack.api_url), edit_interval=0.2)
     message = inbound("a question", platform="slack", channel="C1", thread="100.1")
     key = message.session_key
-    async for h in start_workers(redis_url, llm, 1, senders={"slack": sender}):
+    async with start_workers(redis_url, llm, 1, senders={"slack": sender}) as h:
         await h.ingest.receive(message)
         await h.lose_reply_ids(key)
         await h.idle(key, timeout=30)
@@ -322,7 +322,7 @@ async def test_a_side_answer_posted_before_a_crash_is_not_posted_again(
     message = inbound("/btw what did we decide?", platform="slack", channel="C1", thread="100.1")
     payload = {"address": message.side_reply.model_dump(), "question": "what did we decide?"}
     job = Job(Keys.jobs("slack", 0), "1-0", "side", message.session_key, payload)
-    async for h in start_workers(redis_url, llm, 1, senders={"slack": sender}):
+    async with start_workers(redis_url, llm, 1, senders={"slack": sender}) as h:
         answers = h.workers[0].answers
         await answers.side(job)
         await answers.side(dataclasses.replace(job, deliveries=2))  # the run that took it over

@@ -31,7 +31,7 @@ async def test_an_assistant_thread_shows_the_running_tool_and_is_cleared_with_th
     llm.reply = tools_then_text([FakeToolCall("desk__slow", '{"seconds": 1}')])
     llm.first_token_delay = 1.5  # past the thinking grace: the status line goes out
     message = inbound("wait a second", platform="slack", channel="D1", thread=THREAD)
-    async for h in tool_workers(redis_url, llm, config, senders={"slack": sender}):
+    async with tool_workers(redis_url, llm, config, senders={"slack": sender}) as h:
         await h.ingest.receive(message)
         await h.idle(message.session_key, timeout=30)
     calls = slack.calls_to("assistant.threads.setStatus")

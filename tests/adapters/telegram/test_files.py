@@ -110,7 +110,7 @@ async def test_a_failed_download_tells_the_user_without_the_token(
     caplog.set_level(logging.INFO)
     file_id = fake_telegram.add_file(png())
     fake_telegram.expire(file_id)  # getFile still names its path; the file URL answers 404
-    async for h in start_workers(redis_url, llm, 1, sources={"test": source}):
+    async with start_workers(redis_url, llm, 1, sources={"test": source}) as h:
         await h.ingest.receive(inbound("look at this", attachments=(photo(file_id),)))
         await h.idle("test:W:C1")
         notice, answer = texts(h.sender)

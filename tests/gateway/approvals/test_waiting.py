@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,11 @@ def effects(tmp_path: Path) -> Path:
     return new_effects(tmp_path)
 
 
+@asynccontextmanager
 async def confirming(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path, **values: object
 ) -> AsyncIterator[Harness]:
-    async for h in tool_workers(redis_url, llm, write_config(tmp_path, effects), **values):
+    async with tool_workers(redis_url, llm, write_config(tmp_path, effects), **values) as h:
         yield h
 
 
@@ -48,7 +50,7 @@ async def confirming(
 async def desk(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
 ) -> AsyncIterator[Harness]:
-    async for h in confirming(redis_url, llm, tmp_path, effects):
+    async with confirming(redis_url, llm, tmp_path, effects) as h:
         yield h
 
 
@@ -135,7 +137,7 @@ async def test_no_answer_in_time_counts_as_declined(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
 ) -> None:
     llm.reply = tools_then_text([DELETE])
-    async for h in confirming(redis_url, llm, tmp_path, effects, GATEWAY_CONFIRM_TIMEOUT=1):
+    async with confirming(redis_url, llm, tmp_path, effects, GATEWAY_CONFIRM_TIMEOUT=1) as h:
         message = inbound("delete the old one")
         await h.ingest.receive(message)
         await asked(h)

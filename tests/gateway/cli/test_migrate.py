@@ -82,7 +82,7 @@ async def test_a_version_1_database_moves_and_its_waiting_message_is_answered(
     assert again.stdout == "nothing to move: already laid out for 16 shards\n"
 
     llm.reply = "answered after the move"
-    async for harness in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as harness:
         await harness.idle(key)
         history = await harness.history(key)
     assert [entry["role"] for entry in history] == ["user", "assistant"]

@@ -76,7 +76,7 @@ async def test_a_wrong_setting_exits_non_zero_with_one_line(
 async def test_a_setting_made_by_the_cli_reaches_a_running_worker_at_its_next_turn(
     redis_url: str, llm: FakeLLM, tmp_path: Path
 ) -> None:
-    async for h in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as h:
         first = inbound("before")
         await h.ingest.receive(first)
         await h.idle(first.session_key)

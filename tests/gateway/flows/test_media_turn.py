@@ -25,14 +25,14 @@ KEY = "test:W:C1"
 @pytest.fixture
 async def vision(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
     values = {"GATEWAY_MODEL": "openai/gpt-4o", "GATEWAY_IMAGE_TURNS": 2}
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         yield h
 
 
 @pytest.fixture
 async def voice(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
     values = {"GATEWAY_TRANSCRIPTION_MODEL": "openai/whisper-1"}
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         yield h
 
 
@@ -151,7 +151,7 @@ async def test_every_failed_file_gets_one_line_and_the_rest_is_still_answered(
         image(files.add("stuck.png", png(900, 900), stall_after=0), "stuck.png"),
         Attachment(kind="file", url=files.add("notes.md", b"# kept"), name="notes.md"),
     )
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         await h.ingest.receive(inbound("here are my files", attachments=attachments))
         await h.idle(KEY, timeout=30)
         notice, answer = texts(h.sender)

@@ -24,7 +24,7 @@ def native() -> RecordingNativeSender:
 async def streaming(
     redis_url: str, llm: FakeLLM, native: RecordingNativeSender
 ) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 1, senders={"test": native}):
+    async with start_workers(redis_url, llm, 1, senders={"test": native}) as h:
         yield h
 
 

@@ -155,7 +155,7 @@ async def test_with_the_wait_on_a_turn_posts_only_once_the_replica_has_its_claim
     re-run would not know it is one: nothing is posted until the replica has it."""
     llm.reply = "Hello back."
     waits = {"GATEWAY_REDIS_WAIT_REPLICAS": 1, "GATEWAY_REDIS_WAIT_TIMEOUT": 0.1}
-    async for h in start_workers(redis_url, llm, 1, **waits):
+    async with start_workers(redis_url, llm, 1, **waits) as h:
         stalled_at = time.monotonic()
         stalled = _stall_replica(sentinel_set, 1.5)
         message = inbound("hello")
@@ -176,7 +176,7 @@ async def test_a_turn_short_of_replicas_posts_nothing_and_stays_owed(
         "GATEWAY_REDIS_WAIT_TIMEOUT": 0.05,
         "GATEWAY_REDIS_RETRY_SECONDS": 0.3,
     }
-    async for h in start_workers(redis_url, llm, 1, **wanting_two):
+    async with start_workers(redis_url, llm, 1, **wanting_two) as h:
         message = inbound("hello")
         await _receive(redis_url, message)  # stored by an ingest that does not wait
         async with asyncio.timeout(15):

@@ -116,7 +116,7 @@ async def test_an_album_is_answered_in_one_turn_with_every_photo(
         Attachment(kind="image", url=files.add(name, png()), name=name, mime_type="image/png")
         for name in ("one.png", "two.png")
     ]
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_ALBUM_WAIT=2):
+    async with start_workers(redis_url, llm, 1, GATEWAY_ALBUM_WAIT=2) as h:
         await h.ingest.receive(inbound("my holiday", attachments=photos[:1], media_group="G"))
         await job_taken(h.sessions.redis)  # the worker holds it: the album is arriving
         last_item = time.monotonic()

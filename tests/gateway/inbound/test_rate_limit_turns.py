@@ -26,7 +26,7 @@ NOTICE = "faster than this bot answers: 1 per minute. Try again in"
 @pytest.fixture
 async def limited(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
     values = {"GATEWAY_RATE_USER": "1/min", "GATEWAY_RATE_BURST": BURST}
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         yield h
 
 

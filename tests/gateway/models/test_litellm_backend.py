@@ -210,7 +210,7 @@ async def test_a_reply_that_stalls_is_finished_with_its_text_and_a_cut_off_note(
         "GATEWAY_MODEL_TIMEOUT": TOTAL,
         "GATEWAY_MODEL_PROCESSES": processes,
     }
-    async for harness in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as harness:
         llm.reply = REPLY
         llm.hang_next(after_tokens=3)
         message = inbound("tell me a story")
@@ -240,7 +240,7 @@ async def test_a_reply_that_never_started_says_the_model_stopped_responding(
     redis_url: str, llm: FakeLLM
 ) -> None:
     values: dict[str, Any] = {"GATEWAY_STREAM_IDLE_TIMEOUT": IDLE, "GATEWAY_MODEL_TIMEOUT": TOTAL}
-    async for harness in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as harness:
         llm.hang_next(times=2, after_headers=True)
         message = inbound("hello?")
         await harness.ingest.receive(message)
@@ -261,7 +261,7 @@ async def test_a_turn_against_an_endpoint_that_never_answers_is_told_once_within
         "GATEWAY_MODEL_TIMEOUT": TOTAL,
         "GATEWAY_MODEL_RETRIES": retries,
     }
-    async for harness in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as harness:
         llm.hang_next(times=retries + 1)
         message = inbound("anyone there?")
         started = time.monotonic()
@@ -284,7 +284,7 @@ async def test_a_side_question_to_an_endpoint_that_never_answers_fails_within_it
     """GATEWAY_SIDE_TIMEOUT bounds a side question's whole call, its retries included."""
     timeout = 2.0
     values: dict[str, Any] = {"GATEWAY_SIDE_TIMEOUT": timeout, "GATEWAY_MODEL_RETRIES": 2}
-    async for harness in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as harness:
         llm.hang_next(times=3, model="side-model")
         started = time.monotonic()
         await harness.ingest.receive(inbound("/btw what was decided?"))

@@ -40,7 +40,7 @@ from tests.support.redis_servers import client_for
 
 @pytest.fixture
 async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_MODEL_PROCESSES=1):
+    async with start_workers(redis_url, llm, 1, GATEWAY_MODEL_PROCESSES=1) as h:
         yield h
 
 
@@ -127,7 +127,7 @@ async def test_delta_mode_chains_responses_through_the_model_process(
 async def test_a_stopped_worker_leaves_no_model_process_behind(
     redis_url: str, llm: FakeLLM
 ) -> None:
-    async for harness in start_workers(redis_url, llm, 1, GATEWAY_MODEL_PROCESSES=1):
+    async with start_workers(redis_url, llm, 1, GATEWAY_MODEL_PROCESSES=1) as harness:
         pid = model_process_pid(harness)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

@@ -43,7 +43,7 @@ async def test_a_change_made_by_another_process_is_used_at_the_next_turn(
     redis_url: str, llm: FakeLLM
 ) -> None:
     llm.set_model_behaviour("channel-model", reply="from the channel's model")
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_SYSTEM_PROMPT="env prompt"):
+    async with start_workers(redis_url, llm, 1, GATEWAY_SYSTEM_PROMPT="env prompt") as h:
         async with elsewhere(redis_url, h) as other:
             await ask(h, "first")
             assert llm.requests[-1].model == "main-model"
@@ -68,7 +68,7 @@ async def test_a_change_made_by_another_process_is_used_at_the_next_turn(
 async def test_a_channel_budget_refuses_there_and_not_in_another_channel(
     redis_url: str, llm: FakeLLM
 ) -> None:
-    async for h in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as h:
         async with elsewhere(redis_url, h) as other:
             await other.set("test:W:C1", "budget_user_daily", "1000tokens")
             ledger = UsageLedger(h.sessions.redis)
@@ -85,7 +85,7 @@ async def test_a_channel_budget_refuses_there_and_not_in_another_channel(
 async def test_side_questions_and_status_use_the_settings_of_their_scope(
     redis_url: str, llm: FakeLLM
 ) -> None:
-    async for h in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as h:
         async with elsewhere(redis_url, h) as other:
             await other.set("test", "side_model", "openai/platform-side")
             await other.set("test:W:C1", "model", "openai/channel-model")

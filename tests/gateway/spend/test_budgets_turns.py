@@ -30,7 +30,7 @@ async def use(redis: Redis, tokens: int) -> None:
 async def test_a_turn_past_80_percent_tells_the_asker_once(
     redis_url: str, llm: FakeLLM, used: int, told: bool
 ) -> None:
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_BUDGET_USER_DAILY="1000tokens"):
+    async with start_workers(redis_url, llm, 1, GATEWAY_BUDGET_USER_DAILY="1000tokens") as h:
         await use(h.sessions.redis, used)
         message = inbound("first")
         await h.ingest.receive(message)
@@ -48,7 +48,7 @@ async def test_a_used_up_budget_refuses_turns_and_side_questions_without_a_call(
     redis_url: str, llm: FakeLLM
 ) -> None:
     values = {"GATEWAY_BUDGET_USER_DAILY": "1000tokens", "GATEWAY_ALLOWED_USERS": "test:U1,test:U2"}
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         await use(h.sessions.redis, 1000)
         message = inbound("hello")
         await h.ingest.receive(message)
@@ -77,7 +77,7 @@ async def test_two_workers_racing_turns_overshoot_no_more_than_turns_in_flight(
         "GATEWAY_LEASE_TTL": 10.0,  # no turn is run twice on a busy machine
         "GATEWAY_ALLOWED_USERS": "test:U1",
     }
-    async for h in start_workers(redis_url, llm, 2, **values):
+    async with start_workers(redis_url, llm, 2, **values) as h:
         llm.reply = "a short answer"
         llm.duration = 0.2  # every turn is in flight while the others are checked
         messages = [inbound(f"question number {i}", channel=f"R{i}") for i in range(20)]
@@ -102,7 +102,7 @@ async def test_a_budget_check_redis_refuses_calls_no_model_and_says_so_once(
     model is called unchecked; the job is tried on each delivery, then given up with one
     apology, and the session is not left owing an answer."""
     values = {"GATEWAY_BUDGET_USER_DAILY": "1000tokens", "GATEWAY_ALLOWED_USERS": "test:U1"}
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         user_day = spend_keys(ALICE, dt.datetime.now(dt.UTC))[0]
         await h.sessions.redis.set(user_day, "not a hash")
         message = inbound("hello")

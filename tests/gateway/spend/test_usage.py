@@ -51,7 +51,7 @@ async def totals(harness: Harness, scope: str, ident: str) -> Totals:
 
 @pytest.fixture
 async def priced(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_MODEL=PRICED):
+    async with start_workers(redis_url, llm, 1, GATEWAY_MODEL=PRICED) as h:
         yield h
 
 
@@ -122,7 +122,7 @@ async def test_usage_answers_the_caller_and_the_conversation_with_costs(priced: 
 async def test_a_side_question_is_counted_against_its_asker_on_the_side_model(
     redis_url: str, llm: FakeLLM
 ) -> None:
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_SIDE_MODEL=PRICED):
+    async with start_workers(redis_url, llm, 1, GATEWAY_SIDE_MODEL=PRICED) as h:
         llm.reply = "side answer"
         message = inbound("/btw what was said?", user="U1")
         await h.ingest.receive(message)
@@ -162,7 +162,7 @@ async def test_custom_prices_come_before_litellms_map(
         "GATEWAY_SIDE_MODEL": PRICED,
         "GATEWAY_MODEL_PROCESSES": processes,
     }
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         key, *main = await one_turn(h, "hello", "three word reply")
         await h.ingest.receive(inbound("/btw and?"))
         await h.idle(key)
@@ -285,7 +285,7 @@ async def test_a_voice_note_is_counted_against_its_sender(
 ) -> None:
     llm.transcription_tokens = reported
     values = {"GATEWAY_TRANSCRIPTION_MODEL": model, "GATEWAY_MODEL_PROCESSES": processes}
-    async for h in start_workers(redis_url, llm, 1, **values):
+    async with start_workers(redis_url, llm, 1, **values) as h:
         url = files.add("note.ogg", b"OggS" + b"\1" * 2000, content_type="audio/ogg")
         note = Attachment(kind="voice", url=url, name="note.ogg", mime_type="audio/ogg")
         message = inbound("", attachments=(note,), user="U1")

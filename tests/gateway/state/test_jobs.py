@@ -27,7 +27,7 @@ STREAM = Keys.jobs("test", 0)
 @pytest.fixture
 async def slow_ttl(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
     """A worker whose lease TTL (30 s) is far longer than anything a test waits for."""
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_LEASE_TTL=30.0):
+    async with start_workers(redis_url, llm, 1, GATEWAY_LEASE_TTL=30.0) as h:
         yield h
 
 
@@ -182,7 +182,7 @@ async def test_reclaim_reaches_idle_jobs_behind_many_live_ones(harness: Harness)
 
 @pytest.fixture
 async def one_slot(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 1, GATEWAY_WORKER_CONCURRENCY=1):
+    async with start_workers(redis_url, llm, 1, GATEWAY_WORKER_CONCURRENCY=1) as h:
         yield h
 
 

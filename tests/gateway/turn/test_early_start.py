@@ -28,7 +28,7 @@ from tests.support.redis_servers import client_for
 
 @pytest.fixture
 async def harness(redis_url: str, llm: FakeLLM) -> AsyncIterator[Harness]:
-    async for h in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as h:
         yield h
 
 
@@ -164,7 +164,7 @@ async def test_a_job_read_from_a_backlog_is_not_started_early(redis_url: str, ll
     for text in ("one", "two", "three"):
         await ingest.receive(inbound(text))
     llm.reply = "all three"
-    async for worker in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as worker:
         await worker.idle(inbound("x").session_key)
         [request] = llm.requests
         assert "three" in str(request["messages"][-1])

@@ -170,7 +170,7 @@ async def test_a_rerun_answering_a_newer_message_leaves_the_first_runs_reply_alo
     await sessions.show_progress(key, "first-run", claim, ids=["first-reply"], reply_to=answers)
     await redis_client.delete(Keys.session(key, "lease"))  # expired while Redis was away
     await sessions.append_user(second)
-    async for h in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as h:
         await h.idle(key)
         history = await h.history(key)
         calls = [c for c in h.sender.calls if c.op in ("send", "edit")]

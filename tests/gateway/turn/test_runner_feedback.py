@@ -18,7 +18,7 @@ async def test_a_turns_reply_takes_feedback_under_the_sessions_model(
     redis_url: str, llm: FakeLLM
 ) -> None:
     llm.set_model_behaviour("channel-model", reply="from the channel's model")
-    async for h in start_workers(redis_url, llm, 1):
+    async with start_workers(redis_url, llm, 1) as h:
         scoped = ScopedSettings(h.ingest.redis, h.workers[0].settings)
         await scoped.set("test", "feedback", "on")
         await scoped.set("test:W:C1", "model", "openai/channel-model")

@@ -43,7 +43,7 @@ def effects(tmp_path: Path) -> Path:
 async def tooled(
     redis_url: str, llm: FakeLLM, tmp_path: Path, effects: Path
 ) -> AsyncIterator[Harness]:
-    async for h in tool_workers(redis_url, llm, write_config(tmp_path, effects, confirm="never")):
+    async with tool_workers(redis_url, llm, write_config(tmp_path, effects, confirm="never")) as h:
         yield h
 
 
@@ -105,7 +105,7 @@ async def test_the_step_limit_ends_with_an_answer_and_a_note(
         return Answer(calls=[call]) if body.get("tools") else "my best answer"
 
     llm.reply = always_tools
-    async for h in tool_workers(redis_url, llm, config, GATEWAY_TOOL_MAX_STEPS=2):
+    async with tool_workers(redis_url, llm, config, GATEWAY_TOOL_MAX_STEPS=2) as h:
         message = inbound("loop forever")
         await h.ingest.receive(message)
         await h.idle(message.session_key)
@@ -299,7 +299,7 @@ async def test_on_a_streaming_surface_each_call_is_a_step_from_pending_to_comple
     llm.reply = tools_then_text([found, failed])
     message = inbound("what is the state of T-17?")
     values = {"GATEWAY_LEASE_TTL": STEADY_LEASE_TTL, "GATEWAY_MCP_CONFIG": str(config)}
-    async for h in start_workers(redis_url, llm, 1, senders={"test": native}, **values):
+    async with start_workers(redis_url, llm, 1, senders={"test": native}, **values) as h:
         await h.ingest.receive(message)
         await h.idle(message.session_key)
     states: dict[str, list[str]] = {}
