@@ -35,6 +35,7 @@ MODES = pytest.mark.parametrize("processes", [0, 1], ids=["in-process", "model-p
 # litellm streams the Responses API only for a model its map says can; for any
 # other it makes one whole call and replays it as a stream.
 RESPONSES_MODEL = "openai/responses/gpt-4.1-mini"
+RESPONSES_IDLE = 1.5
 
 
 @asynccontextmanager
@@ -180,7 +181,9 @@ async def test_a_responses_stream_is_retried_while_silent_and_cut_off_once_it_sp
 ) -> None:
     llm.reply = REPLY
     llm.hang_next(after_headers=True)
-    async with boundary(llm, processes) as models:
+    # A process's first Responses stream loads the model's tokenizer before its first
+    # event (litellm prices the request): 0.3 s of CPU, more on a loaded machine.
+    async with boundary(llm, processes, idle=RESPONSES_IDLE) as models:
         pieces: list[str] = []
         chain = ResponseChain()
         seconds = await collect(responses(models, Usage(), chain), pieces)
