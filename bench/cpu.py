@@ -27,6 +27,7 @@ What is measured, per level and bot:
   commandstats) and model requests.
 
     python bench/cpu.py [--turns 100] [--levels 1,10,50] [--profile] [--model-processes N]
+                        [--idle-seconds 3]
 
 `--profile` then runs one more gateway level (10 at once) with every gateway
 Python process under cProfile (switched on by this bench's launch only: a
@@ -702,13 +703,13 @@ async def amain(args: argparse.Namespace) -> None:
             flush=True,
         )
         levels: dict[tuple[str, int], Level] = {}
-        await idle(gateway, "at start")
-        await idle(naive, "at start")
+        await idle(gateway, "at start", args.idle_seconds)
+        await idle(naive, "at start", args.idle_seconds)
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
         async with httpx.AsyncClient(limits=limits, timeout=30) as http:
             for bot in (gateway, naive):  # warm: first calls build clients, import lazily
                 await drive(http, slack, bot, 2, 4, f"w{bot.name[0]}")
-                await idle(bot, "after its first turns")
+                await idle(bot, "after its first turns", args.idle_seconds)
             for c in counts:
                 for bot in (gateway, naive):
                     level = await drive(http, slack, bot, c, args.turns, f"{bot.name[0]}{c}")
@@ -814,6 +815,9 @@ def main() -> None:
     parser.add_argument("--levels", default="1,10,50")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-level", type=int, default=10)
+    parser.add_argument(
+        "--idle-seconds", type=float, default=3.0, help="how long each idle figure is measured"
+    )
     parser.add_argument(
         "--model-processes", type=int, default=None, help="GATEWAY_MODEL_PROCESSES (default: 1)"
     )
