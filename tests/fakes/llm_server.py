@@ -30,7 +30,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
@@ -418,6 +418,16 @@ class FakeLLM(LoopbackServer):
             self._rearm(hang)
             raise
 
+    async def _until_stalled_or_gone(self, hang: _Hang | None, steps: Awaitable[None]) -> None:
+        """A stream's writes, ended by its stall or by the client going away (before the
+        stall, then: only a stall raises _Stalled, so the hang is given back)."""
+        try:
+            await steps
+        except _Stalled:
+            pass
+        except ConnectionResetError:
+            self._rearm(hang)
+
     # -- handlers ----------------------------------------------------------------
 
     async def _receive(self, request: web.Request) -> ReceivedRequest | web.Response:
@@ -492,8 +502,9 @@ class FakeLLM(LoopbackServer):
         stream = await self._open_stream_for(request, hang)
         if hang is not None and hang.after_headers:
             return await self._silent(received, stream)
-        try:
-            await self._stream_chat(
+        await self._until_stalled_or_gone(
+            hang,
+            self._stream_chat(
                 stream,
                 received.model,
                 completion_id,
@@ -501,11 +512,8 @@ class FakeLLM(LoopbackServer):
                 answer,
                 hang,
                 usage if include_usage else None,
-            )
-        except _Stalled:
-            pass
-        except ConnectionResetError:  # gone before the stall: only a stall raises _Stalled
-            self._rearm(hang)
+            ),
+        )
         return self._finish(received, stream)
 
     async def _stream_chat(
@@ -574,12 +582,9 @@ class FakeLLM(LoopbackServer):
         for index, (fc_id, call) in enumerate(call_items, start=int(with_message)):
             body += function_call_steps(events.event, index, fc_id, call)
         closing = [events.completed(done)]
-        try:
-            await self._write_steps(stream, behaviour, opening, body, closing, hang)
-        except _Stalled:
-            pass
-        except ConnectionResetError:
-            self._rearm(hang)
+        await self._until_stalled_or_gone(
+            hang, self._write_steps(stream, behaviour, opening, body, closing, hang)
+        )
         return self._finish(received, stream)
 
     def _unknown_previous(self, received: ReceivedRequest) -> web.Response | None:
