@@ -19,6 +19,8 @@ import time
 
 import httpx
 from drill_stack import (
+    CUT_OFF_TEXT,
+    FAILURE_TEXT,
     ChaosLLM,
     Stack,
     assistant_texts,
@@ -324,14 +326,19 @@ async def model_chaos(quick: bool) -> Row:
             await asyncio.gather(*(user(n, http) for n in range(users)))
         counted = await settle(s, tg, sents, 30)
         client = s.client()
-        half = [
+        parts = [
             text
             for key in sorted({x.session for x in sents})
             for text in await assistant_texts(client, key)
             if not WHOLE_REPLY.search(text.strip())
         ]
         await client.aclose()
-        told = sum(1 for x in sents for m in tg.replies(x) if "could not answer" in m.text)
+        # A stall after some text keeps it, with a note that it was cut off, and records
+        # it: what the user saw. A part recorded that no message showed with the note is
+        # a half reply.
+        cut = [m.text for x in sents for m in tg.replies(x) if CUT_OFF_TEXT in m.text]
+        half = [text for text in parts if not any(text.strip() in shown for shown in cut)]
+        told = sum(1 for x in sents for m in tg.replies(x) if FAILURE_TEXT in m.text)
         result = row(
             "model-chaos-30%",
             counted,
@@ -341,7 +348,8 @@ async def model_chaos(quick: bool) -> Row:
         )
         result.notes.append(
             f"faults injected {llm.injected} over {len(llm.requests)} calls; "
-            f"{told} turns told of a failure"
+            f"{told} turns told of a failure, {len(cut)} cut off after some text (kept, "
+            f"and recorded as shown)"
         )
         if half:
             result.notes.append(f"half reply recorded, e.g. {half[0][:80]!r}")

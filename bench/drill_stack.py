@@ -50,6 +50,7 @@ TELEGRAM_SECRET = "drill_webhook-secret"
 ALICE = 42
 TAG = re.compile(r"q\d+x\d+")
 FAILURE_TEXT = "could not answer"
+CUT_OFF_TEXT = "(the answer was cut off"  # a stall after some text: kept, and told
 _LIVE: set[subprocess.Popen[bytes]] = set()
 
 
@@ -538,10 +539,14 @@ async def describe_session(client: aioredis.Redis, session_key: str) -> str:
     meta = await client.hgetall(Keys.meta(session_key))
     jobs = []
     async for stream in client.scan_iter(match=Keys.JOB_STREAMS_MATCH):
-        pending = {
-            item["message_id"]: item
-            for item in await client.xpending_range(stream, GROUP, "-", "+", 1000)
-        }
+        try:
+            pending = {
+                item["message_id"]: item
+                for item in await client.xpending_range(stream, GROUP, "-", "+", 1000)
+            }
+        except redis.ResponseError as exc:  # NOGROUP: no worker could read this stream
+            jobs.append(f"{stream}: {exc}")
+            pending = {}
         for job_id, fields in await client.xrange(stream):
             if fields.get("session") == session_key:
                 state = "pending" if job_id in pending else "unread"

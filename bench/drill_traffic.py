@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from drill_stack import ALICE, FAILURE_TEXT, TELEGRAM_SECRET, Stack, done_marker, poll
+from drill_stack import (
+    ALICE,
+    CUT_OFF_TEXT,
+    FAILURE_TEXT,
+    TELEGRAM_SECRET,
+    Stack,
+    done_marker,
+    poll,
+)
 
 from tests.fakes.slack_api import TEAM_ID
 from tests.fakes.telegram_api import Message
@@ -147,11 +155,12 @@ class Telegram:
         return self.fake.replies_to(int(sent.chat), int(sent.ref))
 
     def finished_at(self, sent: Sent) -> float | None:
-        """When a reply to `sent` first showed its whole answer or the failure notice."""
+        """When a reply to `sent` first showed its whole answer, the failure notice or the
+        note that it was cut off."""
         times = [
             self.fake.first_time(m.chat_id, m.message_id, needle)
             for m in self.replies(sent)
-            for needle in (done_marker(sent.tag), FAILURE_TEXT)
+            for needle in (done_marker(sent.tag), FAILURE_TEXT, CUT_OFF_TEXT)
         ]
         found = [t for t in times if t is not None]
         return min(found) if found else None
@@ -226,7 +235,7 @@ class Slack:
         times = [
             self.fake.first_time(m.ts, needle)
             for m in self.replies(sent)
-            for needle in (done_marker(sent.tag), FAILURE_TEXT)
+            for needle in (done_marker(sent.tag), FAILURE_TEXT, CUT_OFF_TEXT)
         ]
         found = [t for t in times if t is not None]
         return min(found) if found else None

@@ -28,8 +28,10 @@ import contextlib
 import logging
 import re
 import time
+import traceback
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -597,7 +599,18 @@ async def run(names: list[str], quick: bool) -> list[Row]:
         try:
             row = await DRILLS[name](quick)
         except Exception as exc:  # a drill that breaks is a row too, never a lost table
-            row = Row(name, 0, None, None, None, None, verdict(False, f"drill failed: {exc!r}"))
+            row = Row(
+                name,
+                0,
+                None,
+                None,
+                None,
+                None,
+                verdict(False, f"drill failed: {type(exc).__name__}: {exc}"),
+            )
+            here = [f for f in traceback.extract_tb(exc.__traceback__) if "/bench/" in f.filename]
+            if here:
+                row.notes.append(f"raised at {Path(here[-1].filename).name}:{here[-1].lineno}")
         row.notes.append(f"took {time.monotonic() - started:.0f}s")
         rows.append(row)
         print(format_row(row), flush=True)

@@ -365,7 +365,10 @@ class LitellmBackend:
         """The stream's next item, None at its end; a failure becomes a ModelError.
 
         A stream that sends nothing for the idle timeout is closed (its connection
-        is not left to the garbage collector) and raises ModelStalled.
+        is not left to the garbage collector) and raises ModelStalled. So does one
+        whose read litellm timed out: its timeout is the call's, counted per read, a
+        silence as well; when the call's timeout is not above the idle timeout, the
+        two timers come due together, and litellm's comes first.
         """
         idle = min(self.idle_timeout, call.timeout)
         try:
@@ -374,7 +377,10 @@ class LitellmBackend:
             await _close(iterator)
             raise ModelStalled(f"the model sent nothing for {idle:g}s") from None
         except Exception as exc:  # litellm raises many types; each is mapped to our tree
-            raise self._map(exc) from exc
+            mapped = self._map(exc)
+            if type(mapped) is ModelTimeout:
+                raise ModelStalled(f"the model sent nothing for {idle:g}s") from exc
+            raise mapped from exc
 
     def _map(self, exc: BaseException) -> ModelError:
         """litellm's exception, as a ModelError a caller can act on (never with the key)."""

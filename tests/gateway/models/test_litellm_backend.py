@@ -106,6 +106,25 @@ async def test_a_stream_that_stalls_after_some_text_ends_with_model_stalled(
     assert seconds < QUICK
 
 
+@MODES
+async def test_a_stall_after_some_text_is_a_stall_when_the_calls_timeout_comes_first(
+    llm: FakeLLM, processes: int
+) -> None:
+    """With the call's timeout not above the idle timeout, litellm's own read timeout
+    ends the silence (it comes due first): the shown text is kept all the same."""
+    llm.reply = REPLY
+    llm.hang_next(after_tokens=3)
+    async with boundary(llm, processes, idle=TOTAL) as models:
+        pieces: list[str] = []
+        started = time.monotonic()
+        with pytest.raises(ModelStalled):
+            await collect(models.stream(call(timeout=1.0), Usage()), pieces)
+        seconds = time.monotonic() - started
+    assert "".join(pieces) == "one two three "
+    assert len(llm.requests) == 1
+    assert seconds < QUICK
+
+
 async def test_a_stream_that_never_speaks_fails_as_stalled_after_its_retries(llm: FakeLLM) -> None:
     llm.hang_next(times=2, after_headers=True)
     async with boundary(llm, 0) as models:
