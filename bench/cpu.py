@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -64,6 +65,7 @@ import redis
 from drill_stack import RedisServer, free_port, rss_kib
 from slack_sdk.signature import SignatureVerifier
 
+from gateway.state import scripts
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, TEAM_ID, FakeSlack
 from tests.support.processes import environment
 
@@ -72,6 +74,11 @@ FIRST_TOKEN, TOKEN_GAP, TOKENS = 0.3, 0.02, 20
 REPLY = " ".join(f"word{i}" for i in range(TOKENS))  # 20 words: 20 streamed pieces
 TAG = re.compile(r"zz[a-z0-9]+zz")
 HERE = Path(__file__).resolve().parent
+SCRIPTS = {  # each script's EVALSHA name, to its file's name
+    hashlib.sha1(scripts.load(path.stem).source.encode()).hexdigest(): path.stem
+    for path in Path(scripts.__file__).parent.glob("*.lua")
+    if path.read_text().startswith("-- KEYS:")
+}
 CPU_RATIO, ADDED_MS, P99_RATIO, RSS_MB = 1.2, 3.0, 1.15, 50.0  # the targets
 
 
@@ -324,6 +331,7 @@ class Monitor:
         self.client = redis.Redis.from_url(url)
         self.sent: Counter[str] = Counter()
         self.scripted: Counter[str] = Counter()
+        self.scripts: Counter[str] = Counter()  # the EVALSHAs sent, by script
         self.counting = False
         self.thread = threading.Thread(target=self._listen, daemon=True)
         self.thread.start()
@@ -333,8 +341,11 @@ class Monitor:
             for item in monitor.listen():
                 if not self.counting or item.get("command", "").lower().startswith("info"):
                     continue  # INFO is this bench's own
-                name = str(item.get("command", "")).split(" ", 1)[0].strip('"').lower()
+                words = str(item.get("command", "")).split(" ", 2)
+                name = words[0].strip('"').lower()
                 (self.scripted if item.get("client_type") == "lua" else self.sent)[name] += 1
+                if name == "evalsha" and len(words) > 1:
+                    self.scripts[SCRIPTS.get(words[1].strip('"'), "?")] += 1
 
 
 async def idle(bot: Bot, when: str, seconds: float = 3.0) -> None:
@@ -799,6 +810,10 @@ async def profile(
     )
     print("  sent: " + ", ".join(f"{k} {v / turns:.2f}" for k, v in sent.most_common(14)))
     print("  in scripts: " + ", ".join(f"{k} {v / turns:.1f}" for k, v in scripted.most_common(10)))
+    print(
+        "  scripts called: "
+        + ", ".join(f"{k} {v / turns:.2f}" for k, v in monitor.scripts.most_common(16))
+    )
     profile_summary(profiles, turns)
 
 

@@ -151,6 +151,7 @@ class _Hang:
     model: str | None
     after_tokens: int
     after_headers: bool = False
+    drop: bool = False  # the connection is cut where the stream would stall
 
     def streams(self, body: JSON) -> bool:
         """Whether this hang lets a streamed answer start (headers, maybe tokens) first."""
@@ -168,6 +169,10 @@ class Transcription:
 
 class _Stalled(Exception):
     """A scripted stall ended: the stream stops without its closing events."""
+
+
+class _Dropped(Exception):
+    """A scripted drop: the connection is cut in the middle of the stream."""
 
 
 def _bare_model(name: str) -> str:
@@ -359,6 +364,15 @@ class FakeLLM(LoopbackServer):
                 )
             )
 
+    def drop_next(self, times: int = 1, *, model: str | None = None, after_tokens: int = 1) -> None:
+        """Cut the connection of the next `times` streamed replies after `after_tokens`
+        tokens: no closing events, no end to the chunked body (a provider that died
+        midway)."""
+        with self._lock:
+            self._hangs.append(
+                _Hang(times, None if model is None else _bare_model(model), after_tokens, drop=True)
+            )
+
     def answer_next(self, *answers: str | Answer, model: str | None = None) -> None:
         """Answer the next requests (for `model`, if given) with `answers`, one each, in
         order; then the scripted reply again."""
@@ -418,13 +432,18 @@ class FakeLLM(LoopbackServer):
             self._rearm(hang)
             raise
 
-    async def _until_stalled_or_gone(self, hang: _Hang | None, steps: Awaitable[None]) -> None:
-        """A stream's writes, ended by its stall or by the client going away (before the
-        stall, then: only a stall raises _Stalled, so the hang is given back)."""
+    async def _until_stalled_or_gone(
+        self, request: web.Request, hang: _Hang | None, steps: Awaitable[None]
+    ) -> None:
+        """A stream's writes, ended by its stall, its drop or the client going away
+        (before the stall, then: only a stall raises _Stalled, so the hang is given back)."""
         try:
             await steps
         except _Stalled:
             pass
+        except _Dropped:
+            if request.transport is not None:
+                request.transport.abort()
         except ConnectionResetError:
             self._rearm(hang)
 
@@ -503,6 +522,7 @@ class FakeLLM(LoopbackServer):
         if hang is not None and hang.after_headers:
             return await self._silent(received, stream)
         await self._until_stalled_or_gone(
+            request,
             hang,
             self._stream_chat(
                 stream,
@@ -583,7 +603,7 @@ class FakeLLM(LoopbackServer):
             body += function_call_steps(events.event, index, fc_id, call)
         closing = [events.completed(done)]
         await self._until_stalled_or_gone(
-            hang, self._write_steps(stream, behaviour, opening, body, closing, hang)
+            request, hang, self._write_steps(stream, behaviour, opening, body, closing, hang)
         )
         return self._finish(received, stream)
 
@@ -696,6 +716,8 @@ class FakeLLM(LoopbackServer):
         for event, paced in body:
             if paced:
                 if hang is not None and tokens >= hang.after_tokens:
+                    if hang.drop:
+                        raise _Dropped()
                     await self._hang()
                     raise _Stalled()
                 if tokens:

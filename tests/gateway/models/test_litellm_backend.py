@@ -6,7 +6,9 @@ retried while nothing was shown, ended with ModelStalled once text was, and
 never cut while it keeps sending. The turn then finishes the visible reply
 with the text shown and a note that it was cut off. The silence counts from
 the request, so an endpoint that never sends its headers is cut off too; the
-attempts before any text, and a one-shot call's, share the call's timeout.
+attempts before any text, and a one-shot call's, share the call's timeout. A
+provider whose connection breaks midway ends the stream unretried, and the user is
+told once.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ModelStalled, ModelTimeout
+from gateway.errors import ModelStalled, ModelTimeout, ModelUnavailable
 from gateway.models import ModelCall, Models, ResponseChain, Usage
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import start_workers, texts
@@ -123,6 +125,22 @@ async def test_a_stall_after_some_text_is_a_stall_when_the_calls_timeout_comes_f
     assert "".join(pieces) == "one two three "
     assert len(llm.requests) == 1
     assert seconds < QUICK
+
+
+@MODES
+async def test_a_connection_cut_after_some_text_ends_the_stream_unretried(
+    llm: FakeLLM, processes: int
+) -> None:
+    """A provider that dies midway (no closing events, no end to the body): the stream
+    ends with ModelUnavailable, and what was shown is not asked for again."""
+    llm.reply = REPLY
+    llm.drop_next(after_tokens=3)
+    async with boundary(llm, processes) as models:
+        pieces: list[str] = []
+        with pytest.raises(ModelUnavailable):
+            await collect(models.stream(call(), Usage()), pieces)
+    assert "".join(pieces) == "one two three "
+    assert len(llm.requests) == 1
 
 
 async def test_a_stream_that_never_speaks_fails_as_stalled_after_its_retries(llm: FakeLLM) -> None:
@@ -256,6 +274,21 @@ async def test_a_reply_that_stalls_is_finished_with_its_text_and_a_cut_off_note(
             "assistant",
             "user",
         ]
+
+
+async def test_a_reply_whose_connection_is_cut_midway_is_told_once_and_not_recorded(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    async with start_workers(redis_url, llm, 1, GATEWAY_MODEL_TIMEOUT=TOTAL) as harness:
+        llm.reply = REPLY
+        llm.drop_next(after_tokens=3)
+        message = inbound("tell me a story")
+        await harness.ingest.receive(message)
+        await harness.idle(message.session_key, timeout=QUICK)
+        (shown,) = texts(harness.sender)
+        assert shown.startswith("⚠️ Sorry, I could not answer: the model provider could not be")
+        assert len(llm.requests) == 1
+        assert [e["role"] for e in await harness.history(message.session_key)] == ["user"]
 
 
 async def test_a_reply_that_never_started_says_the_model_stopped_responding(
