@@ -106,7 +106,9 @@ class ReplyStream:
     they are edited, never posted again (the last one first closed, where the
     platform streams: its run may have died while it streamed). `on_ids` is called
     whenever a new message is posted, so a re-run after a crash finds them; ids it could not
-    store (Redis away) are stored again at the next flush. `may_post`, asked
+    store (Redis away) are stored again at the next flush. `on_flush` is told the text
+    after each flush that showed it, with the ids when that flush posted the message
+    (then stored by that call, not by `on_ids`: one call, not two). `may_post`, asked
     before each new message, says whether this run still holds its turn: a run
     that lost it posts nothing new, since the run that took over could not know
     that message's id. `post_key`, the same on every run of the turn, names each
@@ -132,7 +134,7 @@ class ReplyStream:
         pacing: SendPacing | None,
         known_ids: list[str],
         on_ids: Callable[[list[str]], Awaitable[None]],
-        on_flush: Callable[[str], Awaitable[None]] | None = None,
+        on_flush: Callable[[str, list[str] | None], Awaitable[None]] | None = None,
         may_post: Callable[[], Awaitable[bool]] | None = None,
         post_key: str | None = None,
         find: Find | None = None,
@@ -299,13 +301,27 @@ class ReplyStream:
         if self._live is not None:
             try:
                 if await self._flush_live(final=final) and self._on_flush and not final:
-                    await self._on_flush(self.text)
+                    await self._show_progress()
                 return
             except StreamRefused as exc:
                 await self._fall_back(exc)
         await self._close_unclosed()
         if await self._flush_edits(final=final) and self._on_flush is not None and not final:
-            await self._on_flush(self.text)
+            await self._show_progress()
+
+    async def _show_progress(self) -> None:
+        """The text shown so far, and the message ids when this flush posted one: one
+        call (`on_flush`)."""
+        assert self._on_flush is not None
+        ids = list(self.ids) if self._ids_unsaved else None
+        await self._on_flush(self.text, ids)
+        if ids is not None:
+            self._ids_unsaved = False
+
+    def _stores_later(self, *, final: bool) -> bool:
+        """Whether a post that ends this flush leaves its id to `_show_progress`, which
+        follows at once: it is stored with the text, one call instead of two."""
+        return not final and self._on_flush is not None
 
     async def _flush_edits(self, *, final: bool) -> bool:
         """Edit in place: each piece posted once, then edited; False when a call was
@@ -329,7 +345,8 @@ class ReplyStream:
                     self.ids.append(posted.value)
                     self.sent.append(piece)
                     self._ids_unsaved = True
-                    await self._save_ids()
+                    if not (index == len(pieces) - 1 and self._stores_later(final=final)):
+                        await self._save_ids()
                     continue
                 self.sent.append(None)  # found: stored, then edited to what it should show
                 self._ids_unsaved = True
@@ -389,7 +406,10 @@ class ReplyStream:
                 return False
             self._live_sent, self._refresh_due = (piece, steps), False
             if live.message_id is not None and len(self.ids) == index:
-                await self._record(index, live.message_id, None)  # re-run closes, then edits
+                # (a re-run closes it, then edits)
+                await self._record(
+                    index, live.message_id, None, store=not self._stores_later(final=False)
+                )
         return True
 
     def _next_live(self) -> LiveMessage:
@@ -404,14 +424,21 @@ class ReplyStream:
         """The key of the reply's message `index` (`Sender.send`'s), the same on every run."""
         return None if self.post_key is None else f"{self.post_key}:{index}"
 
-    async def _record(self, index: int, message_id: str, sent: str | None) -> None:
+    async def _record(
+        self, index: int, message_id: str, sent: str | None, *, store: bool = True
+    ) -> None:
+        """Message `index` is `message_id`, showing `sent`; stored (now, or with the
+        flush's progress when not `store`) unless that was known already."""
         if index < len(self.ids):
+            changed = self.ids[index] != message_id
             self.ids[index], self.sent[index] = message_id, sent
         else:
+            changed = True
             self.ids.append(message_id)
             self.sent.append(sent)
-        self._ids_unsaved = True
-        await self._save_ids()
+        self._ids_unsaved = self._ids_unsaved or changed
+        if self._ids_unsaved and store:
+            await self._save_ids()
 
     async def _fall_back(self, error: StreamRefused) -> None:
         """The platform refused its surface: the reply goes on edited in place. A live

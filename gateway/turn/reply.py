@@ -63,8 +63,10 @@ class Replies:
         async def store_ids(ids: list[str]) -> None:
             await self.sessions.show_progress(key, token, claim, ids=ids, reply_to=user_entry_id)
 
-        async def show_live(text: str) -> None:
-            await self.sessions.show_progress(key, token, claim, text=text)
+        async def show_live(text: str, ids: list[str] | None) -> None:
+            await self.sessions.show_progress(
+                key, token, claim, text=text, ids=ids, reply_to=user_entry_id
+            )
 
         stream = ReplyStream(
             sender,

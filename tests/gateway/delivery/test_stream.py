@@ -41,6 +41,30 @@ async def test_stream_posts_once_then_edits_and_delivers_the_final_text() -> Non
     assert sender.thinking_calls == []  # shown within the thinking grace: no signal
 
 
+async def test_the_post_that_ends_a_flush_is_stored_with_the_text_in_one_call() -> None:
+    sender = RecordingSender(edit_interval=0.01)
+    ids: list[list[str]] = []
+    progress: list[tuple[str, list[str] | None]] = []
+
+    async def on_ids(new: list[str]) -> None:
+        ids.append(list(new))
+
+    async def on_flush(text: str, stored: list[str] | None) -> None:
+        progress.append((text, stored))
+
+    stream = ReplyStream(
+        sender, ADDRESS, pacing=None, known_ids=[], on_ids=on_ids, on_flush=on_flush
+    )
+    stream.start()
+    stream.feed("Hello")
+    await sender.wait_for(lambda: progress)
+    stream.feed(" there")
+    await sender.wait_for(lambda: len(progress) == 2)
+    assert await stream.finish("Hello there") == ["1"]
+    assert progress == [("Hello", ["1"]), ("Hello there", None)]
+    assert ids == []
+
+
 async def test_a_reply_slower_than_the_grace_shows_the_thinking_signal_and_clears_it() -> None:
     sender = RecordingSender(edit_interval=0.05)
 

@@ -199,3 +199,35 @@ async def test_nothing_goes_out_during_a_rate_limit_wait_and_the_final_text_arri
     after = [c for c in sender.live_calls if c.at > limited]
     assert after and all(c.at >= limited + 0.49 for c in after)
     assert sender.messages[result[0]] == "One two three"
+
+
+async def test_a_flush_that_starts_the_live_message_stores_its_id_with_the_text() -> None:
+    """One store a flush: the started message's id goes with the text shown (for /btw),
+    and the close, which names the same message, stores nothing again."""
+    sender = RecordingNativeSender(live_interval=0.01)
+    ids = Ids()
+    progress: list[tuple[str, list[str] | None]] = []
+
+    async def on_flush(text: str, stored: list[str] | None) -> None:
+        progress.append((text, stored))
+
+    stream = ReplyStream(
+        sender,
+        ADDRESS,
+        pacing=None,
+        known_ids=[],
+        on_ids=ids.on_ids,
+        on_flush=on_flush,
+        mechanism="live",
+        recipient="U1",
+    )
+    stream.start()
+    stream.feed("Hello")
+    await sender.wait_for(lambda: progress)
+    stream.feed(" there")
+    await sender.wait_for(lambda: len(progress) == 2)
+    result = await stream.finish("Hello there")
+    message_id = sender.lives[0].message_id
+    assert progress == [("Hello", [message_id]), ("Hello there", None)]
+    assert ids.stored == [], "stored with the text, not once more on its own"
+    assert result == [message_id]
