@@ -75,6 +75,11 @@ class Mechanisms:
     async def delivered(self, address: Address, mechanism: str) -> None:
         """A reply delivered, counted by platform and the mechanism it ended with."""
         try:
-            await self.metrics.count("replies", f"{address.platform}|{mechanism}")
+            await self.metrics.count(*delivered_count(address, mechanism))
         except RedisError as exc:
             log.warning("%s: the reply was not counted (%s)", address.chat_key, exc)
+
+
+def delivered_count(address: Address, mechanism: str) -> tuple[str, str]:
+    """The `/metrics` counter of a reply delivered (`Metrics.count`'s name and label)."""
+    return "replies", f"{address.platform}|{mechanism}"

@@ -106,9 +106,10 @@ class FeedbackStore:
         self.redis = redis
         self._record = RECORD.bind(redis)
 
-    async def register(self, reply: Reply) -> None:
+    async def register(self, reply: Reply, counted: tuple[str, str] | None = None) -> None:
         """The reply takes clicks from now for REPLY_TTL. A re-run's delivery of the same
-        message registers it again, its votes kept."""
+        message registers it again, its votes kept. `counted` (a `Metrics.count` name
+        and label) is counted in the same step: the `/metrics` hash is in this slot."""
         key = Keys.feedback_reply(reply.platform, reply.channel, reply.message_id)
         fields = {
             "session": reply.session,
@@ -122,6 +123,8 @@ class FeedbackStore:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, items=[part for pair in fields.items() for part in pair])
             pipe.expire(key, REPLY_TTL)
+            if counted is not None:
+                pipe.hincrby(Keys.METRICS, "|".join(counted), 1)
             await pipe.execute()
 
     async def record(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.delivery.mechanism import FEEDBACK_ALWAYS, Mechanisms
+from gateway.delivery.mechanism import FEEDBACK_ALWAYS, Mechanisms, delivered_count
 from gateway.delivery.pacing import SendPacing
 from gateway.delivery.stream import ReplyStream, finder
 from gateway.errors import (
@@ -119,18 +119,19 @@ class Replies:
     ) -> list[str]:
         try:
             ids = await stream.finish(text)
-            await self.mechanisms.delivered(stream.address, stream.mechanism)
         except PlatformError as exc:
             log.error("could not deliver the reply in %s: %s", stream.address.chat_key, exc)
             await self.metrics.count("errors", "delivery")
             return stream.ids
-        if stream.feedback and ids:
-            key, turn_id, model = turn
-            address = stream.address
-            reply = Reply(
-                address.platform, address.workspace, address.channel, ids[-1], key, turn_id, model
-            )
-            await self.feedback.register(reply)
+        address = stream.address
+        if not (stream.feedback and ids):
+            await self.mechanisms.delivered(address, stream.mechanism)
+            return ids
+        key, turn_id, model = turn
+        reply = Reply(
+            address.platform, address.workspace, address.channel, ids[-1], key, turn_id, model
+        )
+        await self.feedback.register(reply, counted=delivered_count(address, stream.mechanism))
         return ids
 
 

@@ -1,5 +1,6 @@
 """A whole turn through the real worker, with feedback asked for by scope: its reply is
-registered under its last message with the model that answered (the session's own)."""
+registered under its last message with the model that answered (the session's own), and
+counted once as delivered, buttons or not."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime as dt
 
 from gateway.feedback.store import FeedbackStore, FeedbackVerdict
 from gateway.settings.scoped import ScopedSettings
+from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import start_workers
 from tests.support.helpers import inbound
@@ -31,6 +33,7 @@ async def test_a_turns_reply_takes_feedback_under_the_sessions_model(
         assert verdict == FeedbackVerdict.RECORDED
         (vote,) = await store.since(EPOCH)
         assert (vote.session, vote.model) == (message.session_key, "openai/channel-model")
+        assert await h.ingest.redis.hget(Keys.METRICS, "replies|test|edit") == "1"
 
         await scoped.set("test", "feedback", "off")
         again = inbound("and again")
@@ -41,3 +44,4 @@ async def test_a_turns_reply_takes_feedback_under_the_sessions_model(
         assert await store.record("test", message.channel, unbuttoned, "U5", "up") == (
             FeedbackVerdict.UNKNOWN
         )
+        assert await h.ingest.redis.hget(Keys.METRICS, "replies|test|edit") == "2"
