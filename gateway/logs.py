@@ -1,5 +1,5 @@
-"""Logging set-up: text or JSON lines on stderr, with every configured secret masked; and
-`one_line`, an error as a log line can carry it."""
+"""Logging set-up: text or JSON lines on stderr, with every configured secret masked;
+`one_line`, an error as a log line can carry it; and `Outage`, a loop's failures said once."""
 
 from __future__ import annotations
 
@@ -82,3 +82,25 @@ def one_line(error: BaseException, limit: int = 80) -> str:
     text on one line (pydantic's and the SDKs' messages span several, and quote the input)."""
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text[:limit]}"
+
+
+class Outage:
+    """A loop's failures as an operator wants them: one warning when they start, a debug
+    line for each attempt while they go on, and one line when the loop works again (a
+    worker would otherwise log every half second through a failover)."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self.log, self.what = logger, what
+        self.since: float | None = None
+
+    def failed(self, error: BaseException) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self.log.warning("%s failed (%s); trying again", self.what, error)
+        else:
+            self.log.debug("%s: still failing (%s)", self.what, error)
+
+    def worked(self) -> None:
+        if self.since is not None:
+            self.log.info("%s works again after %.1f s", self.what, time.monotonic() - self.since)
+            self.since = None

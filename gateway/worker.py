@@ -29,6 +29,7 @@ from gateway.approvals.store import ApprovalStore
 from gateway.approvals.waiting import Confirmations
 from gateway.delivery.pacing import SendPacing
 from gateway.errors import LeaseLost
+from gateway.logs import Outage
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address
 from gateway.metrics import Metrics
@@ -182,13 +183,15 @@ class Worker:
 
     async def _approval_deadlines(self) -> None:
         """Approvals nobody answered in time count as declined: their turns go on."""
+        outage = Outage(log, "checking approval deadlines")
         while True:
             try:
                 expired = await self.approvals.expire_due(time.time())
                 if expired:
                     log.info("approvals timed out in %s", ", ".join(expired))
+                outage.worked()
             except RedisError as exc:
-                log.warning("approval deadlines not checked: %s", exc)
+                outage.failed(exc)
             await asyncio.sleep(APPROVAL_CHECK_PERIOD)
 
     def _calls_models(self) -> bool:
@@ -210,6 +213,7 @@ class Worker:
             await cancel_and_wait(pending)
 
     async def _read_loop(self, stop: asyncio.Event) -> None:
+        outage = Outage(log, "reading jobs")
         while not stop.is_set():
             await self.slots.acquire()
             taken = 1 + await self._take_free_slots()
@@ -219,9 +223,10 @@ class Worker:
                     jobs = await self.queue.unstarted(self.running_jobs, taken)
             except RedisError as exc:
                 self._give_slots(taken)
-                log.warning("reading jobs failed (%s); retrying", exc)
+                outage.failed(exc)
                 await asyncio.sleep(0.5)
                 continue
+            outage.worked()
             self._start_all(jobs, taken)
             await asyncio.sleep(0)  # the new jobs send their claims before the next read
 
@@ -244,6 +249,7 @@ class Worker:
 
     async def _reclaim_loop(self, stop: asyncio.Event) -> None:
         min_idle = max(2.0, self.settings.lease_ttl * 1.5)
+        outage = Outage(log, "reclaiming jobs")
         while not stop.is_set():
             await asyncio.sleep(min_idle / 2)
             # Slots first, then claims: a busy worker claims nothing it cannot start at once.
@@ -254,8 +260,9 @@ class Worker:
                 jobs = await self.queue.reclaim(min_idle, taken)
             except RedisError as exc:
                 self._give_slots(taken)
-                log.warning("reclaiming jobs failed: %s", exc)
+                outage.failed(exc)
                 continue
+            outage.worked()
             for job in jobs:
                 log.info(
                     "reclaimed %s job %s of %s (delivery %d)",

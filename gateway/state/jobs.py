@@ -38,7 +38,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,11 +147,28 @@ class JobQueue:
         now = self._server_ms()
         for stream in self.streams:
             self._waiting_since[stream] = now
-            try:
-                await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            await self._create_group(stream)
+
+    async def _create_group(self, stream: str) -> None:
+        try:
+            await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _grouped(self, stream: str, command: Callable[[], Awaitable[Any]]) -> Any:
+        """`command` on `stream`, its group made again first when the server lost it (a
+        restart without persistence, a flush, a replica promoted before it had the group):
+        what was added since is read from the start, and nothing waits on a group that
+        will never come back."""
+        try:
+            return await command()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.warning("job stream %s had lost its group; made again", stream)
+            await self._create_group(stream)
+            return await command()
 
     async def measure_clock(self, samples: int = 3) -> None:
         """How far the Redis server's clock (which stamps job ids) is from this one's.
@@ -242,7 +259,7 @@ class JobQueue:
         self._to_check.add(stream)
         since = self._server_ms()
         try:
-            response = await self._xreadgroup(stream, count)
+            response = await self._grouped(stream, lambda: self._xreadgroup(stream, count))
         except (RedisError, OSError):
             self._marked[stream] = None
             raise
@@ -295,8 +312,16 @@ class JobQueue:
         return jobs
 
     async def _unstarted_in(self, stream: str, running: Collection[str], count: int) -> list[Job]:
-        rows: Any = await self.redis.xpending_range(
-            stream, GROUP, min="-", max="+", count=count + len(running), consumername=self.consumer
+        rows: Any = await self._grouped(
+            stream,
+            lambda: self.redis.xpending_range(
+                stream,
+                GROUP,
+                min="-",
+                max="+",
+                count=count + len(running),
+                consumername=self.consumer,
+            ),
         )
         wanted = {
             str(row["message_id"]): int(row["times_delivered"])
@@ -337,8 +362,16 @@ class JobQueue:
         return [self.streams[(start + i) % len(self.streams)] for i in range(size)]
 
     async def _reclaim_stream(self, stream: str, min_idle: float, count: int) -> list[Job]:
-        result = await self.redis.xautoclaim(
-            stream, GROUP, self.consumer, int(min_idle * 1000), self._cursors[stream], count=count
+        result = await self._grouped(
+            stream,
+            lambda: self.redis.xautoclaim(
+                stream,
+                GROUP,
+                self.consumer,
+                int(min_idle * 1000),
+                self._cursors[stream],
+                count=count,
+            ),
         )
         self._cursors[stream] = str(result[0])  # 0-0 again once the scan went round
         jobs: list[Job] = []
