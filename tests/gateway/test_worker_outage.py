@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
 import tempfile
-from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -17,13 +15,7 @@ import redis.asyncio as aioredis
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import start_workers, texts
 from tests.support.helpers import inbound
-from tests.support.redis_servers import free_port, redis_command
-
-
-async def _until(condition: Callable[[], bool], within: float = 20.0) -> None:
-    async with asyncio.timeout(within):
-        while not condition():
-            await asyncio.sleep(0.02)
+from tests.support.redis_servers import free_port, redis_command, serve, until
 
 
 async def _answering(port: int) -> None:
@@ -40,16 +32,12 @@ async def _answering(port: int) -> None:
         await client.aclose()
 
 
-def _serve(command: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 async def test_a_worker_says_once_that_redis_is_gone_and_answers_once_it_is_back(
     llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
     port = free_port()
     command = redis_command(port, tempfile.mkdtemp(prefix="gw-outage-"), "--appendonly", "no")
-    server = _serve(command)
+    server = serve(command)
     await _answering(port)
     caplog.set_level(logging.DEBUG, logger="gateway")
     llm.reply = "answered"
@@ -65,10 +53,10 @@ async def test_a_worker_says_once_that_redis_is_gone_and_answers_once_it_is_back
 
             server.kill()
             server.wait()
-            await _until(lambda: said("reading jobs: still failing") >= 3)
-            server = _serve(command)
+            await until(lambda: said("reading jobs: still failing") >= 3)
+            server = serve(command)
             await _answering(port)
-            await _until(lambda: said("reading jobs works again") == 1)
+            await until(lambda: said("reading jobs works again") == 1)
 
             after = inbound("after", channel="C-after")
             await h.ingest.receive(after)

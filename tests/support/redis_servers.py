@@ -6,9 +6,11 @@ benchmarks start servers of their own.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
@@ -30,6 +32,19 @@ def start_redis(*extra: str, prefix: str = "gw-redis-") -> tuple[subprocess.Pope
     command = redis_command(port, tempfile.mkdtemp(prefix=prefix), "--appendonly", "no", *extra)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return process, f"redis://127.0.0.1:{port}"
+
+
+def serve(command: list[str]) -> subprocess.Popen[bytes]:
+    """`command` (a `redis_command`) running, its output dropped: started again with the same
+    command, a server comes back on the same port."""
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def until(condition: Callable[[], bool], within: float = 15.0) -> None:
+    """Wait for `condition`, polling; TimeoutError after `within` seconds."""
+    async with asyncio.timeout(within):
+        while not condition():
+            await asyncio.sleep(0.02)
 
 
 def redis_command(port: int, data: str, *options: str) -> list[str]:

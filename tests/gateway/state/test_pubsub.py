@@ -5,26 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
 import tempfile
-from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
 
 from gateway.state.connection import RedisOptions, connect
 from gateway.state.pubsub import keep_subscribed
-from tests.support.redis_servers import free_port, redis_command
-
-
-async def _until(condition: Callable[[], bool], within: float = 15.0) -> None:
-    async with asyncio.timeout(within):
-        while not condition():
-            await asyncio.sleep(0.02)
-
-
-def _serve(command: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+from tests.support.redis_servers import free_port, redis_command, serve, until
 
 
 async def test_a_subscription_outlives_its_server_and_says_so_once(
@@ -32,7 +20,7 @@ async def test_a_subscription_outlives_its_server_and_says_so_once(
 ) -> None:
     port = free_port()
     command = redis_command(port, tempfile.mkdtemp(prefix="gw-pubsub-"), "--appendonly", "no")
-    server = _serve(command)
+    server = serve(command)
     client = connect(f"redis://127.0.0.1:{port}", RedisOptions(retry_seconds=0.5))  # as a worker's
     publisher = aioredis.Redis(port=port, decode_responses=True)
     got: list[str] = []
@@ -44,22 +32,22 @@ async def test_a_subscription_outlives_its_server_and_says_so_once(
         )
     )
     try:
-        await _until(held.is_set)
+        await until(held.is_set)
         await publisher.publish("bell", "one")
-        await _until(lambda: got == ["one"])
+        await until(lambda: got == ["one"])
 
         server.kill()
         server.wait()
-        await _until(lambda: not held.is_set())
+        await until(lambda: not held.is_set())
 
         def attempts() -> int:
             return sum("still no Redis" in r.message for r in caplog.records)
 
-        await _until(lambda: attempts() >= 3)  # tried again and again meanwhile
-        server = _serve(command)
-        await _until(held.is_set)
+        await until(lambda: attempts() >= 3)  # tried again and again meanwhile
+        server = serve(command)
+        await until(held.is_set)
         await publisher.publish("bell", "two")
-        await _until(lambda: got == ["one", "two"])
+        await until(lambda: got == ["one", "two"])
 
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert [r.message.split(" (")[0] for r in warnings] == ["bell lost Redis"]
