@@ -156,19 +156,19 @@ class JobQueue:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def _grouped(self, stream: str, command: Callable[[], Awaitable[Any]]) -> Any:
-        """`command` on `stream`, its group made again first when the server lost it (a
-        restart without persistence, a flush, a replica promoted before it had the group):
-        what was added since is read from the start, and nothing waits on a group that
-        will never come back."""
+    async def _grouped(
+        self, stream: str, command: Callable[..., Awaitable[Any]], *args: Any
+    ) -> Any:
+        """`command(*args)` on `stream`, its group made again when the server lost it (a
+        restart without persistence, a flush): what was added since is read from the start."""
         try:
-            return await command()
+            return await command(*args)
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             log.warning("job stream %s had lost its group; made again", stream)
             await self._create_group(stream)
-            return await command()
+            return await command(*args)
 
     async def measure_clock(self, samples: int = 3) -> None:
         """How far the Redis server's clock (which stamps job ids) is from this one's.
@@ -259,7 +259,7 @@ class JobQueue:
         self._to_check.add(stream)
         since = self._server_ms()
         try:
-            response = await self._grouped(stream, lambda: self._xreadgroup(stream, count))
+            response = await self._grouped(stream, self._xreadgroup, stream, count)
         except (RedisError, OSError):
             self._marked[stream] = None
             raise
@@ -312,16 +312,10 @@ class JobQueue:
         return jobs
 
     async def _unstarted_in(self, stream: str, running: Collection[str], count: int) -> list[Job]:
+        wanted_rows = count + len(running)
+        pending = self.redis.xpending_range
         rows: Any = await self._grouped(
-            stream,
-            lambda: self.redis.xpending_range(
-                stream,
-                GROUP,
-                min="-",
-                max="+",
-                count=count + len(running),
-                consumername=self.consumer,
-            ),
+            stream, pending, stream, GROUP, "-", "+", wanted_rows, self.consumer
         )
         wanted = {
             str(row["message_id"]): int(row["times_delivered"])
@@ -362,16 +356,10 @@ class JobQueue:
         return [self.streams[(start + i) % len(self.streams)] for i in range(size)]
 
     async def _reclaim_stream(self, stream: str, min_idle: float, count: int) -> list[Job]:
+        idle_ms, cursor = int(min_idle * 1000), self._cursors[stream]
+        claim = self.redis.xautoclaim
         result = await self._grouped(
-            stream,
-            lambda: self.redis.xautoclaim(
-                stream,
-                GROUP,
-                self.consumer,
-                int(min_idle * 1000),
-                self._cursors[stream],
-                count=count,
-            ),
+            stream, claim, stream, GROUP, self.consumer, idle_ms, cursor, count
         )
         self._cursors[stream] = str(result[0])  # 0-0 again once the scan went round
         jobs: list[Job] = []
