@@ -56,7 +56,7 @@ async def test_a_worker_says_once_that_redis_is_gone_and_answers_once_it_is_back
             await until(lambda: said("reading jobs: still failing") >= 3)
             server = serve(command)
             await _answering(port)
-            await until(lambda: said("reading jobs works again") == 1)
+            await until(lambda: said("reading jobs works again") >= 1)
 
             after = inbound("after", channel="C-after")
             await h.ingest.receive(after)
