@@ -87,20 +87,32 @@ def one_line(error: BaseException, limit: int = 80) -> str:
 class Outage:
     """A loop's failures as an operator wants them: one warning when they start, a debug
     line for each attempt while they go on, and one line when the loop works again (a
-    worker would otherwise log every half second through a failover)."""
+    worker would otherwise log every half second through a failover). The phrases say
+    what failed and what is tried (a subscription: "lost Redis", "subscribing again")."""
 
-    def __init__(self, logger: logging.Logger, what: str) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        *,
+        failing: str = "failed",
+        retrying: str = "trying again",
+        still: str = "still failing",
+        back: str = "works again after",
+    ) -> None:
         self.log, self.what = logger, what
+        self.failing, self.retrying, self.still, self.back = failing, retrying, still, back
         self.since: float | None = None
 
     def failed(self, error: BaseException) -> None:
         if self.since is None:
             self.since = time.monotonic()
-            self.log.warning("%s failed (%s); trying again", self.what, error)
+            self.log.warning("%s %s (%s); %s", self.what, self.failing, error, self.retrying)
         else:
-            self.log.debug("%s: still failing (%s)", self.what, error)
+            self.log.debug("%s: %s (%s)", self.what, self.still, error)
 
     def worked(self) -> None:
         if self.since is not None:
-            self.log.info("%s works again after %.1f s", self.what, time.monotonic() - self.since)
+            elapsed = time.monotonic() - self.since
+            self.log.info("%s %s %.1f s", self.what, self.back, elapsed)
             self.since = None

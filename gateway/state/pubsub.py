@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+
+from gateway.logs import Outage
 
 log = logging.getLogger(__name__)
 
@@ -30,25 +31,26 @@ async def keep_subscribed(
     otherwise log twice a second through a failover). `on_subscribed` runs each time
     the subscription holds, `on_lost` each time it is lost.
     """
-    lost_at: float | None = None
+    outage = Outage(
+        log,
+        what,
+        failing="lost Redis",
+        retrying="subscribing again",
+        still="still no Redis",
+        back="subscribed again after",
+    )
     while True:
         try:
             async with redis.pubsub() as pubsub:
                 await pubsub.subscribe(channel)
-                if lost_at is not None:
-                    log.info("%s subscribed again after %.1f s", what, time.monotonic() - lost_at)
-                    lost_at = None
+                outage.worked()
                 if on_subscribed is not None:
                     on_subscribed()
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
                         on_message(str(message["data"]))
         except (RedisError, OSError) as exc:
-            if lost_at is None:
-                lost_at = time.monotonic()
-                log.warning("%s lost Redis (%s); subscribing again", what, exc)
-            else:
-                log.debug("%s: still no Redis (%s)", what, exc)
+            outage.failed(exc)
         if on_lost is not None:
             on_lost()
         await asyncio.sleep(AGAIN_EVERY)

@@ -155,7 +155,9 @@ class _Hang:
 
     def streams(self, body: JSON) -> bool:
         """Whether this hang lets a streamed answer start (headers, maybe tokens) first."""
-        return bool(body.get("stream")) and (self.after_headers or self.after_tokens > 0)
+        return bool(body.get("stream")) and (
+            self.after_headers or self.after_tokens > 0 or self.drop
+        )
 
 
 @dataclasses.dataclass(frozen=True)
