@@ -257,6 +257,9 @@ class Level:
     redis_commands: Counter[str] = field(default_factory=Counter)
     model_requests: int = 0
     over_model: list[float] = field(default_factory=list)
+    sent: dict[str, float] = field(default_factory=dict)  # tag -> when its event was posted
+    before_model: list[float] = field(default_factory=list)  # the post to the model's receipt
+    after_model: list[float] = field(default_factory=list)  # the model's end to the text whole
     model_time: list[float] = field(default_factory=list)
     wall: float = 0.0
 
@@ -293,7 +296,7 @@ async def drive(
             response.raise_for_status()
             thread = thread or ts
             shown = await slack.wait_whole((channel, thread), number + 1, 60.0)
-            level.turn[tag] = shown - sent
+            level.turn[tag], level.sent[tag] = shown - sent, sent
 
     calls_before, commands_before = len(slack.calls), command_calls(bot.redis_url)
     cpu_before = bot.cpu()
@@ -365,9 +368,13 @@ async def idle(bot: Bot, when: str, seconds: float = 3.0) -> None:
     )
 
 
-def model_times(fake: common.RemoteFake) -> tuple[dict[str, float], Counter[str]]:
-    """The fake model's own time for each tagged request, and how many requests each tag had."""
-    times: dict[str, float] = {}
+def model_times(
+    fake: common.RemoteFake,
+) -> tuple[dict[str, tuple[float, float]], Counter[str]]:
+    """When the fake model received each tagged request and when it ended its answer
+    (monotonic, as this process's: one clock for the machine), and how many requests
+    each tag had."""
+    times: dict[str, tuple[float, float]] = {}
     counts: Counter[str] = Counter()
     for request in fake.requests():
         users = [m for m in request["body"].get("messages", []) if m.get("role") == "user"]
@@ -376,15 +383,18 @@ def model_times(fake: common.RemoteFake) -> tuple[dict[str, float], Counter[str]
             continue
         counts[found.group(0)] += 1
         if request["finished_at"] is not None:
-            times[found.group(0)] = request["finished_at"] - request["received_at"]
+            times[found.group(0)] = (request["received_at"], request["finished_at"])
     return times, counts
 
 
-def attribute(level: Level, times: dict[str, float], counts: Counter[str]) -> None:
+def attribute(level: Level, times: dict[str, tuple[float, float]], counts: Counter[str]) -> None:
     for tag, turn in level.turn.items():
         if tag in times:
-            level.model_time.append(times[tag])
-            level.over_model.append(turn - times[tag])
+            received, finished = times[tag]
+            level.model_time.append(finished - received)
+            level.over_model.append(turn - (finished - received))
+            level.before_model.append(received - level.sent[tag])
+            level.after_model.append(level.sent[tag] + turn - finished)
         level.model_requests += counts.get(tag, 0)
 
 
@@ -559,6 +569,14 @@ def report(levels: dict[tuple[str, int], Level], rss: dict[str, float], counts: 
         f"<= +{ADDED_MS:g} ms",
         verdict(ga - na <= ADDED_MS),
     )
+    for name, of in (("before", "before_model"), ("after", "after_model")):
+        ga, na = p(getattr(g, of), 50) * 1000, p(getattr(n, of), 50) * 1000
+        row(
+            f"  of which {name} the model, p50",
+            f"{ga:.1f} ms",
+            f"{na:.1f} ms",
+            f"{ga - na:+.1f} ms",
+        )
     for c in counts:
         g, n = levels["gateway", c], levels["naive", c]
         ga, na = p(g.ack, 99) * 1000, p(n.ack, 99) * 1000

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import os
 import warnings
@@ -325,7 +326,7 @@ class LitellmBackend:
         opened: list[Any] = []
 
         async def first_item() -> Any:
-            opened.append((await send()).__aiter__())
+            opened.append(_one_iterator((await send()).__aiter__()))
             return await _next_or_none(opened[0])
 
         try:
@@ -372,7 +373,10 @@ class LitellmBackend:
         """
         idle = min(self.idle_timeout, call.timeout)
         try:
-            return await asyncio.wait_for(_next_or_none(iterator), idle)
+            async with asyncio.timeout(idle):  # no task per item, as wait_for makes one
+                return await iterator.__anext__()
+        except StopAsyncIteration:
+            return None
         except TimeoutError:
             await _close(iterator)
             raise ModelStalled(f"the model sent nothing for {idle:g}s") from None
@@ -429,6 +433,46 @@ def _hand_over(opened: Opened, calls: list[ToolCall] | None) -> None:
     found = opened[2].calls()
     if calls is not None:
         calls.extend(found)
+
+
+class _OneIterator:
+    """A provider's stream read through one iterator of it, however often it is asked for one.
+
+    litellm's chat stream takes each chunk with `async for chunk in completion_stream:`
+    and returns from inside the loop. The openai SDK's stream makes a new async generator
+    for each `async for`, so each chunk started one and dropped it, and the event loop
+    finalized each (a write to its self-pipe, a wake-up, a task to close it): 22 of the
+    model process's 29 socket writes of a short turn.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.iterator = stream.__aiter__()
+
+    def __aiter__(self) -> Any:
+        return self.iterator
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+    async def aclose(self) -> None:
+        """The iterator, then the stream (the connection) under it."""
+        try:
+            await self.iterator.aclose()
+        finally:
+            close = getattr(self.stream, "aclose", None) or getattr(self.stream, "close", None)
+            if close is not None and inspect.isawaitable(result := close()):
+                await result
+
+
+def _one_iterator(wrapper: Any) -> Any:
+    """`wrapper` (litellm's chat stream) with its provider stream read by `_OneIterator`
+    where that stream makes an async generator each time it is iterated; anything else
+    (a Responses stream, a mock response) as it is."""
+    inner = getattr(wrapper, "completion_stream", None)
+    if inner is not None and inspect.isasyncgenfunction(getattr(type(inner), "__aiter__", None)):
+        wrapper.completion_stream = _OneIterator(inner)
+    return wrapper
 
 
 async def _next_or_none(iterator: Any) -> Any:
