@@ -11,7 +11,6 @@ from gateway.delivery.stream import ReplyStream, finder
 from gateway.errors import (
     BudgetExceeded,
     ModelError,
-    ModelStalled,
     PlatformError,
     StreamRefused,
 )
@@ -92,9 +91,11 @@ class Replies:
     ) -> Entry | None:
         """Post the final text; the assistant entry to record, or None for a failed call.
 
-        A stream that stalled after some text keeps that text on screen with a note
-        that it was cut off, and it is recorded as the answer (as after a /stop): the
-        history holds what the user saw, so a "go on" has something to go on from.
+        A call that failed after some text (a stall, a connection cut midway, a model
+        process that died, a chunk it could not read) keeps that text on screen with a
+        note that it was cut off and why, and it is recorded as the answer (as after a
+        /stop): the history holds what the user saw, so a "go on" has something to go
+        on from. Only a call that showed nothing says it could not answer.
         A reply delivered with feedback buttons is registered under its last message,
         with the turn's `model`, so that their clicks find it.
         """
@@ -102,7 +103,7 @@ class Replies:
         if result.error is not None:
             log.warning("model failed in %s: %s", key, result.error)
             await self.metrics.count("errors", type(result.error).__name__)
-            if isinstance(result.error, ModelStalled) and result.text.strip():
+            if result.text.strip():
                 text = result.text.strip()
                 note = f"\n\n_(the answer was cut off: {result.error.user_text})_"
                 ids = await self._finish(stream, f"{text}{note}", turn)

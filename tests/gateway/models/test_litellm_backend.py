@@ -7,8 +7,8 @@ never cut while it keeps sending. The turn then finishes the visible reply
 with the text shown and a note that it was cut off. The silence counts from
 the request, so an endpoint that never sends its headers is cut off too; the
 attempts before any text, and a one-shot call's, share the call's timeout. A
-provider whose connection breaks midway ends the stream unretried, and the user is
-told once.
+provider whose connection breaks midway ends the stream unretried, and the reply
+keeps its text with a note that says why, as after a stall.
 """
 
 from __future__ import annotations
@@ -276,19 +276,25 @@ async def test_a_reply_that_stalls_is_finished_with_its_text_and_a_cut_off_note(
         ]
 
 
-async def test_a_reply_whose_connection_is_cut_midway_is_told_once_and_not_recorded(
-    redis_url: str, llm: FakeLLM
+@MODES
+async def test_a_reply_whose_connection_is_cut_midway_keeps_its_text_with_a_note(
+    redis_url: str, llm: FakeLLM, processes: int
 ) -> None:
-    async with start_workers(redis_url, llm, 1, GATEWAY_MODEL_TIMEOUT=TOTAL) as harness:
+    values = {"GATEWAY_MODEL_TIMEOUT": TOTAL, "GATEWAY_MODEL_PROCESSES": processes}
+    async with start_workers(redis_url, llm, 1, **values) as harness:
         llm.reply = REPLY
         llm.drop_next(after_tokens=3)
         message = inbound("tell me a story")
         await harness.ingest.receive(message)
         await harness.idle(message.session_key, timeout=QUICK)
-        (shown,) = texts(harness.sender)
-        assert shown.startswith("⚠️ Sorry, I could not answer: the model provider could not be")
-        assert len(llm.requests) == 1
-        assert [e["role"] for e in await harness.history(message.session_key)] == ["user"]
+        note = "_(the answer was cut off: the model provider could not be reached)_"
+        assert texts(harness.sender) == [f"one two three\n\n{note}"]
+        assert len(llm.requests) == 1  # what was shown is not asked for again
+        history = await harness.history(message.session_key)
+        assert [(e["role"], e["text"]) for e in history] == [
+            ("user", "tell me a story"),
+            ("assistant", "one two three"),
+        ]
 
 
 async def test_a_reply_that_never_started_says_the_model_stopped_responding(
