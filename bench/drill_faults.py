@@ -305,8 +305,8 @@ async def redis_restart(quick: bool) -> Row:
 
 
 async def model_chaos(quick: bool) -> Row:
-    """500s, 429s, timeouts and stalled streams on 30% of calls: each turn answered or told
-    once, and no half reply in the history."""
+    """500s, 429s, timeouts, stalled streams and connections cut midway on 30% of calls:
+    each turn answered or told once, and no half reply in the history."""
     users, turns = (6, 3) if quick else (30, 4)
     llm = ChaosLLM(0.3, seed=7)
     llm.reply, llm.token_delay = tagged_reply(12), 0.05
@@ -333,8 +333,8 @@ async def model_chaos(quick: bool) -> Row:
             if not WHOLE_REPLY.search(text.strip())
         ]
         await client.aclose()
-        # A stall after some text keeps it, with a note that it was cut off, and records
-        # it: what the user saw. A part recorded that no message showed with the note is
+        # A failure after some text (a stall, a cut) keeps it, with a note that it was cut
+        # off, and records it: what the user saw. A part recorded that no message showed with the note is
         # a half reply.
         cut = [m.text for x in sents for m in tg.replies(x) if CUT_OFF_TEXT in m.text]
         half = [text for text in parts if not any(text.strip() in shown for shown in cut)]

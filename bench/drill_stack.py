@@ -169,11 +169,12 @@ class ChaosLLM(FakeLLM):
     """The model fake, failing a share of the main model's calls at random.
 
     Each failing call is one of: a 500, a 429 with Retry-After, a request that
-    never answers (the gateway's model timeout ends it), or a stream that stops
-    after a few tokens without closing. Side and other models are spared.
+    never answers (the gateway's model timeout ends it), a stream that stops
+    after a few tokens without closing, or one whose connection is cut after a few
+    tokens (a provider that died midway). Side and other models are spared.
     """
 
-    KINDS = ("500", "429", "timeout", "stall")
+    KINDS = ("500", "429", "timeout", "stall", "drop")
 
     def __init__(self, rate: float, seed: int, model: str = "fake-model") -> None:
         super().__init__()
@@ -197,7 +198,10 @@ class ChaosLLM(FakeLLM):
             )
         # No await lies between this and the hang lookup that follows in the handler,
         # so this request, not a concurrent one, takes the hang.
-        self.hang_next(1, model=self.chaos_model, after_tokens=0 if kind == "timeout" else 3)
+        if kind == "drop":
+            self.drop_next(1, model=self.chaos_model, after_tokens=3)
+        else:
+            self.hang_next(1, model=self.chaos_model, after_tokens=0 if kind == "timeout" else 3)
         return None
 
 
