@@ -334,8 +334,8 @@ async def model_chaos(quick: bool) -> Row:
         ]
         await client.aclose()
         # A failure after some text (a stall, a cut) keeps it, with a note that it was cut
-        # off, and records it: what the user saw. A part recorded that no message showed with the note is
-        # a half reply.
+        # off, and records it: what the user saw. A part recorded that no message showed
+        # with the note is a half reply.
         cut = [m.text for x in sents for m in tg.replies(x) if CUT_OFF_TEXT in m.text]
         half = [text for text in parts if not any(text.strip() in shown for shown in cut)]
         told = sum(1 for x in sents for m in tg.replies(x) if FAILURE_TEXT in m.text)
