@@ -22,6 +22,7 @@
           │    └── ModelStalled   the stream went silent for the idle timeout
           ├── ModelRateLimited    the provider asked us to wait (retry_after seconds, when it said)
           ├── ModelUnavailable    connection refused, 5xx
+          │    └── ModelProcessLost   the worker's model process died or went silent mid-call
           ├── ModelRejected       4xx other than 429: bad request, auth, unknown model
           ├── ModelBadResponse    an answer of a shape the gateway cannot read (no choices, …)
           ├── BudgetExceeded      a user's or workspace's budget is used up; no call is made
@@ -159,6 +160,14 @@ class ModelRateLimited(ModelError):
 
 class ModelUnavailable(ModelError):
     user_text = "the model provider could not be reached"
+
+
+class ModelProcessLost(ModelUnavailable):
+    """The worker's model process died, or ended a call without its answer. A
+    ModelUnavailable to every caller that acts on one, with its own text: the user is
+    not told that the provider failed."""
+
+    user_text = "the model call was interrupted"
 
 
 class ModelRejected(ModelError):

@@ -11,8 +11,8 @@ stays free and litellm gets cores of its own. Token counts and model windows
 come from there too, so a worker with model processes never imports litellm.
 
 Retries happen in the model process (before the first piece, as in process).
-A model process that dies fails its calls with ModelUnavailable; the next call
-starts a new one.
+A model process that dies fails its calls with ModelProcessLost (a ModelUnavailable
+that does not tell the user the provider failed); the next call starts a new one.
 
 A model process runs in a session of its own: the Ctrl-C a terminal sends to
 its whole foreground group is the gateway's to handle, and a reply being
@@ -34,7 +34,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from gateway.errors import ModelUnavailable
+from gateway.errors import ModelProcessLost, ModelUnavailable
 from gateway.models import litellm_backend
 from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
 from gateway.models.wire import (
@@ -107,7 +107,7 @@ class ModelProcess:
             raise ModelUnavailable("the model process did not start in time") from None
         if not ready:
             await process.wait()
-            raise ModelUnavailable(f"the model process exited ({process.returncode})")
+            raise ModelProcessLost(f"the model process exited ({process.returncode})")
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
@@ -126,7 +126,7 @@ class ModelProcess:
         log.log(level, "model process %d exited (%s)", process.pid, process.returncode)
         for request_id, queue in list(self.pending.items()):
             text = f"the model process exited ({process.returncode})"
-            queue.put_nowait({"id": request_id, "error": error_fields(ModelUnavailable(text))})
+            queue.put_nowait({"id": request_id, "error": error_fields(ModelProcessLost(text))})
 
     async def call(self, op: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The messages of one request, up to and including its end (errors raised)."""
@@ -152,7 +152,7 @@ class ModelProcess:
                     return
         except (ConnectionError, RuntimeError) as exc:
             finished = True
-            raise ModelUnavailable(f"the model process is gone ({type(exc).__name__})") from exc
+            raise ModelProcessLost(f"the model process is gone ({type(exc).__name__})") from exc
         finally:
             del self.pending[request_id]
             if not finished and self.running:
@@ -207,7 +207,7 @@ class ModelPool:
         async for message in self._pick().call(op, body):
             if "end" in message:
                 return dict(message["end"])
-        raise ModelUnavailable(f"the model process ended {op} without an answer")
+        raise ModelProcessLost(f"the model process ended {op} without an answer")
 
     async def count(self, model: str, batches: Sequence[Sequence[Message]]) -> list[int]:
         """Token counts of each list of messages, with `model`'s tokenizer."""
