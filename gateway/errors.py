@@ -22,7 +22,7 @@
           │    └── ModelStalled   the stream went silent for the idle timeout
           ├── ModelRateLimited    the provider asked us to wait (retry_after seconds, when it said)
           ├── ModelUnavailable    connection refused, 5xx
-          │    └── ModelProcessLost   the worker's model process died or went silent mid-call
+          │    └── ModelProcessLost   the worker's model process died, or ended a call unanswered
           ├── ModelRejected       4xx other than 429: bad request, auth, unknown model
           ├── ModelBadResponse    an answer of a shape the gateway cannot read (no choices, …)
           ├── BudgetExceeded      a user's or workspace's budget is used up; no call is made

@@ -73,6 +73,21 @@ async def collect(pieces: AsyncIterator[str], into: list[str]) -> float:
     return time.monotonic() - started
 
 
+async def stalled_after_three(
+    llm: FakeLLM, processes: int, idle: float = IDLE, timeout: float = TOTAL
+) -> tuple[list[str], float]:
+    """A stream that goes silent after three tokens, read until it raises ModelStalled:
+    the pieces shown, and the seconds it took."""
+    llm.reply = REPLY
+    llm.hang_next(after_tokens=3)
+    async with boundary(llm, processes, idle=idle) as models:
+        pieces: list[str] = []
+        started = time.monotonic()
+        with pytest.raises(ModelStalled):
+            await collect(models.stream(call(timeout=timeout), Usage()), pieces)
+        return pieces, time.monotonic() - started
+
+
 def responses(models: Models, usage: Usage, chain: ResponseChain) -> AsyncIterator[str]:
     return models.stream_response(call(RESPONSES_MODEL), usage, chain)
 
@@ -95,14 +110,7 @@ async def test_a_stream_silent_after_its_headers_is_retried_and_answered(
 async def test_a_stream_that_stalls_after_some_text_ends_with_model_stalled(
     llm: FakeLLM, processes: int
 ) -> None:
-    llm.reply = REPLY
-    llm.hang_next(after_tokens=3)
-    async with boundary(llm, processes) as models:
-        pieces: list[str] = []
-        started = time.monotonic()
-        with pytest.raises(ModelStalled):
-            await collect(models.stream(call(), Usage()), pieces)
-        seconds = time.monotonic() - started
+    pieces, seconds = await stalled_after_three(llm, processes)
     assert "".join(pieces) == "one two three "  # (a model process sends them in batches)
     assert len(llm.requests) == 1  # what was shown cannot be asked for again
     assert seconds < QUICK
@@ -114,14 +122,7 @@ async def test_a_stall_after_some_text_is_a_stall_when_the_calls_timeout_comes_f
 ) -> None:
     """With the call's timeout not above the idle timeout, litellm's own read timeout
     ends the silence (it comes due first): the shown text is kept all the same."""
-    llm.reply = REPLY
-    llm.hang_next(after_tokens=3)
-    async with boundary(llm, processes, idle=TOTAL) as models:
-        pieces: list[str] = []
-        started = time.monotonic()
-        with pytest.raises(ModelStalled):
-            await collect(models.stream(call(timeout=1.0), Usage()), pieces)
-        seconds = time.monotonic() - started
+    pieces, seconds = await stalled_after_three(llm, processes, idle=TOTAL, timeout=1.0)
     assert "".join(pieces) == "one two three "
     assert len(llm.requests) == 1
     assert seconds < QUICK
