@@ -28,6 +28,7 @@ ORDER = (
     "backoff",
     "messages",
     "logs",
+    "event_loop",
     "ports",
     "state",
     "settings",
