@@ -27,7 +27,7 @@ What is measured, per level and bot:
   commandstats) and model requests.
 
     python bench/cpu.py [--turns 100] [--levels 1,10,50] [--profile] [--model-processes N]
-                        [--event-loop uvloop|asyncio] [--idle-seconds 3]
+                        [--idle-seconds 3]
 
 `--profile` then runs one more gateway level (10 at once) with every gateway
 Python process under cProfile (switched on by this bench's launch only: a
@@ -836,12 +836,10 @@ async def profile(
 
 
 def processes_env(args: argparse.Namespace) -> dict[str, str]:
-    """The worker's model processes and the event loop as `--model-processes` and
-    `--event-loop` ask, else the defaults."""
-    env = {"GATEWAY_EVENT_LOOP": args.event_loop} if args.event_loop else {}
-    if args.model_processes is not None:
-        env["GATEWAY_MODEL_PROCESSES"] = str(args.model_processes)
-    return env
+    """The worker's model processes as `--model-processes` asks, else the default's."""
+    if args.model_processes is None:
+        return {}
+    return {"GATEWAY_MODEL_PROCESSES": str(args.model_processes)}
 
 
 def main() -> None:
@@ -855,9 +853,6 @@ def main() -> None:
     )
     parser.add_argument(
         "--model-processes", type=int, default=None, help="GATEWAY_MODEL_PROCESSES (default: 1)"
-    )
-    parser.add_argument(
-        "--event-loop", choices=("uvloop", "asyncio"), help="GATEWAY_EVENT_LOOP (default: uvloop)"
     )
     warnings.filterwarnings("ignore", module="pydantic")
     asyncio.run(amain(parser.parse_args()))

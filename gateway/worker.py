@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway import event_loop, tools
+from gateway import tools
 from gateway.answers.side_jobs import Answers, TurnParts
 from gateway.approvals.store import ApprovalStore
 from gateway.approvals.waiting import Confirmations
@@ -161,11 +161,10 @@ class Worker:
             loops.append(asyncio.create_task(self._approval_deadlines()))
         self.ready.set()
         log.info(
-            "worker %s reading %d job streams of %s (event loop: %s)",
+            "worker %s reading %d job streams of %s",
             self.queue.consumer,
             len(self.queue.streams),
             ", ".join(sorted(self.senders)),
-            event_loop.running(),
         )
         try:
             await stop.wait()

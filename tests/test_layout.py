@@ -28,7 +28,6 @@ ORDER = (
     "backoff",
     "messages",
     "logs",
-    "event_loop",
     "ports",
     "state",
     "settings",

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import redis.asyncio as aioredis
 
-from gateway import event_loop
 from gateway.cli.doctor_redis import doctor_redis
 from gateway.cli.tools import doctor_tools
 from gateway.errors import GatewayError
@@ -43,7 +42,6 @@ async def cmd_doctor(
         results.append(("model", False, f"{settings.model}: {exc}"))
     results.extend(await platforms(settings))
     results.extend(await doctor_tools(settings))
-    results.append(("loop", True, event_loop.running()))
     for name, ok, detail in results:
         print(f"{'ok  ' if ok else 'FAIL'}  {name:<9} {detail}")
     return 0 if all(ok for _, ok, _ in results) else 1

@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway import event_loop, logs, shutdown
+from gateway import logs, shutdown
 from gateway.cli import feedback as cli_feedback
 from gateway.cli import migrate as cli_migrate
 from gateway.cli import settings as cli_settings
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = load_settings()
         shards.configure(settings.job_shards)
         _setup_logging(settings, quiet=args.command == "run")
-        code = event_loop.run(args.handler(settings, args), settings.event_loop)
+        code = asyncio.run(args.handler(settings, args))
     except GatewayError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         code = 2 if isinstance(exc, ConfigError) else 1
@@ -298,13 +298,7 @@ async def cmd_web(settings: Settings, args: argparse.Namespace) -> int:
         app = create_app(redis, ingest, platforms, names, admin)
         served = [p.name for p in platforms] + (["the console on /admin"] if admin else [])
         what = ", ".join(served) or "health and metrics only"
-        log.info(
-            "web listening on %s:%d (%s; event loop: %s)",
-            settings.host,
-            settings.port,
-            what,
-            event_loop.running(),
-        )
+        log.info("web listening on %s:%d (%s)", settings.host, settings.port, what)
         started()
         await serve_web(settings, app, stop_event())
     return 0

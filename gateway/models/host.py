@@ -24,7 +24,6 @@ import os
 import sys
 from typing import Any
 
-from gateway import event_loop
 from gateway.logs import setup
 from gateway.models.litellm_backend import LitellmBackend, model_vision, model_window
 from gateway.models.types import ModelSettings, ResponseChain, ToolCall, Usage
@@ -227,7 +226,7 @@ async def serve() -> None:
     # collection no longer walks them (it stalled every stream here for 0.2 s and more).
     gc.freeze()
     host = Host(backend, writer)
-    await host.send({"ready": True, "event_loop": event_loop.running()})
+    await host.send({"ready": True})
     while line := await reader.readline():
         host.handle(json.loads(line))
     await host.stop()
@@ -239,8 +238,7 @@ def main() -> None:
     # modules, which takes seconds while the gateway's stop waits for this process.
     # Once the input has ended and the answers are written, the process ends here.
     with contextlib.suppress(KeyboardInterrupt):
-        choice = os.environ.get("GATEWAY_EVENT_LOOP", "uvloop")
-        event_loop.loop_factory(choice)().run_until_complete(serve())
+        asyncio.new_event_loop().run_until_complete(serve())
     logging.shutdown()
     sys.stderr.flush()
     os._exit(0)

@@ -77,11 +77,7 @@ class ModelProcess:
         async with self._starting:
             if self.running:
                 return
-            env = {
-                **os.environ,
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                "GATEWAY_EVENT_LOOP": self.settings.event_loop,
-            }
+            env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
@@ -93,16 +89,15 @@ class ModelProcess:
                 start_new_session=True,
             )
             try:
-                loop = await self._handshake(process)
+                await self._handshake(process)
             except BaseException:  # too slow, or cancelled (a stop while it starts)
                 _kill(process)
                 raise
             self.process = process
             self._reader = asyncio.create_task(self._read(process))
-            log.info("model process %d ready (event loop: %s)", process.pid, loop)
+            log.info("model process %d ready", process.pid)
 
-    async def _handshake(self, process: asyncio.subprocess.Process) -> str:
-        """Its settings in, its first line out: the event loop it runs on."""
+    async def _handshake(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(dump({"init": self.settings.to_init()}))
         try:
@@ -113,10 +108,6 @@ class ModelProcess:
         if not ready:
             await process.wait()
             raise ModelProcessLost(f"the model process exited ({process.returncode})")
-        try:
-            return str(json.loads(ready)["event_loop"])
-        except (ValueError, KeyError, TypeError):
-            raise ModelUnavailable("the model process did not start: no ready line") from None
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None

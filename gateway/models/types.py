@@ -109,9 +109,6 @@ class ModelSettings:
     idle_timeout: float = IDLE_TIMEOUT
     # model -> (USD per input token, USD per output token), used before litellm's map
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    # the event loop a model process runs on (gateway.event_loop), passed in its
-    # environment: the loop runs before the first line is read
-    event_loop: str = "uvloop"
 
     @classmethod
     def of(cls, settings: Settings) -> ModelSettings:
@@ -123,7 +120,6 @@ class ModelSettings:
             settings.model_retries,
             settings.stream_idle_timeout,
             prices,
-            settings.event_loop,
         )
 
     @classmethod
@@ -136,7 +132,6 @@ class ModelSettings:
             int(init["retries"]),
             float(idle_timeout) if idle_timeout else IDLE_TIMEOUT,
             {str(m): (float(p[0]), float(p[1])) for m, p in (init.get("prices") or {}).items()},
-            str(init.get("event_loop") or "uvloop"),
         )
 
     def to_init(self) -> dict[str, Any]:

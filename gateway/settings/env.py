@@ -114,8 +114,6 @@ class Settings(BaseSettings):
     # litellm's calls, counts and lookups in processes of their own (gateway.models.pool);
     # 0 keeps them in the worker. Only a worker that calls a model (not `echo`) starts any.
     model_processes: int = Field(default=1, alias="GATEWAY_MODEL_PROCESSES", ge=0, le=64)
-    # uvloop where it is installed (gateway.event_loop); `asyncio` keeps asyncio's own loop.
-    event_loop: Literal["uvloop", "asyncio"] = Field(default="uvloop", alias="GATEWAY_EVENT_LOOP")
 
     host: str = Field(default="0.0.0.0", alias="HOST")
     port: int = Field(default=8080, alias="PORT", ge=0, le=65535)
