@@ -349,6 +349,9 @@ class LitellmBackend:
         while (item := await self._next_item(iterator, call)) is not None:
             if text := text_of(item):
                 yield text
+            if _closing(iterator, item):
+                await iterator.aclose()
+                return
 
     async def _first_text(
         self, iterator: Any, first: Any, call: ModelCall, text_of: Callable[[Any], str]
@@ -359,6 +362,9 @@ class LitellmBackend:
         while item is not None:
             if text := text_of(item):
                 return text
+            if _closing(iterator, item):
+                await iterator.aclose()
+                return None
             item = await self._next_item(iterator, call)
         return None
 
@@ -473,6 +479,24 @@ def _one_iterator(wrapper: Any) -> Any:
     if inner is not None and inspect.isasyncgenfunction(getattr(type(inner), "__aiter__", None)):
         wrapper.completion_stream = _OneIterator(inner)
     return wrapper
+
+
+def _closing(stream: Any, item: Any) -> bool:
+    """Whether `item` is the last a chat stream has: litellm's usage chunk.
+
+    Asked for usage, litellm's chat stream sends it in a chunk of its own (no choices)
+    once its provider's stream has ended (usage found on earlier chunks it strips), and
+    says so in `sent_last_chunk`. Asked for one more item after it, the stream would
+    assemble the whole answer a second time, in a thread, and run litellm's success
+    logging, which reckons the call's cost twice more: 2.5 ms of CPU a call, a quarter
+    of the call's own (bench/model_call.py). The gateway reads neither (it registers no
+    litellm callbacks, and prices the call itself): the stream is closed there.
+    """
+    return (
+        getattr(stream, "sent_last_chunk", False) is True
+        and getattr(item, "usage", None) is not None
+        and not getattr(item, "choices", None)
+    )
 
 
 async def _next_or_none(iterator: Any) -> Any:

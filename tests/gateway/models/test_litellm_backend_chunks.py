@@ -1,19 +1,27 @@
-"""What reading a stream costs per chunk: no async generator started and dropped for each.
+"""What reading a stream costs per chunk: no async generator started and dropped for each;
+and at its end: the read stops at litellm's usage chunk.
 
 litellm takes each chat chunk with an `async for` over the provider's stream, and the
 openai SDK's stream starts a new async generator for each `async for`: left alone,
 every chunk starts one that the event loop must then finalize. The count is taken
 with the interpreter's own async generator hooks, around asyncio's.
+
+Asked for one more item after its usage chunk, litellm's stream assembles the answer
+again and runs its success logging (the cost reckoned twice more). The gateway ends its
+read at that chunk, with the text and the provider's usage whole; a litellm callback,
+which the gateway never registers, shows which calls reached that logging.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gateway.models import Usage
+from gateway.models import ModelCall, Usage
+from gateway.models.litellm_backend import load_litellm
 from tests.fakes.llm_server import FakeLLM
 from tests.gateway.models.test_litellm_backend import boundary, call
 
@@ -52,3 +60,43 @@ async def test_the_async_generators_a_stream_starts_do_not_grow_with_its_chunks(
 ) -> None:
     short, long = await generators_for(llm, 5), await generators_for(llm, 60)
     assert long - short < 5, f"{short} generators for 5 chunks, {long} for 60"
+
+
+@contextmanager
+def litellm_successes() -> Iterator[list[dict[str, Any]]]:
+    """The call arguments of each call litellm's success logging reached meanwhile."""
+    from litellm.integrations.custom_logger import CustomLogger
+
+    litellm, reached = load_litellm(), list[dict[str, Any]]()
+
+    class Seen(CustomLogger):  # type: ignore[misc]
+        async def async_log_success_event(self, kwargs: Any, *_: Any, **__: Any) -> None:
+            reached.append(kwargs)
+
+    seen, callbacks = Seen(), litellm.callbacks
+    litellm.callbacks = [*callbacks, seen]
+    try:
+        yield reached
+    finally:
+        litellm.callbacks = callbacks
+
+
+async def test_a_stream_ends_at_litellms_usage_chunk_with_its_text_and_usage_whole(
+    llm: FakeLLM,
+) -> None:
+    llm.reply = " ".join(f"w{i}" for i in range(30))
+    async with boundary(llm, processes=0) as models:
+        [p async for p in models.stream(call(), Usage())]  # a first call, to warm
+        with litellm_successes() as reached:
+            usage = Usage()
+            pieces = [p async for p in models.stream(call(), usage)]
+            # a one-shot call after it: its logging comes after any the stream's had
+            side = ModelCall("openai/side-model", [{"role": "user", "content": "hi"}], 20.0)
+            await models.complete(side)
+            async with asyncio.timeout(10):
+                while not reached:
+                    await asyncio.sleep(0.01)
+    assert "".join(pieces) == llm.reply
+    assert usage.completion_tokens == 30  # the provider's count (one a word), not litellm's
+    assert usage.prompt_tokens > 0
+    assert [kwargs["model"] for kwargs in reached] == ["side-model"]
