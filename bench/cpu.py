@@ -178,8 +178,12 @@ class Bot:
     def cpu(self) -> dict[int, float]:
         return {pid: cpu_seconds(pid) for pid in self.pids()}
 
-    def rss_mb(self, roles: tuple[str, ...]) -> float:
-        pids = [pid for pid, role in self.pids().items() if role.split(" ")[0] in roles]
+    def rss_mb(self, roles: tuple[str, ...], children: bool = True) -> float:
+        pids = [
+            pid
+            for pid, role in self.pids().items()
+            if (role if not children else role.split(" ")[0]) in roles
+        ]
         return sum((rss_kib(pid) or 0) for pid in pids) / 1024
 
 
@@ -594,6 +598,8 @@ def report(levels: dict[tuple[str, int], Level], rss: dict[str, float], counts: 
         f"<= +{RSS_MB:g} MB",
         verdict(rss["gateway"] - rss["naive"] <= RSS_MB),
     )
+    alone, processes = rss["worker alone"], rss["gateway"] - rss["worker alone"]
+    row("  of which worker / model process", f"{alone:.0f} / {processes:.0f} MB", "", "")
     row("RSS, gateway web / redis-server", f"{rss['web']:.0f} / {rss['redis']:.0f} MB", "", "")
     for c in counts:
         g, n = levels["gateway", c], levels["naive", c]
@@ -756,6 +762,7 @@ async def amain(args: argparse.Namespace) -> None:
         rss = {
             "gateway": gateway.rss_mb(("worker",)),
             "naive": naive.rss_mb(("naive",)),
+            "worker alone": gateway.rss_mb(("worker",), children=False),
             "web": gateway.rss_mb(("web",)),
             "redis": (rss_kib(server.process.pid) or 0) / 1024 if server.process else 0.0,
         }

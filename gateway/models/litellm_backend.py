@@ -76,23 +76,51 @@ def load_litellm() -> ModuleType:
         litellm.suppress_debug_info = True
         litellm.drop_params = True
         litellm.disable_streaming_logging = True  # no callbacks here; saves CPU per call
+        _unpriced_at_open(litellm)
         warnings.filterwarnings("ignore", message=UNSENT_REQUEST, category=RuntimeWarning)
         _litellm = litellm
     return _litellm
+
+
+def _unpriced_at_open(litellm: ModuleType) -> None:
+    """litellm prices a chat stream the moment it opens, before any of it is read (for
+    the headers its proxy sends): with no usage yet, it counts the tokens of an empty
+    completion for each name the model could be priced under. That loads the model's
+    tokenizer (tiktoken's cl100k_base: 40 MB in every model process) and costs about
+    0.5 ms a call, for a figure nobody reads: the gateway prices each call itself, from
+    the provider's usage, when the stream ends (`cost.py`). So a stream that has not
+    been read is given no price; everything else is priced by litellm as before."""
+    price = getattr(litellm, "response_cost_calculator", None)
+    wrapper = getattr(litellm, "CustomStreamWrapper", None)
+    if not callable(price) or not isinstance(wrapper, type) or hasattr(price, "__wrapped__"):
+        return
+
+    @functools.wraps(price)
+    def priced(*args: Any, **kwargs: Any) -> Any:
+        if isinstance(kwargs.get("response_object"), wrapper):
+            return None
+        return price(*args, **kwargs)
+
+    setattr(litellm, "response_cost_calculator", priced)  # noqa: B010  (a module's attribute)
 
 
 async def warm_up(litellm: ModuleType) -> None:
     """One chat stream and one Responses call answered by litellm itself (its mock
     response: nothing is sent anywhere). A first call loads modules and tables that
     the import leaves for later: about 0.4 s of CPU that would otherwise land on the
-    first turn, inside its idle timeout."""
+    first turn, inside its idle timeout.
+
+    The stream is closed after its first chunk, as a turn's stream is at its usage
+    chunk (`_closing`): read to its end, a mock stream (it carries no usage) has
+    litellm count its tokens, which loads the tokenizer that nothing else needs."""
     messages = [{"role": "user", "content": "."}]
     try:
         stream = await litellm.acompletion(
             model="openai/warm-up", messages=messages, stream=True, mock_response=".", api_key="-"
         )
         async for _ in stream:
-            pass
+            break
+        await _close(stream)
         await litellm.aresponses(model="openai/warm-up", input=".", mock_response=".", api_key="-")
     except Exception as exc:  # a litellm without mock responses: the first call pays
         log.debug("litellm's warm-up call failed: %s", type(exc).__name__)
@@ -508,7 +536,8 @@ async def _next_or_none(iterator: Any) -> Any:
 
 
 async def _close(stream: Any) -> None:
-    """Close a stalled stream's connection now; a close that fails or hangs is only logged."""
+    """Close a stream's connection now (a stalled one's, one read no further); a close
+    that fails or hangs is only logged."""
     close = getattr(stream, "aclose", None)
     if close is None:
         return

@@ -10,11 +10,17 @@ Asked for one more item after its usage chunk, litellm's stream assembles the an
 again and runs its success logging (the cost reckoned twice more). The gateway ends its
 read at that chunk, with the text and the provider's usage whole; a litellm callback,
 which the gateway never registers, shows which calls reached that logging.
+
+litellm also prices a chat stream as it opens, before any of it is read, by counting
+an empty completion's tokens: that loads the model's tokenizer (40 MB). A model
+process that streams answers with the provider's usage never loads it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -100,3 +106,38 @@ async def test_a_stream_ends_at_litellms_usage_chunk_with_its_text_and_usage_who
     assert usage.completion_tokens == 30  # the provider's count (one a word), not litellm's
     assert usage.prompt_tokens > 0
     assert [kwargs["model"] for kwargs in reached] == ["side-model"]
+
+
+TOKENIZER_PROBE = """
+import asyncio, json, sys
+from gateway.models.litellm_backend import LitellmBackend, count_tokens, load_litellm, warm_up
+from gateway.models.types import ModelCall, ModelSettings, Usage
+TOKENIZER = "litellm.litellm_core_utils.default_encoding"
+async def main():
+    await warm_up(load_litellm())
+    seen = {"warmed": TOKENIZER in sys.modules}
+    backend = LitellmBackend(ModelSettings(api_base=sys.argv[1], api_key="sk-test"))
+    usage, message = Usage(), [{"role": "user", "content": "hello"}]
+    pieces = [p async for p in backend.stream(ModelCall("openai/m", message, 20.0), usage)]
+    seen |= {"streamed": TOKENIZER in sys.modules, "text": "".join(pieces)}
+    seen |= {"tokens": usage.completion_tokens, "counted": count_tokens("openai/m", message)}
+    print(json.dumps(seen | {"after_count": TOKENIZER in sys.modules}))
+asyncio.run(main())
+"""
+
+
+def test_a_streamed_call_with_the_providers_usage_never_loads_the_tokenizer(
+    llm: FakeLLM,
+) -> None:
+    llm.reply = "one two three"
+    done = subprocess.run(  # a fresh interpreter: this one may have counted tokens already
+        [sys.executable, "-c", TOKENIZER_PROBE, llm.api_base],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["text"] == "one two three" and seen["tokens"] == 3  # the provider's usage
+    assert (seen["warmed"], seen["streamed"]) == (False, False)
+    assert seen["counted"] > 0 and seen["after_count"]  # a count loads it: the probe sees it
