@@ -77,15 +77,17 @@ class Compressor:
         self.background: set[asyncio.Task[int]] = set()  # what `schedule` started, running
 
     async def warm(self) -> None:
-        """Look up the model's window and load its tokenizer, once, off the event loop.
+        """Look up the models' windows, once, off the event loop (litellm's import can
+        take seconds; on the loop it would stall every other turn's heartbeat).
 
-        Both take a fraction of a second to seconds (litellm's import, the BPE
-        tables); on the loop they would stall every other turn's heartbeat.
+        The tokenizer is not loaded here: the first count loads it, in a thread (of
+        the model process, or of this one without model processes). Most requests
+        are known to fit by their size in bytes and are never counted, and its
+        tables hold 40 MB in the process that counts.
         """
         if not self._warm:
             for model in {self.settings.model, self.settings.compression_model}:
                 await self.models.window(model)
-            await self.models.count_many(self.counter.model, [[{"role": "user", "content": "-"}]])
             self._warm = True
 
     @property

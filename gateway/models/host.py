@@ -141,12 +141,14 @@ class Host:
             await self._call(request_id, message)
 
     async def _look_up(self, request_id: int, message: dict[str, Any]) -> None:
-        """Token counts or a model window, answered at once (no model call)."""
+        """Token counts (in a thread: a first count loads the tokenizer's tables, which
+        would stall the streams on this loop) or a model window (no model call)."""
         try:
             model = str(message["model"])
             if message["op"] == "count":
-                counts = [self.backend.count_tokens(model, b) for b in message["messages"]]
-                answer: dict[str, Any] = {"counts": counts}
+                answer: dict[str, Any] = {
+                    "counts": await self.backend.count(model, message["messages"])
+                }
             elif message["op"] == "vision":
                 answer = {"vision": model_vision(model)}
             else:
