@@ -40,12 +40,11 @@ import asyncio
 import logging
 import re
 from collections.abc import Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -54,6 +53,9 @@ from adapters.slack.inbound import CHANNEL_ID, PLATFORM, TEAM_ID, TS
 from gateway.messages import Inbound
 from gateway.settings.scoped import ScopedSettings
 from gateway.state.keys import Keys
+
+if TYPE_CHECKING:  # listeners' annotations only: a worker never loads bolt
+    from slack_bolt.async_app import AsyncBoltContext
 
 log = logging.getLogger(__name__)
 

@@ -14,16 +14,19 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 from redis.exceptions import RedisError
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from adapters.health import RENEW_INTERVAL
 from gateway.backoff import Backoff
 from gateway.state.health import Health
+
+if TYPE_CHECKING:  # bolt is loaded by the processes that serve Slack, not by workers
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+    from slack_bolt.async_app import AsyncApp
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,8 @@ class SocketSupervisor:
             log.debug("could not report the stop: %s", type(exc).__name__)
 
     def _handler(self) -> AsyncSocketModeHandler:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
         handler = AsyncSocketModeHandler(
             self.app, self.app_token, ping_interval=self.timing.ping_interval
         )

@@ -25,22 +25,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import aiohttp
-from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-from starlette.routing import BaseRoute
 
-from adapters.slack.app import Listeners, build_app, request_identity
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.client import web_client
 from adapters.slack.connection import SOCKET_BACKOFF, SocketSupervisor, Timing
 from adapters.slack.errors import core_error
 from adapters.slack.files import SlackFileSource, WorkspaceFileSource
-from adapters.slack.http import events_route, oauth_routes
 from adapters.slack.inbound import BotIdentity
 from adapters.slack.installations import RedisInstallationStore
 from adapters.slack.names import UserNames
-from adapters.slack.oauth import oauth_settings
 from adapters.slack.rotation import Rotation, rotating_store
 from adapters.slack.sender import SlackSender
 from adapters.slack.signin import SlackSignIn
@@ -52,7 +47,10 @@ from gateway.state.cipher import TokenCipher
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from slack_bolt.async_app import AsyncBoltContext
+    from starlette.routing import BaseRoute
 
+    from adapters.slack.app import Listeners
     from gateway.inbound.ingest import Ingest
     from gateway.settings.env import Settings
     from gateway.state.health import Health
@@ -244,6 +242,10 @@ class SlackPlatform(Platform):
         return self._assistant
 
     def listeners(self, ingest: Ingest) -> Listeners:
+        # bolt (app.py, http.py, oauth.py) is loaded by the processes that take events
+        # only: a worker sends through slack_sdk and never builds an app (5 MB less).
+        from adapters.slack.app import Listeners, request_identity
+
         names = UserNames(self.redis, self.client)
         if self.settings.slack_many_workspaces:
             return Listeners(
@@ -255,6 +257,10 @@ class SlackPlatform(Platform):
         return await self.identity()
 
     def routes(self, ingest: Ingest) -> Sequence[BaseRoute]:
+        from adapters.slack.app import build_app
+        from adapters.slack.http import events_route, oauth_routes
+        from adapters.slack.oauth import oauth_settings
+
         secret = self.settings.slack_signing_secret
         if secret is None:
             raise ConfigError("SLACK_SIGNING_SECRET is required for Slack over HTTP (gateway web)")
@@ -276,6 +282,8 @@ class SlackPlatform(Platform):
         app_token = self.settings.slack_app_token
         if app_token is None:
             raise ConfigError(NEEDS_APP_TOKEN)
+        from adapters.slack.app import build_app
+
         await health.report(False, "connecting")
         app = build_app(self.client, self.listeners(ingest), signing_secret=None)
         supervisor = SocketSupervisor(

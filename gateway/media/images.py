@@ -17,12 +17,12 @@ from __future__ import annotations
 import base64
 import io
 from dataclasses import dataclass
-
-from PIL import Image, ImageOps, UnidentifiedImageError
+from typing import TYPE_CHECKING
 
 from gateway.errors import MediaTooLarge, UnreadableMedia
 
-Image.MAX_IMAGE_PIXELS = None  # checked here instead, before `load`
+if TYPE_CHECKING:
+    from PIL import Image
 
 JPEG_QUALITY = 85
 
@@ -43,7 +43,12 @@ class Picture:
 
 def convert(data: bytes, max_pixels: int, max_side: int) -> Picture:
     """`data` decoded, its long side scaled to at most `max_side`, as PNG (when it has
-    transparency) or JPEG, with no metadata (EXIF, GPS, comments) carried over."""
+    transparency) or JPEG, with no metadata (EXIF, GPS, comments) carried over.
+
+    Pillow is loaded by the first image (most workers' turns carry none)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    Image.MAX_IMAGE_PIXELS = None  # checked here instead, before `load`
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size

@@ -80,3 +80,45 @@ async def test_startup_learns_the_bot_ids(redis_client: Redis, slack: FakeSlack)
     await started.startup()
     assert (await started.identity()).user_id == BOT_USER_ID
     assert len(slack.calls_to("auth.test")) == 1
+
+
+WORKER_PROBE = """
+import json, sys
+import redis.asyncio as aioredis
+import adapters
+from gateway.settings.env import load_settings
+from gateway.worker import Worker
+HEAVY = ("slack_bolt", "starlette", "httpx", "PIL", "litellm")
+settings = load_settings(
+    _env_file=None, REDIS_URL="redis://127.0.0.1:1/0", GATEWAY_MODEL="openai/m",
+    SLACK_BOT_TOKEN=sys.argv[1], SLACK_SIGNING_SECRET=sys.argv[2], GATEWAY_MODEL_PROCESSES=1,
+)
+redis = aioredis.Redis.from_url(settings.redis_url)  # not connected: nothing is sent
+platform = adapters.load("slack")(settings, redis)
+platform.validate("send")
+senders, sources = {"slack": platform.sender()}, {"slack": platform.file_source()}
+Worker(settings, redis, senders, sources=sources)
+worker = [name for name in HEAVY if name in sys.modules]
+from gateway.inbound.ingest import Ingest
+platform.routes(Ingest(settings, redis))  # what gateway web builds
+print(json.dumps({"worker": worker, "web": [name for name in HEAVY if name in sys.modules]}))
+"""
+
+
+def test_a_slack_worker_loads_neither_bolt_nor_httpx_nor_pillow() -> None:
+    """A worker sends through slack_sdk: bolt and starlette (the event routes), httpx (a
+    file's download) and Pillow (an image) are loaded where, and when, they are used."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(  # a fresh interpreter: this one has loaded all of them
+        [sys.executable, "-c", WORKER_PROBE, BOT_TOKEN, SIGNING_SECRET],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["worker"] == []
+    assert {"slack_bolt", "starlette"} <= set(seen["web"])  # the probe sees what is loaded
