@@ -83,25 +83,39 @@ def load_litellm() -> ModuleType:
 
 
 def _unpriced_at_open(litellm: ModuleType) -> None:
-    """litellm prices a chat stream the moment it opens, before any of it is read (for
-    the headers its proxy sends): with no usage yet, it counts the tokens of an empty
+    """litellm prices a stream the moment it opens, before any of it is read (for the
+    headers its proxy sends): with no usage yet, it counts the tokens of an empty
     completion for each name the model could be priced under. That loads the model's
     tokenizer (tiktoken's cl100k_base: 40 MB in every model process) and costs about
     0.5 ms a call, for a figure nobody reads: the gateway prices each call itself, from
-    the provider's usage, when the stream ends (`cost.py`). So a stream that has not
-    been read is given no price; everything else is priced by litellm as before."""
+    the provider's usage, when the stream ends (`cost.py`). So a stream (chat or
+    Responses) that has not been read is given no price; all else is priced as before."""
     price = getattr(litellm, "response_cost_calculator", None)
-    wrapper = getattr(litellm, "CustomStreamWrapper", None)
-    if not callable(price) or not isinstance(wrapper, type) or hasattr(price, "__wrapped__"):
+    if not callable(price) or hasattr(price, "__wrapped__"):
+        return
+    streams = _stream_types(litellm)
+    if not streams:
         return
 
     @functools.wraps(price)
     def priced(*args: Any, **kwargs: Any) -> Any:
-        if isinstance(kwargs.get("response_object"), wrapper):
+        if isinstance(kwargs.get("response_object"), streams):
             return None
         return price(*args, **kwargs)
 
     setattr(litellm, "response_cost_calculator", priced)  # noqa: B010  (a module's attribute)
+
+
+def _stream_types(litellm: ModuleType) -> tuple[type, ...]:
+    """litellm's chat stream and Responses stream classes (those this litellm has)."""
+    found = [getattr(litellm, "CustomStreamWrapper", None)]
+    try:
+        from litellm.responses.streaming_iterator import BaseResponsesAPIStreamingIterator
+    except ImportError:
+        pass
+    else:
+        found.append(BaseResponsesAPIStreamingIterator)
+    return tuple(kind for kind in found if isinstance(kind, type))
 
 
 async def warm_up(litellm: ModuleType) -> None:

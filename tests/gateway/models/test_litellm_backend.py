@@ -219,8 +219,8 @@ async def test_a_responses_stream_is_retried_while_silent_and_cut_off_once_it_sp
 ) -> None:
     llm.reply = REPLY
     llm.hang_next(after_headers=True)
-    # A process's first Responses stream loads the model's tokenizer before its first
-    # event (litellm prices the request): 0.3 s of CPU, more on a loaded machine.
+    # A process's first Responses stream spends a while in litellm before its first
+    # event (modules its first call of that API loads), more on a loaded machine.
     async with boundary(llm, processes, idle=RESPONSES_IDLE) as models:
         pieces: list[str] = []
         chain = ResponseChain()

@@ -11,7 +11,7 @@ again and runs its success logging (the cost reckoned twice more). The gateway e
 read at that chunk, with the text and the provider's usage whole; a litellm callback,
 which the gateway never registers, shows which calls reached that logging.
 
-litellm also prices a chat stream as it opens, before any of it is read, by counting
+litellm also prices a stream as it opens, before any of it is read, by counting
 an empty completion's tokens: that loads the model's tokenizer (40 MB). A model
 process that streams answers with the provider's usage never loads it.
 """
@@ -111,16 +111,20 @@ async def test_a_stream_ends_at_litellms_usage_chunk_with_its_text_and_usage_who
 TOKENIZER_PROBE = """
 import asyncio, json, sys
 from gateway.models.litellm_backend import LitellmBackend, count_tokens, load_litellm, warm_up
-from gateway.models.types import ModelCall, ModelSettings, Usage
+from gateway.models.types import ModelCall, ModelSettings, ResponseChain, Usage
 TOKENIZER = "litellm.litellm_core_utils.default_encoding"
 async def main():
     await warm_up(load_litellm())
     seen = {"warmed": TOKENIZER in sys.modules}
     backend = LitellmBackend(ModelSettings(api_base=sys.argv[1], api_key="sk-test"))
-    usage, message = Usage(), [{"role": "user", "content": "hello"}]
-    pieces = [p async for p in backend.stream(ModelCall("openai/m", message, 20.0), usage)]
+    usage, chained, message = Usage(), Usage(), [{"role": "user", "content": "hello"}]
+    call = ModelCall("openai/m", message, 20.0)
+    pieces = [p async for p in backend.stream(call, usage)]
     seen |= {"streamed": TOKENIZER in sys.modules, "text": "".join(pieces)}
-    seen |= {"tokens": usage.completion_tokens, "counted": count_tokens("openai/m", message)}
+    pieces = [p async for p in backend.stream_response(call, chained, ResponseChain())]
+    seen |= {"responses": TOKENIZER in sys.modules, "chained": "".join(pieces)}
+    seen |= {"tokens": [usage.completion_tokens, chained.completion_tokens]}
+    seen |= {"counted": count_tokens("openai/m", message)}
     print(json.dumps(seen | {"after_count": TOKENIZER in sys.modules}))
 asyncio.run(main())
 """
@@ -138,6 +142,7 @@ def test_a_streamed_call_with_the_providers_usage_never_loads_the_tokenizer(
         check=True,
     )
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["text"] == "one two three" and seen["tokens"] == 3  # the provider's usage
-    assert (seen["warmed"], seen["streamed"]) == (False, False)
+    assert seen["text"] == seen["chained"] == "one two three"
+    assert seen["tokens"] == [3, 3]  # the provider's usage, in both APIs
+    assert (seen["warmed"], seen["streamed"], seen["responses"]) == (False, False, False)
     assert seen["counted"] > 0 and seen["after_count"]  # a count loads it: the probe sees it
