@@ -35,7 +35,8 @@ from gateway.messages import Address
 from gateway.metrics import Metrics
 from gateway.models import Models
 from gateway.ports import FileSource, Sender
-from gateway.settings.env import ECHO_MODEL, Settings
+from gateway.settings.defaults import ECHO_MODEL
+from gateway.settings.env import Settings
 from gateway.shutdown import cancel_and_wait
 from gateway.spend.usage import UsageLedger
 from gateway.state.jobs import Job, JobQueue

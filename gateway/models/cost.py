@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from gateway.models.types import Usage
-from gateway.settings.env import ECHO_MODEL
+from gateway.settings.defaults import ECHO_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from gateway.models.backend import ModelBackend
 from gateway.models.litellm_backend import LitellmBackend, model_window
@@ -25,7 +25,10 @@ from gateway.models.types import (
     ToolCall,
     Usage,
 )
-from gateway.settings.env import ECHO_MODEL, Settings
+from gateway.settings.defaults import ECHO_MODEL
+
+if TYPE_CHECKING:  # a model process imports this package, and reads no settings
+    from gateway.settings.env import Settings
 
 # Told of every call that ended with its usage: the worker counts it (`gateway.spend.usage`).
 Meter = Callable[[ModelCall, Usage], Coroutine[Any, Any, None]]

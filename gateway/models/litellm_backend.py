@@ -43,7 +43,7 @@ from gateway.models.responses_stream import response_event
 from gateway.models.retries import Deadline, with_retries
 from gateway.models.tool_calls import FunctionCalls, ToolCallParts
 from gateway.models.types import Message, ModelCall, ModelSettings, ResponseChain, ToolCall, Usage
-from gateway.settings.env import ECHO_MODEL
+from gateway.settings.defaults import ECHO_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.settings.env import Settings
+from gateway.settings.defaults import MODEL_RETRIES, STREAM_IDLE_TIMEOUT
+
+if TYPE_CHECKING:  # a model process builds its ModelSettings from a line, not from these
+    from gateway.settings.env import Settings
 
 Message = dict[str, Any]
 
@@ -91,8 +94,8 @@ class ResponseChain:
 
 
 # The settings' own defaults, for values a model process is not given.
-RETRIES: int = Settings.model_fields["model_retries"].default
-IDLE_TIMEOUT: float = Settings.model_fields["stream_idle_timeout"].default
+RETRIES: int = MODEL_RETRIES
+IDLE_TIMEOUT: float = STREAM_IDLE_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,12 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.errors import ConfigError
+from gateway.settings.defaults import ECHO_MODEL, MODEL_RETRIES, STREAM_IDLE_TIMEOUT
 from gateway.settings.values import Rate, budget_amount, parse_rate
 from gateway.state.cipher import check_keys
 from gateway.state.connection import RedisOptions, parse_url
 from gateway.state.replicas import WaitOptions
 
-ECHO_MODEL = "echo"
 ADMIN_TOKEN_MIN = 16  # the console's sign-in token: long enough that the sign-in lock is enough
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant taking part in a team chat. Answer clearly and "
@@ -94,8 +94,10 @@ class Settings(BaseSettings):
     # The longest silence of a streamed answer, counted from its request (the wait
     # for the headers and for the first piece included): a stream that stalls, or
     # never starts, is cut off after this.
-    stream_idle_timeout: float = Field(default=30.0, alias="GATEWAY_STREAM_IDLE_TIMEOUT", gt=0)
-    model_retries: int = Field(default=2, alias="GATEWAY_MODEL_RETRIES", ge=0, le=10)
+    stream_idle_timeout: float = Field(
+        default=STREAM_IDLE_TIMEOUT, alias="GATEWAY_STREAM_IDLE_TIMEOUT", gt=0
+    )
+    model_retries: int = Field(default=MODEL_RETRIES, alias="GATEWAY_MODEL_RETRIES", ge=0, le=10)
     max_tokens: int | None = Field(default=None, alias="GATEWAY_MAX_TOKENS", gt=0)
     max_message_chars: int = Field(default=100_000, alias="GATEWAY_MAX_MESSAGE_CHARS", ge=100)
 

@@ -9,7 +9,7 @@ import pytest
 from gateway.models.cost import call_cost, transcription_usage
 from gateway.models.litellm_backend import load_litellm
 from gateway.models.types import Usage
-from gateway.settings.env import ECHO_MODEL
+from gateway.settings.defaults import ECHO_MODEL
 
 USAGE = Usage(prompt_tokens=1000, completion_tokens=500)
 

@@ -167,6 +167,24 @@ def test_what_a_library_prints_in_the_model_process_stays_out_of_the_protocol() 
     assert "a banner on stdout" in done.stderr
 
 
+def test_a_model_process_loads_neither_the_settings_nor_redis() -> None:
+    """It is given its settings on its first line: pydantic-settings and Redis's client
+    (about 8 MB beside litellm) stay out of it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "import gateway.models.host\n"
+        "heavy = ('redis', 'pydantic_settings', 'gateway.settings.env')\n"
+        "print(json.dumps([name for name in heavy if name in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(done.stdout) == []
+
+
 async def test_a_worker_with_model_processes_never_imports_litellm(
     redis_url: str, llm: FakeLLM
 ) -> None:
