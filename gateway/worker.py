@@ -143,7 +143,7 @@ class Worker:
             # session and their lease heartbeats). With model processes, litellm lives
             # there and this process never loads it.
             await self.models.start()
-        await self.turns.compressor.warm()  # the model window and tokenizer, likewise
+        await self.turns.compressor.warm()  # the models' windows, likewise
         await self.turns.scoped.load()  # settings by scope, before the first early start
         if self.tools is not None:
             await self.tools.start()  # each server up, or retried in the background

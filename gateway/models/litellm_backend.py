@@ -125,7 +125,7 @@ async def warm_up(litellm: ModuleType) -> None:
     first turn, inside its idle timeout.
 
     The stream is closed after its first chunk, as a turn's stream is at its usage
-    chunk (`_closing`): read to its end, a mock stream (it carries no usage) has
+    chunk (`_closed_at_usage`): read to its end, a mock stream (it carries no usage) has
     litellm count its tokens, which loads the tokenizer that nothing else needs."""
     messages = [{"role": "user", "content": "."}]
     try:
@@ -391,8 +391,7 @@ class LitellmBackend:
         while (item := await self._next_item(iterator, call)) is not None:
             if text := text_of(item):
                 yield text
-            if _closing(iterator, item):
-                await iterator.aclose()
+            if await _closed_at_usage(iterator, item):
                 return
 
     async def _first_text(
@@ -404,8 +403,7 @@ class LitellmBackend:
         while item is not None:
             if text := text_of(item):
                 return text
-            if _closing(iterator, item):
-                await iterator.aclose()
+            if await _closed_at_usage(iterator, item):
                 return None
             item = await self._next_item(iterator, call)
         return None
@@ -523,8 +521,9 @@ def _one_iterator(wrapper: Any) -> Any:
     return wrapper
 
 
-def _closing(stream: Any, item: Any) -> bool:
-    """Whether `item` is the last a chat stream has: litellm's usage chunk.
+async def _closed_at_usage(stream: Any, item: Any) -> bool:
+    """Whether `item` is the last a chat stream has, litellm's usage chunk: then the
+    stream is closed here.
 
     Asked for usage, litellm's chat stream sends it in a chunk of its own (no choices)
     once its provider's stream has ended (usage found on earlier chunks it strips), and
@@ -532,13 +531,16 @@ def _closing(stream: Any, item: Any) -> bool:
     assemble the whole answer a second time, in a thread, and run litellm's success
     logging, which reckons the call's cost twice more: 2.5 ms of CPU a call, a quarter
     of the call's own (bench/model_call.py). The gateway reads neither (it registers no
-    litellm callbacks, and prices the call itself): the stream is closed there.
+    litellm callbacks, and prices the call itself).
     """
-    return (
+    last = (
         getattr(stream, "sent_last_chunk", False) is True
         and getattr(item, "usage", None) is not None
         and not getattr(item, "choices", None)
     )
+    if last:
+        await stream.aclose()
+    return last
 
 
 async def _next_or_none(iterator: Any) -> Any:

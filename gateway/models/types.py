@@ -93,11 +93,6 @@ class ResponseChain:
     response_id: str | None = None
 
 
-# The settings' own defaults, for values a model process is not given.
-RETRIES: int = MODEL_RETRIES
-IDLE_TIMEOUT: float = STREAM_IDLE_TIMEOUT
-
-
 @dataclass(frozen=True, slots=True)
 class ModelSettings:
     """What a backend needs to make calls, as plain values.
@@ -108,8 +103,8 @@ class ModelSettings:
 
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
-    retries: int = RETRIES
-    idle_timeout: float = IDLE_TIMEOUT
+    retries: int = MODEL_RETRIES  # the settings' defaults, for values a process is not given
+    idle_timeout: float = STREAM_IDLE_TIMEOUT
     # model -> (USD per input token, USD per output token), used before litellm's map
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -133,7 +128,7 @@ class ModelSettings:
             init.get("api_base"),
             init.get("api_key"),
             int(init["retries"]),
-            float(idle_timeout) if idle_timeout else IDLE_TIMEOUT,
+            float(idle_timeout) if idle_timeout else STREAM_IDLE_TIMEOUT,
             {str(m): (float(p[0]), float(p[1])) for m, p in (init.get("prices") or {}).items()},
         )
 

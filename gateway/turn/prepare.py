@@ -97,7 +97,8 @@ class Preparer:
 
     @property
     def ready(self) -> bool:
-        """Whether the tokenizer is loaded, so a request can be measured without waiting."""
+        """Whether the models' windows are known, so a request's allowance is known
+        without waiting (the tokenizer loads at the first count, in a thread)."""
         return self.compressor.warmed
 
     def allowance(self, settings: SessionSettings | None = None) -> int:
