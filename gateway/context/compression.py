@@ -126,7 +126,7 @@ class Compressor:
 
     def known_within(self, limit: int, shape: RequestShape) -> bool | None:
         """`within`, when it can be told without counting anything new; else None."""
-        bound = self.counter.byte_bound(shape)
+        bound = self.counter.bound(shape)
         if bound is not None and bound <= limit:
             return True
         if self.counter.missing(shape):

@@ -4,13 +4,19 @@ GATEWAY_TOKEN_BUDGET, or a share of the model's window), and whether a request f
 A request is counted from its `RequestShape`: the system prompt, the history
 view (its newest summary and the entries after it), whether the conversation
 is a group, the reminder block, and entries about to join the view. Counts are
-made with the main model's tokenizer and cached per entry; a request of plain
-texts whose size in bytes is within the limit is known to fit without
-counting anything (every token covers at least one byte).
+made with the main model's tokenizer and cached per entry. Most requests are
+known to fit without counting anything, by one of two upper bounds:
+
+- their size in bytes, for a request of plain texts (every token covers at least
+  one byte);
+- the provider's own count of the conversation's last request (`sent`, recorded on
+  the reply it got), plus the size in bytes of what came after it: a conversation
+  past the allowance in bytes but not in tokens is never counted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -26,6 +32,13 @@ from gateway.state.session import Entry, HistoryView
 DEFAULT_ALLOWANCE = 16_000  # tokens, for a model litellm has no window for
 WINDOW_SHARE = 0.6  # of the model's input window, when GATEWAY_TOKEN_BUDGET is unset
 FRAMING_ALLOWANCE = 16  # tokens per message for its role, separators and template
+# A provider's count below one token per this many bytes of the plain text it covered is not
+# believed (a garbled usage figure); text that dense (long runs of one character) is counted.
+MAX_BYTES_PER_TOKEN = 16
+# A message counted alone includes the tokens that start the reply (3, in OpenAI's framing),
+# which a whole request has once: a provider's count of a request, plus this per message,
+# is in the same measure as the counts of its messages one by one.
+REPLY_PRIMING = 3
 
 
 def token_allowance(settings: Settings, models: Models) -> int:
@@ -138,30 +151,69 @@ class TokenCounter:
     def within(self, limit: int, shape: RequestShape) -> bool:
         """Whether the full-mode request is at most `limit` tokens.
 
-        Every token of a text covers at least one of its bytes, whatever the
-        tokenizer, so a request of plain texts whose UTF-8 size (with room for
-        each message's framing) is within `limit` is within it in tokens too:
-        then nothing is counted. Only a request near the limit, or one with
-        parts that are not plain text (images, tool calls), is counted exactly.
+        When either upper bound (`bound`) is within `limit`, nothing is counted.
+        Only a request near the limit, or one with new parts that are not plain
+        text (images, tool calls), is counted exactly.
         """
-        bound = self.byte_bound(shape)
+        bound = self.bound(shape)
         if bound is not None and bound <= limit:
             return True
         return self.count(shape) <= limit
 
-    def byte_bound(self, shape: RequestShape) -> int | None:
-        """An upper bound on the request's tokens from its size; None when there is none."""
+    def bound(self, shape: RequestShape) -> int | None:
+        """An upper bound on the request's tokens without counting; None when there is none.
+
+        The smaller of its size in bytes (every token of a text covers at least one of
+        its bytes, whatever the tokenizer) and the provider's count of the last request
+        of the conversation that shares its system prompt and summary (`sent`), with
+        the size of everything after that request's last entry and of the reminder.
+        """
         summary, entries = shape.split()
-        texts = [shape.system_prompt, shape.reminder or ""]
-        if summary is not None:
-            texts.append(summary)
-        total = sum(_size(text) for text in texts) + FRAMING_ALLOWANCE
-        for entry in entries:
-            size = self._entry_size(entry, shape.group)
-            if size is None:
-                return None
-            total += size
-        return total
+        sizes = [self._entry_size(entry, shape.group) for entry in entries]
+        fixed = sum(_size(text) for text in (shape.system_prompt, shape.reminder or ""))
+        fixed += _size(summary) if summary is not None else 0
+        plain = [size for size in sizes if size is not None]
+        by_bytes = fixed + FRAMING_ALLOWANCE + sum(plain) if len(plain) == len(sizes) else None
+        by_usage = self._usage_bound(shape, summary, entries, sizes)
+        if by_usage is None or (by_bytes is not None and by_bytes <= by_usage):
+            return by_bytes
+        return by_usage
+
+    def _usage_bound(
+        self,
+        shape: RequestShape,
+        summary: str | None,
+        entries: Sequence[Entry],
+        sizes: Sequence[int | None],
+    ) -> int | None:
+        found = _last_sent(entries)
+        if found is None:
+            return None
+        index, tokens, through, prefix = found
+        if prefix != request_prefix(shape.system_prompt, summary, shape.group):
+            return None
+        covered = next((i for i in range(index - 1, -1, -1) if entries[i].get("id") == through), -1)
+        if covered < 0:
+            return None
+        plain = _size(shape.system_prompt) + sum(size or 0 for size in sizes[: covered + 1])
+        if tokens * MAX_BYTES_PER_TOKEN < plain:
+            return None
+        after = [size for size in sizes[covered + 1 :] if size is not None]
+        if len(after) < len(sizes) - covered - 1:
+            return None
+        messages = covered + 2 + (summary is not None)  # and the system prompt, the reminder
+        priming = REPLY_PRIMING * messages
+        return tokens + priming + _size(shape.reminder or "") + sum(after)
+
+    def sent(self, shape: RequestShape, tokens: int) -> dict[str, Any] | None:
+        """What a reply records of the request that got it (`shape`), as the provider counted
+        it (`tokens`), for the next request's bound; None without a count or an entry."""
+        summary, entries = shape.split()
+        through = str(entries[-1].get("id") or "") if entries else ""
+        if tokens <= 0 or not through:
+            return None
+        prefix = request_prefix(shape.system_prompt, summary, shape.group)
+        return {"tokens": tokens, "through": through, "prefix": prefix}
 
     def _entry_size(self, entry: Entry, group: bool) -> int | None:
         key = (str(entry.get("id", "")), group)
@@ -202,6 +254,28 @@ def _entry_key(entry: Entry, group: bool) -> tuple[str, bool]:
     """Entries never change once written: by id, or by content for one without."""
     name = entry.get("id") or hash(json.dumps(entry, sort_keys=True, default=str))
     return (f"entry:{name}", group)
+
+
+def request_prefix(system_prompt: str, summary: str | None, group: bool) -> str:
+    """What a provider's count holds for later requests only when they share it: the system
+    prompt, the summary standing for the compressed past, and how entries are rendered."""
+    text = f"{system_prompt}\x00{summary or ''}\x00{int(group)}"
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _last_sent(entries: Sequence[Entry]) -> tuple[int, int, str, str] | None:
+    """(index, tokens, last entry id, prefix) of the newest reply that recorded its
+    request's count, when its record is well formed."""
+    for index in range(len(entries) - 1, -1, -1):
+        sent = entries[index].get("sent")
+        if sent is None:
+            continue
+        try:
+            tokens, through, prefix = int(sent["tokens"]), str(sent["through"]), sent["prefix"]
+        except (KeyError, TypeError, ValueError):
+            return None
+        return (index, tokens, through, str(prefix)) if tokens > 0 else None
+    return None
 
 
 def _size(text: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gateway.context.compiler import CompiledRequest, MessageCompiler, ReplyTarget, TurnContext
 from gateway.context.compression import Compressor
@@ -111,11 +112,20 @@ class Preparer:
 
     def known_over_budget(self, prepared: PreparedTurn) -> bool:
         """Whether the turn is known, without counting anything new, to need compressing."""
-        return self.compressor.known_within(prepared.allowance, self._shape(prepared)) is False
+        return self.compressor.known_within(prepared.allowance, self.shape(prepared)) is False
 
     async def fits(self, prepared: PreparedTurn) -> bool:
         await self.compressor.warm()
-        return await self.compressor.within(prepared.allowance, self._shape(prepared))
+        return await self.compressor.within(prepared.allowance, self.shape(prepared))
+
+    def sent(self, prepared: PreparedTurn, prompt_tokens: int) -> dict[str, Any] | None:
+        """What the reply to `prepared` records of its request, as the provider counted it
+        (`prompt_tokens`), so that the next turn's request is known to fit without a count.
+        Only for a request sent in full: of a delta, some providers count what they hold,
+        others only what was sent."""
+        if prepared.context.cursor is not None:
+            return None
+        return self.compressor.counter.sent(self.shape(prepared), prompt_tokens)
 
     async def compressed(
         self,
@@ -146,7 +156,7 @@ class Preparer:
         )
         return self.compile(context, view, settings)
 
-    def _shape(self, prepared: PreparedTurn) -> RequestShape:
+    def shape(self, prepared: PreparedTurn) -> RequestShape:
         return RequestShape(
             prepared.compiler.system_prompt,
             prepared.view,

@@ -196,6 +196,11 @@ class TurnRunner:
             entry = await self.replies.deliver(
                 stream, result, claim.turn_id, key, model=settings.model
             )
+            if entry is not None and prepared is not None and length == claim.length:
+                # One call answered from `prepared`: its provider's count bounds the next.
+                sent = self.preparer.sent(prepared, usage.prompt_tokens)
+                if sent is not None:
+                    entry["sent"] = sent
         except BaseException:
             await stream.abandon()  # the typing indicator and the reaction stop, whatever happened
             raise

@@ -47,6 +47,7 @@ from tests.fakes.llm_shapes import (
     last_user_text,
     new_id,
     output_message,
+    prompt_tokens,
     response_object,
     responses_usage,
     split_words,
@@ -111,6 +112,11 @@ class Behaviour:
     first_token_delay: float = 0.0
     token_delay: float = 0.0
     duration: float | None = None
+    # The prompt's tokens the usage reports; None: as OpenAI counts them (`prompt_tokens`).
+    reported_prompt: int | None = None
+
+    def prompt_of(self, messages: object) -> int:
+        return prompt_tokens(messages) if self.reported_prompt is None else self.reported_prompt
 
     def answer_for(self, body: JSON) -> Answer:
         if self.reply is None:
@@ -305,10 +311,13 @@ class FakeLLM(LoopbackServer):
         first_token_delay: float | None = None,
         token_delay: float = 0.0,
         duration: float | None = None,
+        reported_prompt: int | None = None,
     ) -> None:
-        """Script one model apart from the default; `delay` is the first-token delay."""
+        """Script one model apart from the default; `delay` is the first-token delay,
+        `reported_prompt` the prompt's tokens its usage reports, whatever it was sent."""
         first = first_token_delay if first_token_delay is not None else (delay or 0.0)
-        self._models[_bare_model(model)] = Behaviour(reply, first, token_delay, duration)
+        behaviour = Behaviour(reply, first, token_delay, duration, reported_prompt)
+        self._models[_bare_model(model)] = behaviour
 
     def behaviour_for(self, model: str) -> Behaviour:
         """The behaviour a request for `model` gets: its override, or the server default."""
@@ -512,7 +521,7 @@ class FakeLLM(LoopbackServer):
             raise web.HTTPServiceUnavailable()
         behaviour = self.behaviour_for(received.model)
         answer = self._answer(received, behaviour)
-        usage = chat_usage(count_words(received.get("messages")), _answer_words(answer))
+        usage = chat_usage(behaviour.prompt_of(received.get("messages")), _answer_words(answer))
         completion_id = new_id("chatcmpl")
         if not received.get("stream"):
             await self._pace_whole(behaviour, answer.text)
@@ -574,7 +583,11 @@ class FakeLLM(LoopbackServer):
             raise web.HTTPServiceUnavailable()
         behaviour = self.behaviour_for(received.model)
         answer = self._answer(received, behaviour)
-        prompt = count_words([received.get("input"), received.get("instructions")])
+        instructions = received.get("instructions")
+        inputs = received.get("input")
+        items = [instructions] if instructions else []
+        items += inputs if isinstance(inputs, list) else [inputs] if inputs else []
+        prompt = behaviour.prompt_of(items)
         usage = responses_usage(prompt, _answer_words(answer))
         response_id, item_id = new_id("resp"), new_id("msg")
         call_items = [(new_id("fc"), call) for call in answer.calls]

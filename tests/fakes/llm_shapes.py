@@ -7,10 +7,14 @@ events, and OpenAI's error body.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import os
 import re
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -49,6 +53,37 @@ def count_words(value: object) -> int:
     if isinstance(value, list):
         return sum(count_words(item) for item in value)
     return 0
+
+
+@functools.cache
+def _encoding() -> Any:
+    """cl100k_base (what litellm counts a model it does not know with), read from the copy
+    litellm ships, offline, without importing litellm into the fake's process."""
+    spec = importlib.util.find_spec("litellm")
+    assert spec is not None and spec.origin is not None
+    bundled = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
+    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(bundled))
+    import tiktoken
+
+    return tiktoken.get_encoding("cl100k_base")
+
+
+def count_tokens(value: object) -> int:
+    """The tokens of every text string inside a JSON value."""
+    if isinstance(value, str):
+        return len(_encoding().encode(value, disallowed_special=()))
+    if isinstance(value, dict):
+        return sum(count_tokens(item) for key, item in value.items() if key not in _NOT_TEXT)
+    if isinstance(value, list):
+        return sum(count_tokens(item) for item in value)
+    return 0
+
+
+def prompt_tokens(messages: object) -> int:
+    """A request's prompt as OpenAI counts it: each message's texts, its role and 3 tokens
+    of framing, and 3 for the start of the reply (a string: one message)."""
+    items = messages if isinstance(messages, list) else [messages] if messages else []
+    return sum(count_tokens(item) + 4 for item in items) + 3
 
 
 def content_text(content: object) -> str:

@@ -19,7 +19,7 @@ from gateway.spend.usage import RETENTION, Totals, UsageLedger, day_of
 from gateway.state.keys import Keys
 from tests.fakes.files import FakeFiles
 from tests.fakes.llm_server import FakeLLM, ReceivedRequest
-from tests.fakes.llm_shapes import count_words
+from tests.fakes.llm_shapes import prompt_tokens
 from tests.gateway.context.test_compression import SUMMARY, talk_until_segment
 from tests.support.conversation import COMPRESSOR, conversation
 from tests.support.harness import Harness, start_workers, texts
@@ -32,7 +32,7 @@ MINI_IN, MINI_OUT = 0.15e-6, 0.6e-6
 
 def tokens_of(request: ReceivedRequest, reply: str) -> tuple[int, int]:
     """The usage the fake model reported for `request` answered with `reply`."""
-    return count_words(request["messages"]), len(reply.split())
+    return prompt_tokens(request["messages"]), len(reply.split())
 
 
 async def one_turn(harness: Harness, text: str, reply: str) -> tuple[str, int, int]:
@@ -182,7 +182,7 @@ async def test_a_summary_is_counted_against_the_conversation_not_a_user(
     async with conversation(redis_url, llm, GATEWAY_TOKEN_BUDGET=400) as talk:
         await talk_until_segment(talk)
         asked = talk.compression_requests()
-        prompt = sum(count_words(r["messages"]) for r in asked)
+        prompt = sum(prompt_tokens(r["messages"]) for r in asked)
         redis = talk.redis
         today = day_of(dt.datetime.now(dt.UTC))
         ledger = UsageLedger(redis)

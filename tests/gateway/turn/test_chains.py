@@ -7,6 +7,7 @@ from typing import Any
 from gateway.context.compiler import MessageCompiler, TurnContext
 from gateway.models.providers import base_model, is_stateful, to_responses_input
 from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_shapes import prompt_tokens
 from tests.support.conversation import (
     COMPRESSOR,
     STATEFUL_MAIN,
@@ -188,3 +189,15 @@ def test_a_cursor_not_in_the_view_falls_back_to_full_mode() -> None:
     compressed = compiler.compile(TurnContext(key, entries, None, segments=[segment], cursor="u1"))
     assert compressed.mode == "full"  # the cursor's entry was compressed away
     assert "S" in compressed.messages[1]["content"]
+
+
+async def test_only_a_reply_to_a_request_sent_in_full_records_its_count(
+    redis_url: str, llm: FakeLLM
+) -> None:
+    async with conversation(redis_url, llm, GATEWAY_MODEL=STATEFUL_MAIN) as talk:
+        await talk.say("one")
+        await talk.say("two")
+        first, second = [e for e in await talk.history() if e["role"] == "assistant"]
+        asked = responses(talk)[0]  # in full: what the provider counted is all of it
+        assert first["sent"]["tokens"] == prompt_tokens([asked["instructions"], *asked["input"]])
+        assert "sent" not in second  # a delta: some providers count only what was sent
