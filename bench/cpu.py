@@ -26,8 +26,12 @@ What is measured, per level and bot:
 - per turn: Slack API calls the fake received, Redis commands (INFO
   commandstats) and model requests.
 
-    python bench/cpu.py [--turns 100] [--levels 1,10,50] [--profile] [--model-processes N]
-                        [--idle-seconds 3]
+    python bench/cpu.py [--turns 100] [--levels 1,10,50] [--rounds 1] [--profile]
+                        [--model-processes N] [--idle-seconds 3]
+
+With `--rounds R` each level runs R rounds of `--turns` turns, gateway and naive bot
+in turn (g, n, g, n, ...), and every figure pools the rounds: a machine whose speed
+drifts over minutes weighs on both bots alike, not on whichever ran in its slow spell.
 
 `--profile` then runs one more gateway level (10 at once) with every gateway
 Python process under cProfile (switched on by this bench's launch only: a
@@ -273,6 +277,18 @@ class Level:
 
     def per_100(self) -> float:
         return self.cpu * 100 / self.turns
+
+    def add(self, other: Level) -> None:
+        """Pool another round of the same bot at the same level into this one."""
+        self.turn.update(other.turn)
+        self.sent.update(other.sent)
+        self.ack += other.ack
+        self.cpu += other.cpu
+        for role, seconds in other.cpu_by_role.items():
+            self.cpu_by_role[role] = self.cpu_by_role.get(role, 0.0) + seconds
+        self.slack_calls += other.slack_calls
+        self.redis_commands += other.redis_commands
+        self.wall += other.wall
 
 
 async def drive(
@@ -746,15 +762,19 @@ async def amain(args: argparse.Namespace) -> None:
                 await drive(http, slack, bot, 2, 4, f"w{bot.name[0]}")
                 await idle(bot, "after its first turns", args.idle_seconds)
             for c in counts:
-                for bot in (gateway, naive):
-                    level = await drive(http, slack, bot, c, args.turns, f"{bot.name[0]}{c}")
-                    levels[bot.name, c] = level
+                for round_, bot in itertools.product(range(args.rounds), (gateway, naive)):
+                    label = f"{bot.name[0]}{c}r{round_}"
+                    level = await drive(http, slack, bot, c, args.turns, label)
                     print(
                         f"{bot.name:>8}, {c:>3} at once: {level.turns} turns in {level.wall:.1f}s, "
                         f"CPU {level.per_100():.2f}s per 100 turns, turn p50 "
                         f"{p(list(level.turn.values()), 50) * 1000:.0f} ms",
                         flush=True,
                     )
+                    if (bot.name, c) in levels:
+                        levels[bot.name, c].add(level)
+                    else:
+                        levels[bot.name, c] = level
         times, requested = model_times(fake)
         for level in levels.values():
             attribute(level, times, requested)
@@ -853,6 +873,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--levels", default="1,10,50")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds of --turns per level, the two bots taking turns; the figures pool them",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-level", type=int, default=10)
     parser.add_argument(
