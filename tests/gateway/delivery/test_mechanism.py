@@ -4,6 +4,8 @@ and fallbacks counted for /metrics."""
 
 from __future__ import annotations
 
+import asyncio
+
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -39,6 +41,31 @@ async def test_a_refusal_for_the_channel_is_remembered_for_a_while_there_only(
     assert await mechanisms.choose(sender, other, rerun=False) == "live"
     ttl = await redis_client.ttl(Keys.native_refused(ADDRESS.chat_key))
     assert 0 < ttl <= REMEMBER
+
+
+async def test_what_redis_said_of_a_chat_is_trusted_for_a_while_then_asked_again(
+    redis_client: aioredis.Redis,
+) -> None:
+    here = Mechanisms(redis_client, Metrics(redis_client), look_again=0.3)
+    elsewhere = Mechanisms(redis_client, Metrics(redis_client))
+    sender = RecordingNativeSender()
+    assert await here.choose(sender, ADDRESS, rerun=False) == "live"
+    await elsewhere.refused(ADDRESS, "live", StreamRefused("not_here", for_channel=True))
+    # Told a moment ago that the chat takes streams: no look-up, the stream is tried.
+    assert await here.choose(sender, ADDRESS, rerun=False) == "live"
+    async with asyncio.timeout(5):  # asked again once the while is over
+        while await here.choose(sender, ADDRESS, rerun=False) != EDIT:
+            await asyncio.sleep(0.05)
+    assert await elsewhere.choose(sender, ADDRESS, rerun=False) == EDIT  # its own, at once
+
+
+async def test_a_refusal_met_here_is_known_here_whatever_redis_holds(
+    redis_client: aioredis.Redis,
+) -> None:
+    mechanisms = Mechanisms(redis_client, Metrics(redis_client))
+    await mechanisms.refused(ADDRESS, "live", StreamRefused("not_here", for_channel=True))
+    await redis_client.delete(Keys.native_refused(ADDRESS.chat_key))  # as if never stored
+    assert await mechanisms.choose(RecordingNativeSender(), ADDRESS, rerun=False) == EDIT
 
 
 async def test_a_refusal_of_one_reply_is_not_remembered(redis_client: aioredis.Redis) -> None:
