@@ -2,10 +2,19 @@
 
 `/metrics` on any `gateway web` reads them back and renders the Prometheus
 text format through prometheus_client's own exposition code.
+
+A worker gathers its counters for `GATHER` seconds and writes them in one call
+(`Metrics(redis, gather=GATHER)`): at ten turns a second that is one round trip
+where there were ten. `/metrics` is that much behind at most; a worker that is
+killed loses what it held (counters, not messages: Prometheus' own counters are
+lost with their process the same way), and one that stops writes them on its way
+out (`aclose`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator, Sequence
 from typing import cast
 
@@ -17,22 +26,71 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from gateway.state.counters import BUMP, Counters
 from gateway.state.keys import GROUP, Keys
 
+log = logging.getLogger(__name__)
+
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOOL_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+GATHER = 1.0  # seconds a worker's counters wait to be written together
+CLOSE_TIMEOUT = 2.0  # how long the last write may take on the way out
 
 
 class Metrics:
-    """Writers used by workers: one command per recorded turn, tool call or download
-    (`bump.lua` adds to each of its fields; a pipeline of one command a field costs the
-    worker's loop the packing and parsing of each)."""
+    """Writers used by workers and `gateway web`: one `bump.lua` call per recorded turn,
+    tool call or download, or with `gather` one per that many seconds for all of them
+    (a pipeline of one command a field costs the loop the packing and parsing of each)."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, gather: float = 0.0) -> None:
         self.redis = redis
         self._bump = BUMP.bind(redis)
+        self.gather = gather
+        self._held = Counters()
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Task[None] | None = None
+
+    async def flush(self) -> None:
+        """Write what is held now. A write Redis refuses is dropped with a log line: those
+        counts are lost (sent again, a write whose answer was lost would count twice)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        held, self._held = self._held, Counters()
+        try:
+            await held.write(self._bump)
+        except RedisError as exc:
+            log.warning("metrics not written, dropped (%s)", exc)
+
+    async def aclose(self) -> None:
+        """Write what is held, on the way out (for CLOSE_TIMEOUT at most)."""
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                if self._writing is not None:
+                    await asyncio.shield(self._writing)
+                await self.flush()
+        except TimeoutError:
+            log.warning("metrics not written on the way out: Redis did not answer in time")
+
+    async def _write(self, counters: Counters) -> None:
+        if not self.gather:
+            await counters.write(self._bump)
+            return
+        self._held.merge(counters)
+        if self._timer is None and self._writing is None:
+            self._timer = asyncio.get_running_loop().call_later(self.gather, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self._writing = asyncio.create_task(self.flush())
+        self._writing.add_done_callback(self._written)
+
+    def _written(self, _: asyncio.Task[None]) -> None:
+        self._writing = None
+        if self._held and self._timer is None:  # what came while it was on its way
+            self._timer = asyncio.get_running_loop().call_later(self.gather, self._due)
 
     async def turn(
         self,
@@ -55,7 +113,7 @@ class Metrics:
         counters.hincrby(Keys.METRICS, "tokens|completion", completion_tokens)
         if early:
             counters.hincrby(Keys.METRICS, f"early|{early}", 1)
-        await counters.write(self._bump)
+        await self._write(counters)
 
     async def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
         """One MCP tool call by its public name and outcome (`gateway.tools.results.OUTCOMES`)."""
@@ -64,7 +122,7 @@ class Metrics:
         counters.hincrby(Keys.METRICS, f"tools|{tool}|{outcome}", 1)
         counters.hincrby(Keys.METRICS, f"tool_latency_bucket|{bucket}", 1)
         counters.hincrbyfloat(Keys.METRICS, "tool_latency_sum", seconds)
-        await counters.write(self._bump)
+        await self._write(counters)
 
     async def download(self, outcome: str, size: int) -> None:
         """One attachment download by outcome ("ok", "too_large", "timeout", "failed"),
@@ -73,10 +131,15 @@ class Metrics:
         counters.hincrby(Keys.METRICS, f"downloads|{outcome}", 1)
         if size:
             counters.hincrby(Keys.METRICS, "download_bytes|total", size)
-        await counters.write(self._bump)
+        await self._write(counters)
 
     async def count(self, name: str, label: str, amount: int = 1) -> None:
-        await self.redis.hincrby(Keys.METRICS, f"{name}|{label}", amount)
+        if not self.gather:
+            await self.redis.hincrby(Keys.METRICS, f"{name}|{label}", amount)
+            return
+        counters = Counters()
+        counters.hincrby(Keys.METRICS, f"{name}|{label}", amount)
+        await self._write(counters)
 
 
 async def snapshot(redis: Redis, platforms: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:

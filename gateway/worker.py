@@ -32,7 +32,7 @@ from gateway.errors import LeaseLost
 from gateway.logs import Outage
 from gateway.media.pipeline import MediaPipeline
 from gateway.messages import Address
-from gateway.metrics import Metrics
+from gateway.metrics import GATHER, Metrics
 from gateway.models import Models
 from gateway.ports import FileSource, Sender
 from gateway.settings.defaults import ECHO_MODEL
@@ -81,7 +81,7 @@ class Worker:
         self.sessions = SessionStore(redis, streams)
         self.queue = JobQueue(redis, sorted(self.senders), streams=streams)
         self.pacing = SendPacing(redis)
-        self.metrics = Metrics(redis)
+        self.metrics = Metrics(redis, gather=GATHER)  # /metrics a second behind at most
         self.tools = (
             tools.ToolServers.for_settings(settings, self.metrics) if settings.mcp_config else None
         )
@@ -130,6 +130,7 @@ class Worker:
             await self._work(stop, self.settings.lease_ttl if grace is None else grace)
         finally:
             await self.drain(timeout=0)
+            await self.metrics.aclose()
             await self.media.aclose()
             await self.models.aclose()
             if self.tools is not None:

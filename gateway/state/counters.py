@@ -30,20 +30,30 @@ BUMP = load("bump")
 
 
 class Counters:
-    """Additions to hash fields and expiries, in the order they are asked for."""
+    """Additions to hash fields and expiries, in the order they are first asked for; two
+    additions to one field are one addition of their sum (an expiry: the last asked)."""
 
     def __init__(self) -> None:
         self._keys: dict[str, int] = {}
-        self._ops: list[tuple[str, int, str, str]] = []
+        self._ops: dict[tuple[str, int, str], float] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._ops)
 
     def hincrby(self, key: str, field: str, amount: int) -> None:
-        self._add("i", key, field, str(int(amount)))
+        self._add("i", key, field, int(amount))
 
     def hincrbyfloat(self, key: str, field: str, amount: float) -> None:
-        self._add("f", key, field, repr(float(amount)))
+        self._add("f", key, field, float(amount))
 
     def expire(self, key: str, seconds: int) -> None:
-        self._add("x", key, "", str(int(seconds)))
+        self._add("x", key, "", int(seconds))
+
+    def merge(self, other: Counters) -> None:
+        """`other`'s additions and expiries, added to these."""
+        keys = list(other._keys)
+        for (kind, index, field), amount in other._ops.items():
+            self._add(kind, keys[index - 1], field, amount)
 
     async def write(self, bump: BoundScript) -> None:
         """All of them, in one step (`bump`: the script bound to a client, `BUMP.bind`);
@@ -62,12 +72,14 @@ class Counters:
         """One call of `bump` with the operations on the keys at `group`'s positions."""
         renumbered = {position + 1: index + 1 for index, position in enumerate(group)}
         ops = [
-            (kind, renumbered[key], field, amount)
-            for kind, key, field, amount in self._ops
+            (kind, renumbered[key], field, repr(amount) if kind == "f" else str(int(amount)))
+            for (kind, key, field), amount in self._ops.items()
             if key in renumbered
         ]
         return bump(keys=[keys[position] for position in group], args={"ops": json.dumps(ops)})
 
-    def _add(self, kind: str, key: str, field: str, amount: str) -> None:
+    def _add(self, kind: str, key: str, field: str, amount: float) -> None:
         index = self._keys.setdefault(key, len(self._keys) + 1)
-        self._ops.append((kind, index, field, amount))
+        op = (kind, index, field)
+        held = self._ops.get(op)
+        self._ops[op] = amount if held is None or kind == "x" else held + amount

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from gateway.inbound.ingest import Ingest
 from gateway.ports import FileSource, Sender
@@ -44,6 +44,12 @@ class Harness:
                 f"{session_key} not idle after {timeout:g} s: "
                 f"meta {meta}, {len(inbox)} in its inbox"
             ) from None
+
+    async def metrics(self) -> dict[str, str]:
+        """The `/metrics` counters in Redis, once every worker wrote what it gathered."""
+        for worker in self.workers:
+            await worker.metrics.flush()
+        return cast(dict[str, str], await self.sessions.redis.hgetall(Keys.METRICS))
 
     async def take_over(self, session_key: str) -> None:
         """What a running turn meets when its lease expired and another run claimed the

@@ -109,10 +109,11 @@ async def test_a_channel_that_refuses_streams_is_edited_in_place_and_remembered(
     assert len(slack.calls_to("chat.startStream")) == 1  # not asked again in that channel
 
     client = client_for(redis_url)
+    field = "stream_fallbacks|slack|method_not_supported_for_channel_type"
     try:
-        counted = await client.hget(
-            Keys.METRICS, "stream_fallbacks|slack|method_not_supported_for_channel_type"
-        )
+        async with asyncio.timeout(10):  # the worker writes its counters a second late at most
+            while (counted := await client.hget(Keys.METRICS, field)) is None:
+                await asyncio.sleep(0.05)
         remembered = await client.exists(Keys.native_refused(f"slack:{TEAM_ID}:C1"))
     finally:
         await client.aclose()

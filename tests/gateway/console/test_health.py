@@ -21,6 +21,7 @@ async def test_the_page_shows_workers_connections_turns_and_tool_servers(
     config.write_text(json.dumps({"mcpServers": {"files": {"command": "files-server"}}}))
     async with conversation(redis_url, llm, GATEWAY_ADMIN_TOKEN=TOKEN) as talk:
         await talk.say("hello")
+        await talk.workers[0].metrics.flush()  # what the worker gathered, written now
         await Metrics(talk.redis).tool_call("files__read", "ok", 0.2)
         await Metrics(talk.redis).tool_call("files__read", "error", 0.2)
         await Health(talk.redis, "discord-shards-0").report(False, "reconnecting")

@@ -167,7 +167,7 @@ async def test_every_failed_file_gets_one_line_and_the_rest_is_still_answered(
         content = str(last_user_content(llm.requests_for("main-model")[-1]))
         assert "[file: notes.md]\n# kept" in content
         assert "[file: scan.pdf, not used: not a PDF]" in content
-        metrics = await h.sessions.redis.hgetall(Keys.METRICS)
+        metrics = await h.metrics()
         assert metrics["downloads|too_large"] == "1"
         assert metrics["downloads|timeout"] == "1"
         assert metrics["downloads|ok"] == "4"

@@ -37,7 +37,7 @@ def early_counts_in(metrics: dict[str, str]) -> dict[str, int]:
 
 
 async def early_counts(harness: Harness) -> dict[str, int]:
-    return early_counts_in(await harness.sessions.redis.hgetall(Keys.METRICS))
+    return early_counts_in(await harness.metrics())
 
 
 async def unstarted_worker(
@@ -149,6 +149,7 @@ async def test_an_early_call_waits_for_nothing_and_shows_nothing_while_another_t
     await client.delete(Keys.lease(key))
     await asyncio.wait_for(turn, 10)
     assert list(sender.messages.values()) == ["hi there"]
+    await worker.metrics.flush()  # what the worker gathered, written now
     assert dict(early_counts_in(await client.hgetall(Keys.METRICS))) == {"discarded": 1}
     assert [e["text"] for e in await SessionStore(client).history(key)] == ["hello", "hi there"]
     await worker.models.metered()  # the turn's usage write, which `turns.run` leaves going

@@ -8,7 +8,6 @@ import datetime as dt
 
 from gateway.feedback.store import FeedbackStore, FeedbackVerdict
 from gateway.settings.scoped import ScopedSettings
-from gateway.state.keys import Keys
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import start_workers
 from tests.support.helpers import inbound
@@ -33,7 +32,7 @@ async def test_a_turns_reply_takes_feedback_under_the_sessions_model(
         assert verdict == FeedbackVerdict.RECORDED
         (vote,) = await store.since(EPOCH)
         assert (vote.session, vote.model) == (message.session_key, "openai/channel-model")
-        assert await h.ingest.redis.hget(Keys.METRICS, "replies|test|edit") == "1"
+        assert (await h.metrics())["replies|test|edit"] == "1"
 
         await scoped.set("test", "feedback", "off")
         again = inbound("and again")
@@ -44,4 +43,4 @@ async def test_a_turns_reply_takes_feedback_under_the_sessions_model(
         assert await store.record("test", message.channel, unbuttoned, "U5", "up") == (
             FeedbackVerdict.UNKNOWN
         )
-        assert await h.ingest.redis.hget(Keys.METRICS, "replies|test|edit") == "2"
+        assert (await h.metrics())["replies|test|edit"] == "2"
