@@ -118,7 +118,8 @@ async def _failover(quick: bool, wait: bool, platform: str) -> Row:
 
 async def _kill_primary(s: Stack, after: float, timing: dict[str, float]) -> None:
     """Stall the replica, kill the primary meanwhile, wait for the promotion, bring the
-    old primary back (the sentinels make it a replica)."""
+    old primary back as a replica of the new one (`SentinelSet.rejoin`: its data died with
+    it; started as a primary, a second failover could elect it empty, and did)."""
     sentinels = s.sentinels
     assert sentinels is not None
     await asyncio.sleep(after)
@@ -136,7 +137,7 @@ async def _kill_primary(s: Stack, after: float, timing: dict[str, float]) -> Non
     await asyncio.to_thread(stall.join)
     promoted = await poll(lambda: sentinels.primary_port() not in (old, None), 60, 0.05)
     timing["promoted"] = time.monotonic() if promoted else float("nan")
-    sentinels.restart(old)
+    await asyncio.to_thread(sentinels.rejoin, old)
     await asyncio.to_thread(sentinels.wait_ready, 60)
 
 

@@ -91,7 +91,12 @@ class Ingest:
         if inbound.speaker.is_bot:
             return Receipt.IGNORED
         receipt = await self._receive(inbound)
-        await self.replicas.confirm(Keys.meta(inbound.session_key))
+        key = inbound.session_key
+        # What was stored is marked seen, and that mark must be on the primary that answers.
+        written = receipt not in (Receipt.IGNORED, Receipt.LIMITED)
+        await self.replicas.confirm(
+            Keys.meta(key), Keys.seen(key, inbound.event_id) if written else None
+        )
         return receipt
 
     async def _receive(self, inbound: Inbound) -> Receipt:

@@ -13,6 +13,12 @@ write of its own (`Keys.acked`) in one pipeline on one connection: whatever the
 event wrote before, on any connection, comes earlier in the primary's replication
 stream. On a Cluster that connection is to the node holding the key given, the one
 the event's atomic step wrote.
+
+WAIT speaks for the primary it is sent to. A failover between the event's write
+and the WAIT (the old primary killed with the write unreplicated, the WAIT repeated
+on a connection to the new primary, whose replica answers it) would acknowledge an
+event no primary holds: so the same pipeline asks whether a key the event wrote
+(`present`: its dedupe mark) is there, and a primary without it is a shortfall.
 """
 
 from __future__ import annotations
@@ -74,12 +80,16 @@ class ReplicaWait:
     def active(self) -> bool:
         return self.replicas > 0
 
-    async def confirm(self, written_key: str) -> None:
+    async def confirm(self, written_key: str, present: str | None = None) -> None:
         """Return once the replicas have everything written so far on the node of
-        `written_key`; raise NotReplicated when they do not within the timeout."""
+        `written_key`, and that node holds `present` (a key the event wrote, in the same
+        slot); raise NotReplicated when they do not within the timeout, or it does not."""
         if not self.active:
             return
-        acked = await self._acked(written_key)
+        acked = await self._acked(written_key, present)
+        if acked < 0:
+            log.warning("the primary does not hold the event's writes: lost in a failover")
+            raise NotReplicated(f"{present} is not on the primary the replicas answered for")
         if acked < self.replicas:
             log.warning("%d of %d replicas have the event's writes", acked, self.replicas)
             raise self._short(acked)
@@ -102,14 +112,20 @@ class ReplicaWait:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _acked(self, written_key: str) -> int:
-        """How many replicas have everything written so far on `written_key`'s node."""
+    async def _acked(self, written_key: str, present: str | None = None) -> int:
+        """How many replicas have everything written so far on `written_key`'s node;
+        -1 when that node does not hold `present`."""
         commands = [("SET", Keys.acked(written_key), "1", "PX", MARK_TTL_MS), self._wait()]
+        if present is not None:
+            commands.append(("EXISTS", present))
         if isinstance(self.redis, RedisCluster):
             replies = await _on_node_of(self.redis, written_key, commands)
         else:
             replies = await _pipelined(self.redis, commands)
-        return int(replies[-1][1] if self.aof else replies[-1])
+        if present is not None and not int(replies[2]):
+            return -1
+        waited = replies[1]
+        return int(waited[1] if self.aof else waited)
 
     def _short(self, acked: int) -> NotReplicated:
         return NotReplicated(

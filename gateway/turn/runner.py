@@ -219,11 +219,12 @@ class TurnRunner:
         re-run would post it again: the redis-restart drill showed it when this was
         answered locally), and, with GATEWAY_REDIS_WAIT_REPLICAS, only once the replicas
         have the claim and all before it. A failover then cannot take the claim with it
-        after a post went out: a re-run knows it is one and looks for its post first."""
-        if not await turn.lease.renew():
-            return False
+        after a post went out: a re-run knows it is one and looks for its post first.
+        The replicas first, the lease then: a wait that outlasts a failover ends on the
+        new primary, whose replica says nothing of the old one's writes; the lease asked
+        of that primary does (the claim is there, and ours, or the turn does not post)."""
         await self.replicas.settled(Keys.meta(turn.session_key))
-        return True
+        return await turn.lease.renew()
 
     async def _hold(
         self,

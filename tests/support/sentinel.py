@@ -111,11 +111,12 @@ class SentinelSet:
 
     def primary_port(self) -> int | None:
         """The port of the primary the first answering sentinel names."""
-        for port in self.sentinel_ports:
-            found = self._ask(port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
-            if isinstance(found, list | tuple) and len(found) == 2:
-                return int(found[1])
-        return None
+        return next(filter(None, map(self._named_by, self.sentinel_ports)), None)
+
+    def _named_by(self, sentinel: int) -> int | None:
+        """The port of the primary `sentinel` names; None when it does not answer."""
+        found = self._ask(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        return int(found[1]) if isinstance(found, list | tuple) and len(found) == 2 else None
 
     def replica_port(self) -> int:
         """The data node that is not the primary."""
@@ -133,6 +134,24 @@ class SentinelSet:
         """Start a killed node again, as it was started: the sentinels make a former
         primary a replica of the new one."""
         self._spawn(port, self.commands[port])
+
+    def rejoin(self, port: int, within: float = 30.0) -> None:
+        """Start a killed node again as a replica of the primary every sentinel names: how
+        a node whose data died with it comes back. Started as it was (`restart`), a former
+        primary without persistence is an empty primary until the sentinels demote it, and
+        a second failover in that while can elect it and wipe the set (Redis's Sentinel
+        documentation warns against restarting such a primary on its own)."""
+        deadline = time.monotonic() + within
+        while (primary := self._agreed_primary()) in (None, port):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sentinels do not agree on a new primary")
+            time.sleep(0.05)
+        self._data_node(port, "--replicaof", "127.0.0.1", str(primary))
+
+    def _agreed_primary(self) -> int | None:
+        """The primary's port when every sentinel names the same one."""
+        named = {self._named_by(sentinel) for sentinel in self.sentinel_ports}
+        return named.pop() if len(named) == 1 else None
 
     def failover(self, within: float = 30.0) -> int:
         """A coordinated failover (SENTINEL FAILOVER): the replica promoted, the old

@@ -25,7 +25,7 @@ from gateway.messages import Inbound
 from gateway.state import connection, keys
 from gateway.state.connection import RedisOptions
 from gateway.state.keys import Keys
-from gateway.state.replicas import NotReplicated
+from gateway.state.replicas import NotReplicated, ReplicaWait
 from tests.adapters.flows.test_telegram_e2e import (  # noqa: F401  (collected here)
     test_private_message_is_answered,
     test_the_same_update_twice_gets_one_reply,
@@ -146,6 +146,19 @@ async def test_fewer_replicas_than_asked_is_an_outage_and_the_retry_waits_again(
         await _receive(redis_url, message, **wanting_two)
     receipt, _ = await _receive(redis_url, message, GATEWAY_REDIS_WAIT_REPLICAS=1)
     assert receipt is Receipt.DUPLICATE
+
+
+async def test_a_wait_answered_by_a_primary_without_the_event_does_not_acknowledge_it(
+    redis_client: aioredis.Redis,
+) -> None:
+    """What a WAIT repeated on the new primary after a failover meets: its replica has
+    everything that primary wrote, and the event was written on the old one, now gone."""
+    session = inbound("hello").session_key
+    wait = ReplicaWait(redis_client, 1, 1.0)
+    with pytest.raises(NotReplicated, match="not on the primary"):
+        await wait.confirm(Keys.meta(session), Keys.seen(session, "written-elsewhere"))
+    await redis_client.set(Keys.seen(session, "written-here"), "1")
+    await wait.confirm(Keys.meta(session), Keys.seen(session, "written-here"))
 
 
 async def test_with_the_wait_on_a_turn_posts_only_once_the_replica_has_its_claim(
