@@ -195,8 +195,8 @@ class TokenCounter:
         covered = next((i for i in range(index - 1, -1, -1) if entries[i].get("id") == through), -1)
         if covered < 0:
             return None
-        plain = _size(shape.system_prompt) + sum(size or 0 for size in sizes[: covered + 1])
-        if tokens * MAX_BYTES_PER_TOKEN < plain:
+        covered_bytes = _size(shape.system_prompt) + sum(size or 0 for size in sizes[: covered + 1])
+        if tokens * MAX_BYTES_PER_TOKEN < covered_bytes:
             return None
         after = [size for size in sizes[covered + 1 :] if size is not None]
         if len(after) < len(sizes) - covered - 1:
